@@ -1,0 +1,5 @@
+"""Allows `python -m launcher ...` as an alias of the `gantry` console script."""
+
+from launcher.cli import main
+
+raise SystemExit(main())

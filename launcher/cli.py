@@ -1,0 +1,59 @@
+"""The `gantry` command line: argument parsing, subcommand discovery and error reporting.
+
+Each module in ``launcher/commands`` defines ``register(subparsers)`` that adds one
+subcommand whose handler is stored as ``func(args) -> int``. Errors surface as a single
+``error: ...`` line: bad input exits 2, other failures exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import pkgutil
+import sys
+from collections.abc import Sequence
+from typing import NoReturn
+
+import launcher
+import launcher.commands
+from launcher.errors import EXIT_BAD_INPUT, GantryError
+
+
+class GantryArgumentParser(argparse.ArgumentParser):
+    """argparse with the project's one-line error format (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"error: {self.prog}: {message} (see --help)\n")
+        raise SystemExit(EXIT_BAD_INPUT)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = GantryArgumentParser(
+        prog="gantry",
+        description="Slurm-integrated launcher for pipeline-parallel GPU training.",
+    )
+    parser.add_argument("--version", action="version", version=f"gantry {launcher.__version__}")
+    subparsers = parser.add_subparsers(
+        dest="command", metavar="COMMAND", parser_class=GantryArgumentParser
+    )
+    for info in sorted(pkgutil.iter_modules(launcher.commands.__path__), key=lambda m: m.name):
+        module = importlib.import_module(f"launcher.commands.{info.name}")
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    func = getattr(args, "func", None)
+    if func is None:
+        parser.print_help()
+        return EXIT_BAD_INPUT
+    try:
+        return int(func(args))
+    except GantryError as err:
+        sys.stderr.write(f"error: {err}\n")
+        return err.exit_status
+    except KeyboardInterrupt:
+        sys.stderr.write("error: interrupted\n")
+        return 130

@@ -1,0 +1,1 @@
+"""One module per `gantry` subcommand; each defines ``register(subparsers)``."""

@@ -1,0 +1,190 @@
+"""Builds frozen dataclasses from parsed YAML, rejecting unknown keys and wrong types.
+
+Every error names the source file, the dotted field path, the offending value and what
+is allowed, so that a user sees one line such as
+``job.yaml: parallelism.pp: 'two' is not allowed (expected an integer)``.
+
+Supported field types: bool, int, float, str, Literal[...], X | None, list[X],
+tuple[X, ...], dict[str, X] and nested dataclasses. A dataclass may define
+``validate(self) -> None`` that raises :class:`FieldError` for cross-field rules.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
+
+import yaml
+
+from launcher.errors import UserInputError
+
+T = TypeVar("T")
+
+
+class FieldError(ValueError):
+    """A validation failure at a field path (relative to the dataclass that raised it)."""
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+        self.message = message
+
+
+def _join(prefix: str, name: str | int) -> str:
+    if isinstance(name, int):
+        return f"{prefix}[{name}]"
+    return f"{prefix}.{name}" if prefix else name
+
+
+def _describe(tp: Any) -> str:
+    origin = get_origin(tp)
+    if tp is bool:
+        return "true or false"
+    if tp is int:
+        return "an integer"
+    if tp is float:
+        return "a number"
+    if tp is str:
+        return "a string"
+    if origin is typing.Literal:
+        return "one of " + ", ".join(repr(a) for a in get_args(tp))
+    if origin in (Union, types.UnionType):
+        parts = [_describe(a) for a in get_args(tp) if a is not type(None)]
+        return " or ".join(parts) + " (or null)"
+    if origin in (list, tuple):
+        return f"a list of {_describe(get_args(tp)[0])}"
+    if origin is dict:
+        return f"a mapping of names to {_describe(get_args(tp)[1])}"
+    if dataclasses.is_dataclass(tp):
+        return f"a mapping with keys {', '.join(f.name for f in dataclasses.fields(tp))}"
+    return str(tp)
+
+
+def _bad(path: str, value: Any, tp: Any) -> FieldError:
+    return FieldError(path, f"{value!r} is not allowed (expected {_describe(tp)})")
+
+
+def _convert(value: Any, tp: Any, path: str) -> Any:
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        args = get_args(tp)
+        if value is None:
+            if type(None) in args:
+                return None
+            raise _bad(path, value, tp)
+        inner = [a for a in args if a is not type(None)]
+        errors: list[FieldError] = []
+        for candidate in inner:
+            try:
+                return _convert(value, candidate, path)
+            except FieldError as err:
+                errors.append(err)
+        if len(inner) == 1:
+            raise errors[0]
+        raise _bad(path, value, tp)
+    if origin is typing.Literal:
+        if value in get_args(tp) and type(value) in {type(a) for a in get_args(tp)}:
+            return value
+        raise _bad(path, value, tp)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise _bad(path, value, tp)
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise _bad(path, value, tp)
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise _bad(path, value, tp)
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise _bad(path, value, tp)
+    if origin in (list, tuple):
+        if not isinstance(value, list):
+            raise _bad(path, value, tp)
+        item_tp = get_args(tp)[0]
+        items = [_convert(v, item_tp, _join(path, i)) for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, Mapping):
+            raise _bad(path, value, tp)
+        key_tp, val_tp = get_args(tp)
+        out: dict[Any, Any] = {}
+        for k, v in value.items():
+            key = _convert(k, key_tp, _join(path, str(k)))
+            out[key] = _convert(v, val_tp, _join(path, str(k)))
+        return out
+    if dataclasses.is_dataclass(tp) and isinstance(tp, type):
+        return _build(tp, value, path)
+    raise TypeError(f"typed_config: unsupported field type {tp!r} at {path}")
+
+
+def _build(cls: type[T], data: Any, path: str) -> T:
+    if data is None:
+        data = {}
+    if not isinstance(data, Mapping):
+        raise _bad(path, data, cls)
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    unknown = [k for k in data if k not in fields]
+    if unknown:
+        allowed = ", ".join(fields)
+        raise FieldError(
+            _join(path, str(unknown[0])), f"unknown key (allowed here: {allowed})"
+        )
+    kwargs: dict[str, Any] = {}
+    for name, field in fields.items():
+        if name in data:
+            kwargs[name] = _convert(data[name], hints[name], _join(path, name))
+        elif (
+            field.default is dataclasses.MISSING
+            and field.default_factory is dataclasses.MISSING
+        ):
+            raise FieldError(_join(path, name), "is required but missing")
+    obj = cls(**kwargs)
+    validate = getattr(obj, "validate", None)
+    if callable(validate):
+        try:
+            validate()
+        except FieldError as err:
+            raise FieldError(_join(path, err.path), err.message) from None
+    return obj
+
+
+def from_mapping(cls: type[T], data: Any, source: str) -> T:
+    """Build ``cls`` from ``data``; raise UserInputError naming ``source`` and the field."""
+    try:
+        return _build(cls, data, "")
+    except FieldError as err:
+        raise UserInputError(f"{source}: {err}") from None
+
+
+def load_yaml_file(path: Path) -> Any:
+    """Parse a YAML file, turning I/O and syntax errors into one-line UserInputErrors."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserInputError(f"{path}: no such file") from None
+    except OSError as err:
+        raise UserInputError(f"{path}: cannot read ({err.strerror})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
+        problem = getattr(err, "problem", None) or "invalid YAML"
+        raise UserInputError(f"{where}: {problem}") from None
+
+
+def load_dataclass(cls: type[T], path: Path) -> T:
+    """Load a YAML file into ``cls`` (see :func:`from_mapping`)."""
+    return from_mapping(cls, load_yaml_file(path), str(path))

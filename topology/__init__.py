@@ -1,0 +1,1 @@
+"""gantry's network topology model: switch trees, blocks, parsers, writers and placement."""
