@@ -1,0 +1,232 @@
+"""The site config: one YAML per site describing its Slurm, nodes, network, MPI/NCCL and build.
+
+Loaded once into frozen dataclasses (unknown keys and wrong types are errors that name the
+field). `site_configs/local.yaml` describes the embedded cluster gantry runs on this host.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from launcher.typed_config import FieldError, load_dataclass
+from topology import hostlists
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_SITE = REPO_ROOT / "site_configs" / "local.yaml"
+
+
+def _check_port(path: str, port: int) -> None:
+    if not 1 <= port <= 65535:
+        raise FieldError(path, f"{port} is not allowed (expected a port in 1..65535)")
+
+
+@dataclass(frozen=True)
+class SlurmSection:
+    """How gantry talks to Slurm and, for an embedded site, how it runs it."""
+
+    embedded: bool = False
+    """True when gantry itself starts munged, slurmctld and one slurmd per node on this host."""
+    cluster_name: str = "gantry"
+    """ClusterName in slurm.conf."""
+    partition: str = "batch"
+    """Partition jobs are submitted to unless the job says otherwise."""
+    controller_host: str = "localhost"
+    """Host running slurmctld."""
+    controller_port: int = 16817
+    """SlurmctldPort."""
+    slurmd_port_base: int = 17001
+    """Embedded: node i (1-based, in `nodes.names` order) listens on base + i - 1."""
+    run_dir: str | None = None
+    """Embedded: directory for all state, logs, pid files and generated configs.
+    Default: $GANTRY_RUN_DIR, else /tmp/gantry-<cluster_name>."""
+    client: Literal["auto", "cli", "pyslurm"] = "auto"
+    """Slurm client backend: pyslurm when importable and matching the cluster, else the CLI."""
+
+    def validate(self) -> None:
+        _check_port("controller_port", self.controller_port)
+        _check_port("slurmd_port_base", self.slurmd_port_base)
+
+
+@dataclass(frozen=True)
+class NodesSection:
+    """The compute nodes of the site (one homogeneous group)."""
+
+    names: str
+    """Slurm hostlist of all compute nodes, e.g. "n[1-8]"."""
+    cpus: int = 1
+    """CPUs per node (CPUs= in slurm.conf)."""
+    real_memory_mb: int = 1000
+    """Memory per node in MB (RealMemory= in slurm.conf)."""
+    gpus_per_node: int = 0
+    """GPUs per node; 0 for CPU-only sites."""
+    gpu_model: str | None = None
+    """GPU model name as the driver reports it, e.g. "NVIDIA H200"."""
+
+    def node_list(self) -> list[str]:
+        return hostlists.expand(self.names, "nodes.names")
+
+    def validate(self) -> None:
+        names = self.node_list()
+        if not names:
+            raise FieldError("names", f"{self.names!r} names 0 nodes (expected at least 1)")
+        if len(set(names)) != len(names):
+            raise FieldError("names", f"{self.names!r} lists a node twice")
+        for key, value, low in (
+            ("cpus", self.cpus, 1),
+            ("real_memory_mb", self.real_memory_mb, 1),
+            ("gpus_per_node", self.gpus_per_node, 0),
+        ):
+            if value < low:
+                raise FieldError(key, f"{value} is not allowed (expected an integer >= {low})")
+
+
+@dataclass(frozen=True)
+class SwitchSpec:
+    """One switch of a tree topology: a leaf (with nodes) or an upper switch (with switches)."""
+
+    name: str
+    nodes: str | None = None
+    """Hostlist of the nodes attached to this (leaf) switch."""
+    switches: str | None = None
+    """Hostlist of the child switches of this (upper) switch."""
+
+
+@dataclass(frozen=True)
+class BlockSpec:
+    """One block of a block topology (Slurm topology/block, 23.11+)."""
+
+    name: str
+    nodes: str
+    """Hostlist of the nodes in this block."""
+
+
+@dataclass(frozen=True)
+class TopologySection:
+    """The network topology: a switch tree, blocks, or flat (no topology plugin)."""
+
+    plugin: Literal["flat", "tree", "block"] = "flat"
+    switches: list[SwitchSpec] = field(default_factory=list)
+    """tree: every switch, leaves and upper tiers, as in Slurm's topology.conf."""
+    blocks: list[BlockSpec] = field(default_factory=list)
+    """block: every block."""
+    block_sizes: list[int] = field(default_factory=list)
+    """block: allowed aggregated block sizes (BlockSizes=), empty for Slurm's default."""
+    file: str | None = None
+    """Instead of switches/blocks: a topology.conf or topology.yaml, relative to the site file."""
+
+    def validate(self) -> None:
+        if self.plugin == "tree" and not (self.switches or self.file):
+            raise FieldError("switches", "plugin 'tree' needs switches (or a file)")
+        if self.plugin == "block" and not (self.blocks or self.file):
+            raise FieldError("blocks", "plugin 'block' needs blocks (or a file)")
+        names = [s.name for s in self.switches]
+        for i, name in enumerate(names):
+            if name in names[:i]:
+                raise FieldError(f"switches[{i}].name", f"{name!r} is defined twice")
+
+
+@dataclass(frozen=True)
+class MpiSection:
+    """How ranks are launched and which MPI environment they get."""
+
+    launcher: Literal["srun", "mpirun"] = "srun"
+    """srun --mpi=<srun_mpi> (default) or mpirun inside the allocation."""
+    srun_mpi: str = "pmix"
+    """The --mpi plugin for srun."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment for every rank, e.g. OMPI_MCA_btl."""
+
+
+@dataclass(frozen=True)
+class NcclSection:
+    """NCCL settings for GPU sites."""
+
+    env: dict[str, str] = field(default_factory=dict)
+    """Environment for every rank, e.g. NCCL_NVLS_ENABLE=0, NCCL_IB_HCA."""
+
+
+@dataclass(frozen=True)
+class BuildSection:
+    """How `gantry build` compiles the native trainer for this site."""
+
+    backend: Literal["cpu", "cuda"] = "cpu"
+    cuda_archs: list[str] = field(default_factory=list)
+    """CUDA architectures, e.g. ["90a"] for H100/H200."""
+    blas: Literal["openblas", "none"] = "openblas"
+    """CPU BLAS used for the matrix products."""
+    cmake_args: list[str] = field(default_factory=list)
+    """Extra -D options passed to CMake, e.g. ["-DMPI_HOME=/opt/mpi"]."""
+
+    def validate(self) -> None:
+        if self.backend == "cuda" and not self.cuda_archs:
+            raise FieldError("cuda_archs", "backend 'cuda' needs at least one architecture")
+
+
+@dataclass(frozen=True)
+class PreflightSection:
+    """Per-site preflight settings: default level and thresholds by check id."""
+
+    level: Literal["quick", "standard", "deep"] = "quick"
+    thresholds: dict[str, float] = field(default_factory=dict)
+    """Overrides of the default thresholds, by name (see docs/site-config.md)."""
+    drain: bool = True
+    """Drain nodes that fail (with a `gantry:` reason)."""
+
+
+@dataclass(frozen=True)
+class SiteConfig:
+    """A whole site. See docs/site-config.md for every field."""
+
+    name: str
+    nodes: NodesSection
+    description: str = ""
+    slurm: SlurmSection = field(default_factory=SlurmSection)
+    topology: TopologySection = field(default_factory=TopologySection)
+    mpi: MpiSection = field(default_factory=MpiSection)
+    nccl: NcclSection = field(default_factory=NcclSection)
+    build: BuildSection = field(default_factory=BuildSection)
+    preflight: PreflightSection = field(default_factory=PreflightSection)
+
+    def validate(self) -> None:
+        known = set(self.nodes.node_list())
+        switch_names = {s.name for s in self.topology.switches}
+        for i, switch in enumerate(self.topology.switches):
+            if switch.nodes:
+                for node in hostlists.expand(switch.nodes, f"topology.switches[{i}].nodes"):
+                    if node not in known:
+                        raise FieldError(
+                            f"topology.switches[{i}].nodes",
+                            f"{node!r} is not one of nodes.names ({self.nodes.names})",
+                        )
+            if switch.switches:
+                where = f"topology.switches[{i}].switches"
+                for child in hostlists.expand(switch.switches, where):
+                    if child not in switch_names:
+                        raise FieldError(where, f"{child!r} is not a defined switch")
+        for i, block in enumerate(self.topology.blocks):
+            for node in hostlists.expand(block.nodes, f"topology.blocks[{i}].nodes"):
+                if node not in known:
+                    raise FieldError(
+                        f"topology.blocks[{i}].nodes",
+                        f"{node!r} is not one of nodes.names ({self.nodes.names})",
+                    )
+
+
+@dataclass(frozen=True)
+class LoadedSite:
+    """A site config together with the file it came from (relative paths resolve there)."""
+
+    config: SiteConfig
+    path: Path
+
+    def resolve(self, relative: str) -> Path:
+        candidate = Path(relative)
+        return candidate if candidate.is_absolute() else self.path.parent / candidate
+
+
+def load_site(path: Path | None = None) -> LoadedSite:
+    """Load and validate a site config (default: site_configs/local.yaml)."""
+    site_path = (path or DEFAULT_SITE).resolve()
+    return LoadedSite(config=load_dataclass(SiteConfig, site_path), path=site_path)
