@@ -4,6 +4,7 @@ embedded cluster: SLURM_CONF points at its generated slurm.conf; never through a
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 from collections.abc import Mapping, Sequence
 
@@ -64,3 +65,21 @@ def active_job_ids(layout: RunLayout) -> list[str]:
     if result.returncode != 0:
         return []
     return [line.strip() for line in result.stdout.splitlines() if line.strip()]
+
+
+def parse_key_values(text: str) -> dict[str, str]:
+    """Key=Value tokens of one `scontrol show <thing> -o` line (first occurrence wins)."""
+    fields: dict[str, str] = {}
+    for token in shlex.split(text.strip(), posix=False):
+        key, sep, value = token.partition("=")
+        if sep:
+            fields.setdefault(key, value)
+    return fields
+
+
+def node_reason(layout: RunLayout, node: str) -> str:
+    """The Reason= of a node (why it is drained/down), "" when none or unknown."""
+    result = run(layout, "sinfo", ["-h", "-N", "-n", node, "-o", "%E"])
+    lines = result.stdout.strip().splitlines()
+    reason = lines[0].strip() if lines else ""
+    return "" if reason in ("", "(null)", "none") else reason

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shlex
 import time
 from dataclasses import dataclass
 
@@ -12,8 +11,15 @@ from launcher.errors import GantryError
 
 FINISHED_STATES = frozenset(
     {
-        "COMPLETED", "FAILED", "CANCELLED", "TIMEOUT", "NODE_FAIL", "PREEMPTED",
-        "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE",
+        "COMPLETED",
+        "FAILED",
+        "CANCELLED",
+        "TIMEOUT",
+        "NODE_FAIL",
+        "PREEMPTED",
+        "OUT_OF_MEMORY",
+        "BOOT_FAIL",
+        "DEADLINE",
     }
 )
 
@@ -39,12 +45,7 @@ class JobInfo:
 
 def parse_show_job(text: str) -> dict[str, str]:
     """Key=Value tokens of one `scontrol show job -o` line."""
-    fields: dict[str, str] = {}
-    for token in shlex.split(text.strip(), posix=False):
-        key, sep, value = token.partition("=")
-        if sep:
-            fields.setdefault(key, value)
-    return fields
+    return client.parse_key_values(text)
 
 
 def job_info(layout: RunLayout, job_id: str) -> JobInfo:

@@ -23,6 +23,9 @@ from launcher.cluster.versions import SlurmFeatures, detect_version, features_fo
 from launcher.errors import GantryError, UserInputError
 from launcher.site_config import LoadedSite
 
+_BROKEN_STATES = ("drain", "inval", "fail")
+"""Node states that will not turn idle by waiting (a config/host mismatch)."""
+
 RUN_DIR_MARKER_ENV = "GANTRY_CLUSTER_RUN_DIR"
 """Set in every daemon's environment: lets `down` recognise what the daemons spawned."""
 
@@ -158,9 +161,7 @@ def _startup_failure(layout: RunLayout, daemon: str, what: str) -> GantryError:
     log = layout.daemon_log(daemon)
     detail = _last_line(log) or _last_line(layout.output_log(daemon))
     tail = f": {detail}" if detail else ""
-    return GantryError(
-        f"{daemon} {what}{tail} (see {log} and {layout.output_log(daemon)})"
-    )
+    return GantryError(f"{daemon} {what}{tail} (see {log} and {layout.output_log(daemon)})")
 
 
 def _wait(
@@ -194,12 +195,19 @@ def _start_all(plan: ClusterPlan, timeout: float) -> None:
     layout.munge_socket.unlink(missing_ok=True)
     procs = {
         "munged": processes.start_daemon(
-            layout, "munged", munge.munged_argv(layout), env, user=who.user,
+            layout,
+            "munged",
+            munge.munged_argv(layout),
+            env,
+            user=who.user,
             group=None if who.user is None else who.gid,
         )
     }
     _wait(
-        layout.munge_socket.exists, procs, layout, deadline,
+        layout.munge_socket.exists,
+        procs,
+        layout,
+        deadline,
         f"munged did not create {layout.munge_socket} within {timeout:.0f} s "
         f"(see {layout.daemon_log('munged')})",
     )
@@ -209,7 +217,10 @@ def _start_all(plan: ClusterPlan, timeout: float) -> None:
         layout, "slurmctld", [tools.path_of("slurmctld"), "-D", "-c", "-f", conf], env
     )
     _wait(
-        lambda: client.controller_answers(layout), procs, layout, deadline,
+        lambda: client.controller_answers(layout),
+        procs,
+        layout,
+        deadline,
         f"slurmctld did not answer `scontrol ping` within {timeout:.0f} s "
         f"(see {layout.slurmctld_log})",
     )
@@ -228,6 +239,12 @@ def _start_all(plan: ClusterPlan, timeout: float) -> None:
         for node, state in list(pending.items()):
             if state == "idle":
                 del pending[node]
+            elif state.rstrip("*~#$@!%").startswith(_BROKEN_STATES):
+                reason = client.node_reason(layout, node) or "no reason given"
+                raise GantryError(
+                    f"node {node} is {state} after start-up ({reason}); see "
+                    f"{layout.slurmd_log(node)} and {layout.slurmctld_log}"
+                )
         return not pending
 
     try:

@@ -118,9 +118,7 @@ def _demo(args: argparse.Namespace) -> int:
             markup=False,
         )
     if not ok:
-        raise GantryError(
-            f"demo job {job_id} {info.state} (exit {info.exit_code}); see {output}"
-        )
+        raise GantryError(f"demo job {job_id} {info.state} (exit {info.exit_code}); see {output}")
     return EXIT_OK
 
 
@@ -132,14 +130,20 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "an mpi4py all-reduce across several nodes, submitted as a generated sbatch script.",
     )
     parser.add_argument(
-        "--site", type=Path, default=DEFAULT_SITE, metavar="PATH",
+        "--site",
+        type=Path,
+        default=DEFAULT_SITE,
+        metavar="PATH",
         help="site config (default: site_configs/local.yaml)",
     )
     parser.add_argument(
         "--nodes", type=int, default=4, metavar="N", help="nodes (one rank each; default 4)"
     )
     parser.add_argument(
-        "--timeout", type=float, default=120.0, metavar="SECONDS",
+        "--timeout",
+        type=float,
+        default=120.0,
+        metavar="SECONDS",
         help="how long to wait for the job (default: 120)",
     )
     parser.add_argument("--json", action="store_true", help="print the summary as JSON")
