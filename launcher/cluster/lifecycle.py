@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.cluster import client, munge, processes, tools
-from launcher.cluster.layout import RunLayout, run_dir_for
+from launcher.cluster.layout import RUN_DIR_ENV, RunLayout, run_dir_for
 from launcher.cluster.ports import busy_ports
 from launcher.cluster.render import RenderedConfig, check_supported, node_ports, render_all
 from launcher.cluster.versions import SlurmFeatures, detect_version, features_for
@@ -97,6 +97,15 @@ def make_plan(site: LoadedSite) -> ClusterPlan:
                 f"{site.path}: topology.file: cannot read {topo_path} ({err.strerror})"
             ) from None
     layout = RunLayout(run_dir_for(site))
+    blocked = munge.unreachable_ancestor(layout.root, munge.munge_identity())
+    if blocked is not None:
+        mode = oct(blocked.stat().st_mode & 0o777)[2:]
+        source = "slurm.run_dir" if config.slurm.run_dir else f"run dir (${RUN_DIR_ENV})"
+        raise UserInputError(
+            f"{site.path}: {source}: {layout.root} is not allowed: munged runs as user "
+            f"munge and cannot enter {blocked} (mode {mode}); expected a directory every "
+            "user can traverse, e.g. under /tmp"
+        )
     rendered = render_all(config, layout, features, daemon_user(), topology_text)
     return ClusterPlan(site, layout, features, rendered, node_ports(config))
 
@@ -161,7 +170,8 @@ def _startup_failure(layout: RunLayout, daemon: str, what: str) -> GantryError:
     log = layout.daemon_log(daemon)
     detail = _last_line(log) or _last_line(layout.output_log(daemon))
     tail = f": {detail}" if detail else ""
-    return GantryError(f"{daemon} {what}{tail} (see {log} and {layout.output_log(daemon)})")
+    logs = dict.fromkeys([str(log), str(layout.output_log(daemon))])
+    return GantryError(f"{daemon} {what}{tail} (see {' and '.join(logs)})")
 
 
 def _wait(

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import os
 import pwd
+import stat
 from dataclasses import dataclass
+from pathlib import Path
 
 from launcher.cluster import tools
 from launcher.cluster.layout import RunLayout
@@ -64,3 +66,22 @@ def munged_argv(layout: RunLayout) -> list[str]:
         f"--log-file={layout.munge_log}",
         f"--seed-file={layout.munge_seed}",
     ]
+
+
+def unreachable_ancestor(path: Path, who: MungeIdentity) -> Path | None:
+    """The first existing ancestor of ``path`` that munged's account cannot traverse
+    (munged must reach its socket, key and seed dirs), or None when all can be."""
+    if who.uid == 0:
+        return None
+    existing = [p for p in [path, *path.parents] if p.exists()]
+    for directory in reversed(existing):
+        info = directory.stat()
+        if info.st_uid == who.uid:
+            bit = stat.S_IXUSR
+        elif info.st_gid == who.gid:
+            bit = stat.S_IXGRP
+        else:
+            bit = stat.S_IXOTH
+        if not info.st_mode & bit:
+            return directory
+    return None
