@@ -80,7 +80,11 @@ def is_ours(record: PidRecord) -> bool:
     stat = read_stat(record.pid)
     if stat is None or stat.state == "Z" or stat.start_time != record.start_time:
         return False
-    return read_cmdline(record.pid) == record.argv
+    # pid + start time identify the process; argv guards against a daemon that re-execs.
+    # An empty cmdline is the same process between exec and its first instruction, or
+    # while it exits (its memory is already gone): still ours.
+    cmdline = read_cmdline(record.pid)
+    return not cmdline or cmdline == record.argv
 
 
 def write_record(layout: RunLayout, record: PidRecord) -> None:
@@ -139,6 +143,10 @@ def start_daemon(
             group=group,
             extra_groups=[] if user is not None else None,
         )
+    # Popen returns mid-exec; wait until the new program's argv is visible.
+    deadline = time.monotonic() + 2.0
+    while not read_cmdline(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.001)
     stat = read_stat(proc.pid)
     start_time = stat.start_time if stat is not None else -1
     write_record(layout, PidRecord(daemon, proc.pid, start_time, list(argv)))
@@ -175,9 +183,17 @@ def wait_gone(record: PidRecord, timeout: float) -> bool:
 
 def stop(record: PidRecord, timeout: float = 10.0) -> str:
     """Stop a recorded daemon and the rest of its session. Returns what happened:
-    "not running", "stopped" (SIGTERM) or "killed" (SIGKILL after ``timeout``)."""
+    "not running", "stopped" (SIGTERM) or "killed" (SIGKILL after ``timeout``).
+
+    When the pid now belongs to another process, nothing is signalled. When the daemon is
+    gone, leftovers in its session are still ours: Linux does not reuse a pid while it
+    names a session that has members."""
     outcome = "not running"
-    if is_ours(record):
+    if not is_ours(record):
+        stat = read_stat(record.pid)
+        if stat is not None and not (stat.state == "Z" and stat.start_time == record.start_time):
+            return outcome
+    else:
         with contextlib.suppress(ProcessLookupError):
             os.kill(record.pid, signal.SIGTERM)
         outcome = "stopped"

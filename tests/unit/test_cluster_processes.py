@@ -123,3 +123,20 @@ def test_find_free_port_block_skips_busy_ports() -> None:
         again = find_free_port_block(3, start=base, stop=42000)
     assert again > base + 1
     assert busy_ports(list(range(again, again + 3))) == []
+
+
+def test_leftovers_of_a_dead_daemon_are_cleaned_up(layout: RunLayout) -> None:
+    # The leader exits at once, leaving a child in its session (like slurmscriptd).
+    code = "import subprocess\nprint(subprocess.Popen(['sleep', '60']).pid, flush=True)\n"
+    proc = processes.start_daemon(layout, "leaver", [sys.executable, "-c", code], dict(os.environ))
+    proc.wait(timeout=10)
+    child_pid = int(layout.output_log("leaver").read_text().strip())
+    [record] = processes.read_records(layout)
+    assert processes.stop(record) == "not running"
+    for _ in range(100):
+        stat = processes.read_stat(child_pid)
+        if stat is None or stat.state == "Z":
+            break
+        subprocess.run(["sleep", "0.05"], check=True)
+    stat = processes.read_stat(child_pid)
+    assert stat is None or stat.state == "Z", "the dead daemon's child survived"
