@@ -8,8 +8,9 @@ Where things go:
 - every cluster gets a fresh directory ``gantry-test-XXXX`` under $GANTRY_TEST_TMPDIR (set
   by scripts/test.sh, which tears down whatever is left there on exit) or /tmp; it holds
   ``site.yaml`` (the generated site) and ``run/`` (the cluster's run dir: configs, logs);
-- ports: $GANTRY_TEST_PORT_BASE (controller = base, slurmd = base+1..) when set, else the
-  first block of free ports found from 20000 + (pid % 2000) * 10 on.
+- ports: $GANTRY_TEST_PORT_BASE (controller = base, slurmd = base+1..; the k-th cluster of
+  a session adds 16 * k) when set, else the first block of 16 free ports found from
+  20000 + (pid % 2000) * 10 on.
 The directory is removed after a clean stop unless GANTRY_TEST_KEEP_RUN_DIR=1.
 """
 
@@ -193,11 +194,19 @@ class EmbeddedCluster:
             time.sleep(0.3)
 
 
+_PORT_BLOCK = 16
+_clusters_started = 0
+
+
 def _port_base() -> int:
+    """Ports for the next cluster of this process: $GANTRY_TEST_PORT_BASE + 16 * k for the
+    k-th cluster, else a free block."""
+    global _clusters_started
+    _clusters_started += 1
     configured = os.environ.get("GANTRY_TEST_PORT_BASE")
     if configured:
-        return int(configured)
-    return find_free_port_block(16, start=20000 + (os.getpid() % 2000) * 10)
+        return int(configured) + _PORT_BLOCK * (_clusters_started - 1)
+    return find_free_port_block(_PORT_BLOCK, start=20000 + (os.getpid() % 2000) * 10)
 
 
 def write_test_site(

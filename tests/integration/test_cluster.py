@@ -7,7 +7,9 @@ private clusters that the test may stop.
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -165,6 +167,12 @@ def test_down_stops_everything_it_started_even_with_a_running_job() -> None:
     with start_embedded_cluster(overrides=flat) as c:
         run_dir = c.run_dir
         ports = _site_ports(c)
+        # A daemon that died is noticed: `up` restarts the half-running cluster.
+        os.kill(_pids(c)["slurmd-d2"], signal.SIGKILL)
+        restarted = c.gantry("cluster", "up", "--site", str(c.site_path))
+        assert restarted.returncode == 0, restarted.stderr
+        assert "was partly up" in restarted.stdout
+        assert "2 nodes idle" in restarted.stdout
         job = c.sbatch("-N2", "--wrap=srun sleep 300")
         c.wait_job(job, states=("RUNNING",), timeout=30)
         time.sleep(0.5)
@@ -202,3 +210,22 @@ def _site_ports(c: EmbeddedCluster) -> list[int]:
     slurm = yaml.safe_load(c.site_path.read_text())["slurm"]
     base = slurm["slurmd_port_base"]
     return [slurm["controller_port"], *range(base, base + len(c.nodes))]
+
+
+def test_up_with_a_changed_site_refuses_to_touch_the_running_cluster(
+    embedded_cluster: EmbeddedCluster,
+) -> None:
+    c = embedded_cluster
+    before = _pids(c)
+    changed = yaml.safe_load(c.site_path.read_text())
+    changed["nodes"]["cpus"] = 1
+    other = c.site_path.with_name("changed-site.yaml")
+    other.write_text(yaml.safe_dump(changed))
+    try:
+        result = c.gantry("cluster", "up", "--site", str(other))
+    finally:
+        other.unlink()
+    assert result.returncode == 1
+    assert "runs with a different slurm.conf" in result.stderr
+    assert "gantry cluster down" in result.stderr
+    assert _pids(c) == before
