@@ -48,6 +48,13 @@
 extern "C" {
 #endif
 
+/* Symbols of the shared library's API (everything else in the library is hidden). */
+#if defined(__GNUC__)
+#define GT_API __attribute__((visibility("default")))
+#else
+#define GT_API
+#endif
+
 /* ------------------------------------------------------------------------------------------ */
 /* status codes and errors                                                                     */
 
@@ -58,11 +65,11 @@ extern "C" {
 #define GT_ESTATE 5   /* API misuse: e.g. backward on a slot without a forward */
 
 /* Message of the last failure in this thread ("" if none). Valid until the next failing call. */
-const char *gt_last_error(void);
+GT_API const char *gt_last_error(void);
 
 /* Version of this API; bumped when functions are added. */
 #define GT_API_VERSION 1
-int gt_api_version(void);
+GT_API int gt_api_version(void);
 
 /* ------------------------------------------------------------------------------------------ */
 /* model configuration                                                                         */
@@ -85,9 +92,9 @@ typedef struct gt_stage gt_stage;
  * last) for micro-batches of B sequences of T tokens (1 <= T <= max_seq_len), with n_slots
  * activation slots. Parameters start at zero (load or set them), grads and moments at zero.
  * On success *out is the new stage; on failure *out is NULL. */
-int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is_first,
+GT_API int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is_first,
                     int is_last, int B, int T, int n_slots, gt_stage **out);
-void gt_stage_free(gt_stage *stage); /* NULL is fine */
+GT_API void gt_stage_free(gt_stage *stage); /* NULL is fine */
 
 /* ------------------------------------------------------------------------------------------ */
 /* buffers                                                                                     */
@@ -100,12 +107,12 @@ typedef enum {
     GT_BUF_ADAM_V = 3  /* AdamW second moment (exp_avg_sq) */
 } gt_buffer;
 
-float *gt_stage_buffer(gt_stage *stage, gt_buffer which); /* base pointer, NULL if bad `which` */
-size_t gt_stage_num_params(const gt_stage *stage);          /* elements in each buffer */
+GT_API float *gt_stage_buffer(gt_stage *stage, gt_buffer which); /* base pointer, NULL if bad `which` */
+GT_API size_t gt_stage_num_params(const gt_stage *stage);          /* elements in each buffer */
 
 /* The wte sub-range (element offset and count) within every buffer; returns 1 if the stage holds
  * wte (first or last), else 0 with *offset = *count = 0. */
-int gt_stage_wte_range(const gt_stage *stage, size_t *offset, size_t *count);
+GT_API int gt_stage_wte_range(const gt_stage *stage, size_t *offset, size_t *count);
 
 /* Per-tensor table, in buffer order. Names are Hugging Face GPT-2 names; the wte copy held by a
  * last stage that is not first is named "lm_head.weight" (HF's tied head), so the shards of all
@@ -119,8 +126,8 @@ typedef struct {
     int decay;         /* 1: AdamW weight decay applies (2-D: matrices and embeddings) */
 } gt_tensor_info;
 
-int gt_stage_num_tensors(const gt_stage *stage);
-const gt_tensor_info *gt_stage_tensor(const gt_stage *stage, int i); /* NULL if out of range */
+GT_API int gt_stage_num_tensors(const gt_stage *stage);
+GT_API const gt_tensor_info *gt_stage_tensor(const gt_stage *stage, int i); /* NULL if out of range */
 
 /* ------------------------------------------------------------------------------------------ */
 /* compute                                                                                     */
@@ -131,7 +138,7 @@ const gt_tensor_info *gt_stage_tensor(const gt_stage *stage, int i); /* NULL if 
  *   x_out   non-last: fp32 (B,T,C) output hidden states; else NULL
  *   targets last stage: int32 (B,T) target ids in [0, V); else NULL
  *   loss_out last stage: mean cross-entropy of the micro-batch; else NULL */
-int gt_stage_forward(gt_stage *stage, int slot, const int32_t *tokens, const float *x_in,
+GT_API int gt_stage_forward(gt_stage *stage, int slot, const int32_t *tokens, const float *x_in,
                      float *x_out, const int32_t *targets, float *loss_out);
 
 /* Full backward of slot `slot`, ACCUMULATING parameter gradients into GT_BUF_GRADS and freeing
@@ -139,24 +146,24 @@ int gt_stage_forward(gt_stage *stage, int slot, const int32_t *tokens, const flo
  *   dx_out     non-last: fp32 (B,T,C) gradient w.r.t. x_out; else NULL
  *   dx_in      non-first: fp32 (B,T,C) output, gradient w.r.t. x_in; else NULL
  *   loss_scale last stage: d(objective)/d(loss of this micro-batch), e.g. 1/num_microbatches */
-int gt_stage_backward(gt_stage *stage, int slot, const float *dx_out, float *dx_in,
+GT_API int gt_stage_backward(gt_stage *stage, int slot, const float *dx_out, float *dx_in,
                       float loss_scale);
 
 /* Zero-bubble split: input gradients only (dx_in); keeps the slot (and the activation gradients
  * of this micro-batch) until gt_stage_backward_weight(slot) computes the weight gradients. */
-int gt_stage_backward_input(gt_stage *stage, int slot, const float *dx_out, float *dx_in,
+GT_API int gt_stage_backward_input(gt_stage *stage, int slot, const float *dx_out, float *dx_in,
                             float loss_scale);
-int gt_stage_backward_weight(gt_stage *stage, int slot);
+GT_API int gt_stage_backward_weight(gt_stage *stage, int slot);
 
 /* ------------------------------------------------------------------------------------------ */
 /* optimizer                                                                                   */
 
-int gt_stage_zero_grad(gt_stage *stage);
+GT_API int gt_stage_zero_grad(gt_stage *stage);
 
 /* Sum of squares of the stage's gradients (accumulated in double, fixed order). With
  * include_wte == 0 the wte range is left out (so that the tied weight counts once in the global
  * norm: pass 0 on the last stage when it is not also the first). */
-int gt_stage_grad_sq_sum(const gt_stage *stage, int include_wte, double *out);
+GT_API int gt_stage_grad_sq_sum(const gt_stage *stage, int include_wte, double *out);
 
 /* One AdamW step over all tensors, matching torch.optim.AdamW (amsgrad=False, maximize=False):
  *   g = grad * grad_scale                (grad_scale: clip coefficient, 1 for none)
@@ -164,11 +171,11 @@ int gt_stage_grad_sq_sum(const gt_stage *stage, int include_wte, double *out);
  *   m = lerp(m, g, 1 - beta1);  v = beta2 * v + (1 - beta2) * g * g
  *   p -= (lr / (1 - beta1^t)) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
  * step_t is the 1-based step count. Gradients are not modified. */
-int gt_stage_adamw_step(gt_stage *stage, float lr, float beta1, float beta2, float eps,
+GT_API int gt_stage_adamw_step(gt_stage *stage, float lr, float beta1, float beta2, float eps,
                         float weight_decay, int step_t, float grad_scale);
 
 /* Clip coefficient as torch.nn.utils.clip_grad_norm_: min(1, max_norm / (total_norm + 1e-6)). */
-float gt_clip_coef(double total_norm, double max_norm);
+GT_API float gt_clip_coef(double total_norm, double max_norm);
 
 /* Learning rate at 0-based step `step`:
  *   linear warmup: step < warmup_steps -> max_lr * (step + 1) / warmup_steps
@@ -176,7 +183,7 @@ float gt_clip_coef(double total_norm, double max_norm);
  *   GT_LR_COSINE:   min_lr + 0.5 * (1 + cos(pi * r)) * (max_lr - min_lr),
  *                   r = (step - warmup_steps) / (total_steps - warmup_steps), clamped to [0, 1] */
 typedef enum { GT_LR_CONSTANT = 0, GT_LR_COSINE = 1 } gt_lr_kind;
-double gt_lr_at(gt_lr_kind kind, int step, double max_lr, double min_lr, int warmup_steps,
+GT_API double gt_lr_at(gt_lr_kind kind, int step, double max_lr, double min_lr, int warmup_steps,
                 int total_steps);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -188,11 +195,11 @@ double gt_lr_at(gt_lr_kind kind, int step, double max_lr, double min_lr, int war
  * ignored; HF's attention-mask buffers (".attn.bias", ".attn.masked_bias") are ignored; any other
  * unknown name, a missing tensor, a dtype other than F32, a wrong shape or a truncated file is
  * GT_EINPUT naming the file and tensor. Nothing is modified on failure. */
-int gt_stage_load(gt_stage *stage, const char *path, gt_buffer which);
+GT_API int gt_stage_load(gt_stage *stage, const char *path, gt_buffer which);
 
 /* Writes buffer `which` with the stage's tensor names (see gt_stage_tensor) as safetensors
  * (metadata {"format": "pt"}); written to path + ".tmp", fsynced, then renamed. */
-int gt_stage_save(const gt_stage *stage, const char *path, gt_buffer which);
+GT_API int gt_stage_save(const gt_stage *stage, const char *path, gt_buffer which);
 
 /* ------------------------------------------------------------------------------------------ */
 /* token shards (llm.c layout: 256 int32 header {20240520, 1, ntok, 0...}, then ntok uint16)  */
@@ -203,9 +210,9 @@ int gt_stage_save(const gt_stage *stage, const char *path, gt_buffer which);
 
 /* Reads a whole shard; *tokens is malloc'ed (free with gt_free). A bad magic/version or a file
  * shorter than its header says -> GT_EINPUT naming the file. */
-int gt_shard_read(const char *path, uint16_t **tokens, size_t *ntok);
-int gt_shard_write(const char *path, const uint16_t *tokens, size_t ntok);
-void gt_free(void *ptr);
+GT_API int gt_shard_read(const char *path, uint16_t **tokens, size_t *ntok);
+GT_API int gt_shard_write(const char *path, const uint16_t *tokens, size_t ntok);
+GT_API void gt_free(void *ptr);
 
 #ifdef __cplusplus
 }
