@@ -18,7 +18,7 @@ from launcher.errors import UserInputError
 from launcher.site_config import DEFAULT_SITE, load_site
 from tests.unit.topology_helpers import conf
 from topology.build import build_topology
-from topology.conf_format import parse_topology_conf, write_topology_conf
+from topology.conf_format import write_topology_conf
 from topology.model import Topology
 from topology.scontrol_format import parse_scontrol_topology
 from topology.site_topology import site_topology
@@ -65,7 +65,8 @@ def test_conf_tree_syntax() -> None:
         TREE,
         fat_tree_conf(300, nodes_per_leaf=7, leaves_per_spine=5),
         nvl72_conf(100),
-        "BlockSizes=2,4\nBlockName=b1 Nodes=n[1-2]\nBlockName=b2 Nodes=n[3-5]\nBlockName=b3 Nodes=n[6-7]\n",
+        "BlockSizes=2,4\nBlockName=b1 Nodes=n[1-2]\nBlockName=b2 Nodes=n[3-5]\n"
+        "BlockName=b3 Nodes=n[6-7]\n",
         "SwitchName=a Nodes=n1\nSwitchName=b\nSwitchName=c Switches=a,b\nSwitchName=d Nodes=n2\n",
     ],
 )
