@@ -18,16 +18,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from topology.build import build_topology  # noqa: E402
-from topology.conf_format import load_topology_conf  # noqa: E402
-from topology.model import Topology  # noqa: E402
-from topology.placement import (  # noqa: E402
+from topology.build import build_topology
+from topology.conf_format import load_topology_conf
+from topology.model import Topology
+from topology.placement import (
     ClusterState,
     PlacementRequest,
     SlurmVersion,
     plan_placement,
 )
-from topology.synthetic import SITE_NODES, fat_tree_conf, node_name, nvl72_conf  # noqa: E402
+from topology.synthetic import SITE_NODES, fat_tree_conf, node_name, nvl72_conf
 
 REPEATS = 5
 

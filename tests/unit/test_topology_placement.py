@@ -210,7 +210,7 @@ def test_segments_need_slurm_2411() -> None:
 
 def test_block_topology_needs_slurm_2311() -> None:
     topo = conf("BlockName=b1 Nodes=n[1-2]\n")
-    with pytest.raises(GantryError, match="needs Slurm 23.11"):
+    with pytest.raises(GantryError, match=r"needs Slurm 23\.11"):
         plan_placement(topo, PlacementRequest(nodes=1), ClusterState(), V2205)
 
 
