@@ -49,7 +49,8 @@ def main() -> int:
     busy = set(rng.sample(names, SITE_NODES // 5))  # 20% of the cluster busy
     unhealthy = set(rng.sample(sorted(set(names) - busy), 100))
     state = ClusterState.of([n for n in names if n not in busy], unhealthy)
-    request = PlacementRequest(nodes=4096, spares=16, pp=8, dp=512, gpus_per_node=8)
+    request = PlacementRequest(nodes=4096, spares=16, pp=8, dp=4096, gpus_per_node=8)
+    request.validate()
     rows: list[tuple[str, float]] = []
     anchor_data = [rng.random() for _ in range(1_000_000)]
     anchor, _ = timed(lambda: sorted(anchor_data))

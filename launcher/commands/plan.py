@@ -46,7 +46,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--nodes", type=int, required=True, help="nodes that run ranks (N)")
     parser.add_argument("--spares", type=int, default=0, help="spare nodes to hold (S)")
     parser.add_argument("--pp", type=int, default=1, help="pipeline stages per replica")
-    parser.add_argument("--dp", type=int, default=1, help="data-parallel replicas")
+    parser.add_argument(
+        "--dp", type=int, default=None, help="data-parallel replicas (default: ranks / pp)"
+    )
     parser.add_argument("--gpus-per-node", type=int, default=None, help="default: the site's")
     parser.add_argument("--free", metavar="HOSTLIST", help="nodes free now (default: all)")
     parser.add_argument("--unhealthy", metavar="HOSTLIST", help="nodes never to use")
@@ -75,18 +77,18 @@ def detect_slurm_version() -> tuple[SlurmVersion, str]:
 def run(args: argparse.Namespace) -> int:
     site = load_site(args.site)
     topology = site_topology(site)
+    gpus = site.config.nodes.gpus_per_node if args.gpus_per_node is None else args.gpus_per_node
+    dp = args.dp
+    if dp is None:  # every rank slot used: dp = nodes x ranks/node / pp
+        dp = max(1, args.nodes * max(1, gpus) // max(1, args.pp))
     request = from_mapping(
         PlacementRequest,
         {
             "nodes": args.nodes,
             "spares": args.spares,
             "pp": args.pp,
-            "dp": args.dp,
-            "gpus_per_node": (
-                site.config.nodes.gpus_per_node
-                if args.gpus_per_node is None
-                else args.gpus_per_node
-            ),
+            "dp": dp,
+            "gpus_per_node": gpus,
         },
         "command line",
     )
@@ -114,8 +116,10 @@ def _role_label(placement: Placement, index: int) -> str:
     role = placement.roles[index]
     if role.spare:
         return f"{role.node}  spare"
-    stages = ",".join(str(s) for s in role.stages)
-    return f"{role.node}  replica {role.replica} · stage {stages}"
+    if len(role.slots) == 1:
+        replica, stage = role.slots[0]
+        return f"{role.node}  replica {replica} · stage {stage}"
+    return f"{role.node}  " + " ".join(f"r{rep}/s{st}" for rep, st in role.slots)
 
 
 def build_tree(topology: Topology, placement: Placement) -> Tree:

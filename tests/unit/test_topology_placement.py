@@ -9,6 +9,8 @@ of every replica; the Slurm options name exactly the chosen nodes.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -85,10 +87,12 @@ def situations(
     total = draw(st.integers(1, max(1, len(free))))
     spares = draw(st.integers(0, total - 1))
     nodes = total - spares
-    dp = draw(st.sampled_from([d for d in range(1, nodes + 1) if nodes % d == 0]))
-    per = nodes // dp
-    pp = draw(st.sampled_from([p for p in range(1, per + 1) if per % p == 0] + [2 * per]))
-    request = PlacementRequest(nodes=nodes, spares=spares, pp=pp, dp=dp)
+    gpus = draw(st.sampled_from([0, 1, 2, 4]))
+    ranks = nodes * max(1, gpus)
+    pp = draw(st.sampled_from([p for p in range(1, ranks + 1) if ranks % p == 0]))
+    request = PlacementRequest(
+        nodes=nodes, spares=spares, pp=pp, dp=ranks // pp, gpus_per_node=gpus
+    )
     request.validate()
     return topo, ClusterState.of(free, unhealthy), request
 
@@ -103,15 +107,13 @@ def check_common(
     assert not set(plan.node_names) & state.unhealthy
     spanned = {topo.switch_names[int(topo.node_leaf[n])] for n in chosen}
     assert spanned == set(plan.spanned)
-    # rank order: replicas 0..dp-1 of replica_nodes each, every stage once per replica, then spares
+    # rank order: rank = replica * pp + stage, ranks_per_node per node, then the spares
     active = [r for r in plan.roles if not r.spare]
     assert len(active) == request.nodes
     assert sum(r.spare for r in plan.roles) == request.spares
-    assert [r.replica for r in active] == sorted(r.replica for r in active if r.replica is not None)
-    for replica in range(request.dp):
-        stages = [s for r in active if r.replica == replica for s in r.stages]
-        per_stage = max(1, request.replica_nodes // request.pp)  # nodes running each stage
-        assert stages == [s for s in range(request.pp) for _ in range(per_stage)]
+    assert all(len(r.slots) == request.ranks_per_node for r in active)
+    slots = [slot for r in active for slot in r.slots]
+    assert slots == [(rep, st) for rep in range(request.dp) for st in range(request.pp)]
     options = dict(o.split("=", 1) for o in plan.slurm_options)
     assert options["--nodes"] == str(request.total_nodes)
     assert set(hostlists.expand(options["--nodelist"])) == set(plan.node_names)
@@ -192,8 +194,26 @@ def test_replicas_are_packed_per_leaf_and_spares_take_the_odd_nodes() -> None:
         topo, PlacementRequest(nodes=8, spares=4, pp=2, dp=4), ClusterState(), V2205
     )
     for replica in range(4):
-        assert len({r.leaf for r in plan.roles if r.replica == replica}) == 1
+        assert len({r.leaf for r in plan.roles if replica in r.replicas}) == 1
     assert sorted(r.node for r in plan.roles if r.spare) == ["n12", "n3", "n6", "n9"]
+
+
+def test_eight_gpu_nodes_hold_whole_replicas_and_units_span_nodes() -> None:
+    topo = conf("SwitchName=a Nodes=n[1-4]\nSwitchName=b Nodes=n[5-8]\nSwitchName=t Switches=a,b\n")
+    two_per_node = plan_placement(
+        topo, PlacementRequest(nodes=2, pp=4, dp=4, gpus_per_node=8), ClusterState(), V2205
+    )
+    assert [r.replicas for r in two_per_node.roles] == [(0, 1), (2, 3)]
+    wide = plan_placement(
+        topo,
+        PlacementRequest(nodes=6, spares=1, pp=16, dp=3, gpus_per_node=8),
+        ClusterState.of(["n1", "n2", "n3", "n5", "n6", "n7", "n8"]),
+        V2205,
+    )
+    # replicas of 2 nodes: two on leaf b, one on leaf a; the odd node of a is the spare
+    for replica in range(3):
+        assert len({r.leaf for r in wide.roles if replica in r.replicas}) == 1
+    assert [r.node for r in wide.roles if r.spare] == ["n3"]
 
 
 def test_segments_need_slurm_2411() -> None:
@@ -223,16 +243,15 @@ def test_unknown_state_nodes_are_rejected() -> None:
 @pytest.mark.parametrize(
     ("fields", "message"),
     [
-        ({"nodes": 6, "dp": 4}, "dp: nodes(6) is not a multiple of dp(4)"),
-        ({"nodes": 6, "dp": 2, "pp": 2}, "pp: nodes(6) / dp(2) = 3 nodes per replica: pp(2)"),
-        ({"nodes": 1, "pp": 3, "gpus_per_node": 8}, "gpus_per_node: 3 stages per node"),
+        ({"nodes": 6, "dp": 4}, "dp: pp(1) * dp(4) = 4 ranks but nodes(6) x 1 ranks/node = 6"),
+        ({"nodes": 2, "dp": 2, "pp": 2, "gpus_per_node": 8}, "dp: pp(2) * dp(2) = 4 ranks but"),
         ({"nodes": 0}, "nodes: 0 is not allowed"),
-        ({"nodes": 2, "switch_wait": "soon"}, "switch_wait: 'soon' is not allowed"),
+        ({"nodes": 1, "switch_wait": "soon"}, "switch_wait: 'soon' is not allowed"),
     ],
 )
 def test_request_errors_name_every_factor(fields: dict[str, object], message: str) -> None:
     from launcher.errors import UserInputError
     from launcher.typed_config import from_mapping
 
-    with pytest.raises(UserInputError, match=message.replace("(", r"\(").replace(")", r"\)")):
+    with pytest.raises(UserInputError, match=re.escape(message)):
         from_mapping(PlacementRequest, fields, "job.yaml")

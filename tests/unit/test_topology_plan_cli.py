@@ -37,7 +37,10 @@ def test_json_for_scripts() -> None:
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     assert data["spanned"] == ["leaf2"] and data["lower_bound"] == 1
-    assert [(r["node"], r["stages"]) for r in data["roles"]] == [("n3", [0]), ("n4", [1])]
+    assert [(r["node"], r["ranks"]) for r in data["roles"]] == [
+        ("n3", [{"replica": 0, "stage": 0}]),
+        ("n4", [{"replica": 0, "stage": 1}]),
+    ]
     options = dict(o.split("=", 1) for o in data["slurm_options"])
     assert hostlists.expand(options["--nodelist"]) == ["n3", "n4"]
     assert data["slurm_version"] == "22.05.8"
@@ -47,7 +50,7 @@ def test_bad_flags_are_one_line_exit_2() -> None:
     for args, message in [
         (
             ("--nodes", "4", "--dp", "3"),
-            "error: command line: dp: nodes(4) is not a multiple of dp(3)",
+            "error: command line: dp: pp(1) * dp(3) = 3 ranks but nodes(4)",
         ),
         (("--nodes", "2", "--free", "n[1-3"), "error: --free: bad hostlist 'n[1-3'"),
         (("--nodes", "2", "--free", "n[1-3],zz"), "error: free nodes: zz is not in the topology"),

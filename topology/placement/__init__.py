@@ -70,9 +70,8 @@ class Placement:
             {
                 "node": r.node,
                 "leaf": r.leaf,
-                "replica": r.replica,
-                "stages": list(r.stages),
                 "spare": r.spare,
+                "ranks": [{"replica": rep, "stage": st} for rep, st in r.slots],
             }
             for r in self.roles
         ]
@@ -96,7 +95,7 @@ def plan_placement(
         )
     if topology.kind == "block":
         selection = select_block(
-            topology, avail, total, slurm_version >= SEGMENT_SINCE, request.replica_nodes
+            topology, avail, total, slurm_version >= SEGMENT_SINCE, request.unit_nodes
         )
     else:
         selection = select_tree(topology, avail, total)
@@ -157,16 +156,17 @@ def _explain(
                 f"no single block group had room: the job is split into segments of "
                 f"{selection.segment} nodes (--segment), each inside one block group"
             )
-    per = request.replica_nodes
     by_replica: dict[int, set[str]] = {}
     for role in roles:
-        if role.replica is not None:
-            by_replica.setdefault(role.replica, set()).add(role.leaf)
+        for replica in role.replicas:
+            by_replica.setdefault(replica, set()).add(role.leaf)
     single = sum(1 for leaves in by_replica.values() if len(leaves) == 1)
     if topology.kind != "flat":
         lines.append(
-            f"{request.dp} pipeline replicas of {per} nodes (pp={request.pp}): {single} sit on "
-            f"one leaf each, the rest span the fewest {unit} in depth-first order"
+            f"{request.dp} pipeline replicas of pp={request.pp} ranks "
+            f"({request.ranks_per_node} ranks/node): {single} sit on one "
+            f"{'leaf switch' if topology.kind == 'tree' else 'block'}, the rest span the fewest "
+            f"{unit} in depth-first order"
         )
     spares = [r.node for r in roles if r.spare]
     if spares:

@@ -6,6 +6,7 @@ with :func:`launcher.typed_config.from_mapping` and get one-line errors naming t
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -23,7 +24,7 @@ class PlacementRequest:
     """The nodes a pipeline-parallel job needs and how its ranks are laid out on them."""
 
     nodes: int
-    """Nodes that run ranks (N); nodes = dp x (nodes per pipeline replica)."""
+    """Nodes that run ranks (N), spares not included."""
     spares: int = 0
     """Extra healthy nodes held in the allocation to replace failing ones (S)."""
     pp: int = 1
@@ -31,7 +32,7 @@ class PlacementRequest:
     dp: int = 1
     """Data-parallel replicas of the pipeline."""
     gpus_per_node: int = 0
-    """GPUs per node (0 on CPU sites); a node hosting several stages splits its GPUs."""
+    """GPUs per node = ranks per node; 0 on CPU sites (one rank per node)."""
     switch_wait: str = "10:00"
     """Tree sites: how long Slurm may wait for the leaf-switch count (--switches=K@<this>)."""
 
@@ -41,9 +42,16 @@ class PlacementRequest:
         return self.nodes + self.spares
 
     @property
-    def replica_nodes(self) -> int:
-        """Nodes per pipeline replica."""
-        return self.nodes // self.dp
+    def ranks_per_node(self) -> int:
+        return max(1, self.gpus_per_node)
+
+    @property
+    def unit_nodes(self) -> int:
+        """Nodes of the smallest whole group of replicas (replicas never split across units).
+
+        pp=8 on 8-GPU nodes: 1 node per replica; pp=16: 2 nodes; pp=2: 1 node holds 4 replicas.
+        """
+        return math.lcm(self.pp, self.ranks_per_node) // self.ranks_per_node
 
     def validate(self) -> None:
         for name, value, low in (
@@ -55,23 +63,13 @@ class PlacementRequest:
         ):
             if value < low:
                 raise FieldError(name, f"{value} is not allowed (expected an integer >= {low})")
-        if self.nodes % self.dp:
-            raise FieldError("dp", f"nodes({self.nodes}) is not a multiple of dp({self.dp})")
-        per = self.replica_nodes
-        if per % self.pp and self.pp % per:
+        ranks, slots = self.pp * self.dp, self.nodes * self.ranks_per_node
+        if ranks != slots:
             raise FieldError(
-                "pp",
-                f"nodes({self.nodes}) / dp({self.dp}) = {per} nodes per replica: pp({self.pp}) "
-                f"must divide it or be a multiple of it",
+                "dp",
+                f"pp({self.pp}) * dp({self.dp}) = {ranks} ranks but nodes({self.nodes}) x "
+                f"{self.ranks_per_node} ranks/node = {slots}",
             )
-        if per < self.pp and self.gpus_per_node:
-            stages = self.pp // per
-            if self.gpus_per_node % stages:
-                raise FieldError(
-                    "gpus_per_node",
-                    f"{stages} stages per node (pp({self.pp}) / {per} nodes per replica) do not "
-                    f"divide gpus_per_node({self.gpus_per_node})",
-                )
         if not re.fullmatch(r"\d+(:\d{1,2}){0,2}|\d+-\d+(:\d{1,2}){0,2}", self.switch_wait):
             raise FieldError(
                 "switch_wait",
