@@ -46,8 +46,9 @@ def add_request_args(parser: argparse.ArgumentParser) -> None:
                        help="environment for every rank (repeatable; carried literally)")
     group.add_argument("--preflight", dest="preflight_level",
                        choices=["off", "quick", "standard", "deep"], help="preflight level")
-    parser.add_argument("command", nargs="*", metavar="-- COMMAND",
-                        help="run this command on every rank instead of `gantry train`")
+    parser.set_defaults(passthrough=[])
+    parser.epilog = ("Arguments after `--` are a command every rank runs instead of "
+                     "`gantry train` (each argument carried literally).")
 
 
 def overrides_from_args(args: argparse.Namespace) -> CliOverrides:
@@ -56,7 +57,7 @@ def overrides_from_args(args: argparse.Namespace) -> CliOverrides:
         cpus_per_task=args.cpus_per_task, time_limit=args.time_limit, partition=args.partition,
         account=args.account, qos=args.qos, container_image=args.container_image,
         dependencies=tuple(args.dependency), env=tuple(args.env),
-        preflight_level=args.preflight_level, command=tuple(args.command),
+        preflight_level=args.preflight_level, command=tuple(args.passthrough),
     )
 
 

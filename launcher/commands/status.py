@@ -53,7 +53,8 @@ def run(args: argparse.Namespace) -> int:
                     "signal", "job_dir", "source"):
             console.print(f"{key:<10} {row.get(key) if row.get(key) is not None else '-'}")
         console.print(f"{'started':<10} {_when(row.get('start_time'))}")
-        console.print(f"{'ended':<10} {_when(row.get('end_time'))}")
+        if row.get("terminal"):
+            console.print(f"{'ended':<10} {_when(row.get('end_time'))}")
         return 0
     if not rows:
         sys.stdout.write(f"no jobs under {root}\n")

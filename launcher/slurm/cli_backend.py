@@ -72,9 +72,13 @@ class CliSlurmClient:
     def accounting_enabled(self) -> bool:
         """True when sacct answers (AccountingStorageType is not none)."""
         if self._accounting is None:
-            result = self.runner.run(["sacct", "--noheader", "--jobs=1", "--format=JobID"],
-                                     check=False)
-            self._accounting = result.returncode == 0
+            try:
+                result = self.runner.run(["sacct", "--noheader", "--jobs=1", "--format=JobID"],
+                                         check=False)
+            except SlurmCommandError:  # no sacct at all
+                self._accounting = False
+            else:
+                self._accounting = result.returncode == 0
         return self._accounting
 
     def _sacct(self, job_ids: Sequence[str]) -> dict[str, JobInfo]:
@@ -97,7 +101,9 @@ class CliSlurmClient:
     def cancel(self, job_id: str, signal: str | None = None) -> None:
         argv = ["scancel"]
         if signal:
-            argv.append(f"--signal={signal}")
+            # To the batch shell (and its children), as #SBATCH --signal=B: does: the
+            # script's trap forwards it to the running step and requeues.
+            argv += ["--batch", f"--signal={signal}"]
         self.runner.run([*argv, job_id])
 
     def requeue(self, job_id: str, hold: bool = False) -> None:

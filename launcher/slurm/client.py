@@ -39,7 +39,7 @@ class SlurmClient(Protocol):
         ...
 
     def cancel(self, job_id: str, signal: str | None = None) -> None:
-        """Cancel a job (or send it ``signal``)."""
+        """Cancel a job, or send ``signal`` to its batch shell (which forwards it)."""
         ...
 
     def requeue(self, job_id: str, hold: bool = False) -> None:
