@@ -131,7 +131,7 @@ def test_placement_options_are_checked() -> None:
 
 
 def test_bad_env_name_and_mpirun_container_are_refused() -> None:
-    with pytest.raises(UserInputError, match="env.BAD NAME"):
+    with pytest.raises(UserInputError, match=r"env\.BAD NAME"):
         render_script(base_inputs(env=(("BAD NAME", "x"),)))
     with pytest.raises(UserInputError, match="srun"):
         render_script(base_inputs(launch=LaunchStep(launcher="mpirun", argv=("x",),
