@@ -8,9 +8,9 @@ OK = 0
 GATE_REFUSED = 64
 #: The training step failed; its own exit code is in the job log.
 STEP_FAILED = 65
-#: Stopped by USR1/TERM; the step was told to checkpoint and the job requeued itself.
+#: Stopped by USR1; the step was told to checkpoint and the job requeued itself.
 REQUEUED = 66
-#: Stopped by USR1/TERM; not requeued (policy.requeue off, max_restarts reached, or refused).
+#: Stopped by USR1 or TERM; not requeued (TERM, policy.requeue off, max_restarts reached).
 STOPPED = 67
 #: The script could not prepare (attempt directory, node list).
 SETUP_FAILED = 68
@@ -20,7 +20,7 @@ DOCUMENTED: tuple[tuple[int, str], ...] = (
     (OK, "training finished"),
     (GATE_REFUSED, "preflight gate refused the allocation (too few healthy nodes)"),
     (STEP_FAILED, "training step failed (its own exit code is logged)"),
-    (REQUEUED, "stopped by a signal: checkpointed, then requeued"),
-    (STOPPED, "stopped by a signal: not requeued (policy off or max_restarts reached)"),
+    (REQUEUED, "stopped by USR1: checkpointed, then requeued"),
+    (STOPPED, "stopped by a signal: not requeued (TERM, policy off, max_restarts reached)"),
     (SETUP_FAILED, "setup failed (attempt directory, node list)"),
 )
