@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import subprocess
 import sys
 import time
@@ -84,7 +83,8 @@ def test_rendered_scripts_pass_sbatch_test_only(cluster: EmbeddedCluster, tmp_pa
                                                 variant: str) -> None:
     inputs = dataclasses.replace(
         VARIANTS[variant], partition=cluster.partition, account=None, qos=None,
-        gpus_per_node=0, cpus_per_task=None, ranks_per_node=min(VARIANTS[variant].ranks_per_node, 2),
+        gpus_per_node=0, cpus_per_task=None,
+        ranks_per_node=min(VARIANTS[variant].ranks_per_node, 2),
         dependencies=(), job_dir=str(tmp_path / "jd"), submit_dir=str(tmp_path),
         placement=Placement(sbatch_options=("--nodelist=n[1-2]", "--switches=1"))
         if VARIANTS[variant].placement.sbatch_options else Placement())
