@@ -8,6 +8,7 @@ lines itself, so quoting cannot help there), and undefined template variables ar
 
 from __future__ import annotations
 
+import functools
 import re
 import shlex
 from collections.abc import Iterable, Sequence
@@ -242,7 +243,9 @@ def _finalize(value: Any) -> Shell:
     return quote(value)
 
 
+@functools.lru_cache(maxsize=8)
 def _environment(template_dir: Path) -> jinja2.Environment:
+    """One jinja2 environment per template directory (compiled templates are cached)."""
     env = jinja2.Environment(
         loader=jinja2.FileSystemLoader(str(template_dir)),
         undefined=jinja2.StrictUndefined,
