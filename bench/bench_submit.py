@@ -48,7 +48,7 @@ def cluster_env() -> Iterator[tuple[dict[str, str], Path | None, str]]:
         from tests.embedded_cluster import start_embedded_cluster
     except ImportError:
         if "SLURM_CONF" not in os.environ:
-            raise SystemExit("bench_submit: no embedded cluster helper and no $SLURM_CONF")
+            raise SystemExit("bench_submit: no cluster helper and no $SLURM_CONF") from None
         yield dict(os.environ), None, "debug"
         return
     with start_embedded_cluster() as cluster:
@@ -67,7 +67,7 @@ def timed(fn: Callable[[], str], cancel: Callable[[str], None], samples: int) ->
 
 def summary(name: str, times: list[float]) -> str:
     ordered = sorted(times)
-    p90 = ordered[min(len(ordered) - 1, int(round(0.9 * (len(ordered) - 1))))]
+    p90 = ordered[min(len(ordered) - 1, round(0.9 * (len(ordered) - 1)))]
     return f"| {name} | {statistics.median(times):.1f} | {p90:.1f} | {len(times)} |"
 
 
