@@ -57,6 +57,10 @@ class SlurmSection:
     Default: $GANTRY_RUN_DIR, else /tmp/gantry-<cluster_name>."""
     client: Literal["auto", "cli", "pyslurm"] = "auto"
     """Slurm client backend: pyslurm when importable and matching the cluster, else the CLI."""
+    sbatch_template: str = "train.sbatch.j2"
+    """Batch script template: a name in sbatch_templates/, or a path relative to the site file."""
+    sbatch_options: list[str] = field(default_factory=list)
+    """Extra #SBATCH options for every job of the site, e.g. ["--exclusive"]."""
 
     def validate(self) -> None:
         _check_port("controller_port", self.controller_port)
