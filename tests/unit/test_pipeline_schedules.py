@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from launcher.schedules import Action, Op, ScheduleError, generate, simulate, table_from_bytes
-from launcher.schedules.table import ScheduleTable
+from launcher.schedules.table import ScheduleTable, build_table
 
 
 def expected_bubble(name: str, pp: int, m: int, v: int) -> float:
@@ -102,19 +102,13 @@ def _mutate(table: ScheduleTable, rank: int, actions: list[Action]) -> ScheduleT
 
 
 def test_simulator_detects_deadlock() -> None:
-    table = generate("1f1b", 2, 2)
-    actions = list(table.ranks[1])
-    # rank 1 waits for its first backward's grad... but make it wait for a recv it posts late:
-    first_wait = next(i for i, a in enumerate(actions) if a.op is Op.WAIT)
-    recv = actions[first_wait - 1]
-    # move the recv of rank 1's first input after everything else: rank 0 then blocks forever
-    del actions[first_wait - 1 : first_wait + 1]
-    actions = [dataclasses.replace(a, peer=a.peer - 2) if a.op is Op.WAIT and a.peer > first_wait
-               else a for a in actions]
-    actions.append(recv)
-    actions.append(Action(Op.WAIT, peer=len(actions) - 1))
+    # rank 0 wants mb 0's gradient before sending mb 1; rank 1 wants mb 1 before sending it
+    orders = [
+        [(Op.FORWARD, 0, 0), (Op.BACKWARD, 0, 0), (Op.FORWARD, 0, 1), (Op.BACKWARD, 0, 1)],
+        [(Op.FORWARD, 1, 0), (Op.FORWARD, 1, 1), (Op.BACKWARD, 1, 0), (Op.BACKWARD, 1, 1)],
+    ]
     with pytest.raises(ScheduleError, match="deadlock"):
-        simulate(_mutate(table, 1, actions))
+        simulate(build_table("cyclic", 2, 1, 2, orders))
 
 
 def test_simulator_detects_missing_dependency() -> None:
