@@ -195,8 +195,15 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
         interval = spec.checkpoint.interval
         if ckpt_root is not None and ((interval and (step + 1) % interval == 0)
                                       or step + 1 == train.steps):
-            files = dict(checkpoint.save_chunk(ckpt_root, step + 1, c, train.seed)
-                         for c in pipe.chunks)
+            files: dict[str, str] = {}
+            error = None
+            try:  # replicas hold identical state: replica 0 writes the shards
+                if layout.replica == 0:
+                    files = dict(checkpoint.save_chunk(ckpt_root, step + 1, c, train.seed)
+                                 for c in pipe.chunks)
+            except (GantryError, OSError) as err:
+                error = GantryError(f"checkpoint at step {step + 1}: {err}")
+            _agree(world, error)
             gathered = world.gather(files, root=0)
             if rank == 0:
                 merged = {k: v for part in gathered for k, v in part.items()}
