@@ -21,6 +21,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     resume.add_argument("--resume", action="store_true",
                         help="continue from the newest complete checkpoint, if any")
     resume.add_argument("--resume-from", type=Path, help="continue from this checkpoint dir")
+    parser.add_argument("--site", type=Path, help="use the library `gantry build --site` made")
     parser.add_argument("--rank-order", type=Path, help="placement's rank-order file")
     parser.add_argument("--max-steps", type=int, help="stop after N steps in this run")
     parser.set_defaults(func=run)
@@ -32,10 +33,16 @@ def run(args: argparse.Namespace) -> int:
 
     spec = load_job(args.job)
     base = args.job.resolve().parent
+    library = args.lib
+    if library is None and args.site is not None:
+        from launcher.build import built_library
+        from launcher.site_config import load_site
+
+        library = built_library(load_site(args.site))
     options = TrainOptions(
         run_dir=args.run_dir or base / "runs" / spec.name,
         base_dir=base,
-        library=args.lib,
+        library=library,
         resume=args.resume,
         resume_from=args.resume_from,
         rank_order=args.rank_order,

@@ -15,6 +15,14 @@
 #include "comm.h"
 #include "common.h"
 #include "gantry/pipeline.h"
+#ifdef GANTRY_HAVE_SITE_H
+#include "gantry_site.h"
+#endif
+#ifndef GANTRY_SITE_NAME
+#define GANTRY_SITE_NAME ""
+#endif
+
+const char *gt_build_site(void) { return GANTRY_SITE_NAME; }
 
 typedef struct {
     gt_stage *stage;

@@ -80,6 +80,9 @@ GT_API int gt_pipeline_step(gt_pipeline *p, const int32_t *actions, int n_action
                             const int32_t *tokens, const int32_t *targets,
                             const gt_step_args *args, gt_step_result *result);
 
+/* Name of the site this library was built for by `gantry build` ("" for a plain build). */
+GT_API const char *gt_build_site(void);
+
 /* The last step's spans (valid until the next step). */
 GT_API int gt_pipeline_trace(const gt_pipeline *p, const gt_trace_event **events, int *count);
 
