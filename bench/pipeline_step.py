@@ -18,9 +18,9 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from launcher.native.model_config import GPTConfig  # noqa: E402
-from launcher.reference.gpt2_torch import TrainSettings, make_model, make_optimizer  # noqa: E402
-from tests.integration.pipeline_helpers import gantry_train, write_job  # noqa: E402
+from launcher.native.model_config import GPTConfig
+from launcher.reference.gpt2_torch import TrainSettings, make_model, make_optimizer
+from tests.integration.pipeline_helpers import gantry_train, write_job
 
 MODEL = {"n_layer": 4, "n_head": 4, "n_embd": 128, "vocab_size": 512, "seq_len": 64}
 M, B, STEPS = 4, 4, 8
@@ -61,7 +61,8 @@ def main() -> None:
     parser.add_argument("--lib", type=Path, default=Path("native/build/libgantry_native.so"))
     lib = parser.parse_args().lib.resolve()
     anchor = torch_step_s()
-    print(f"| PyTorch {torch.__version__} CPU, 1 thread | 1 process | {anchor * 1e3:.1f} ms | 1.00 |")
+    print(f"| PyTorch {torch.__version__} CPU, 1 thread | 1 process | "
+          f"{anchor * 1e3:.1f} ms | 1.00 |")
     for pp, schedule in [(1, "1f1b"), (2, "1f1b"), (2, "zb-h1")]:
         t = gantry_step_s(lib, pp, schedule)
         print(f"| gantry native, OMP 1 thread/rank | pp={pp} {schedule} | {t * 1e3:.1f} ms | "
