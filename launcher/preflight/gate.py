@@ -1,0 +1,243 @@
+"""The launch gate inside a job: preflight on every allocated node at once, then decide.
+
+1. ``srun --ntasks-per-node=1 --label python -m launcher preflight --json`` on all nodes.
+2. Each node's verdict is read back (label -> lines -> JSON, validated); a node without a
+   valid verdict counts as failed (``gantry:preflight:no-verdict``).
+3. The drain policy runs for every node (owned reasons, operator reasons untouched,
+   resume after K clean passes, rate limit).
+4. Decision: ``go`` with the first ``need`` healthy nodes (allocation order) when enough are
+   left, else ``requeue`` the job with the bad nodes excluded (or ``abort`` without a job).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import launcher
+from launcher.errors import UserInputError
+from launcher.preflight.drain_policy import Action
+from launcher.preflight.policy_apply import apply_policy
+from launcher.preflight.slurm_nodes import Scontrol
+from launcher.preflight.tools import run_tool, tool_path
+from launcher.preflight.verdict import DRAIN_PREFIX, NodeVerdict, verdict_from_json
+from topology import hostlists
+
+GATE_SCHEMA = "gantry.preflight.gate"
+GATE_VERSION = 1
+NO_VERDICT = f"{DRAIN_PREFIX}preflight:no-verdict"
+
+
+@dataclass(frozen=True)
+class NodeOutcome:
+    """One node's result as the gate sees it."""
+
+    node: str
+    """Node name."""
+    status: str
+    """PASS, WARN, FAIL or MISSING (no valid verdict)."""
+    reason: str | None
+    """Drain reason when it failed, else None."""
+    failing: list[str] = field(default_factory=list)
+    """Ids of failing checks (or why the verdict is missing)."""
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """What the job does next."""
+
+    decision: Literal["go", "requeue", "abort"]
+    """go on with ``nodes``; requeue excluding ``excluded``; abort (no job to requeue)."""
+    nodes: list[str]
+    """Nodes to run on (go), in allocation order."""
+    excluded: list[str]
+    """Nodes that failed or gave no verdict."""
+    need: int
+    """Nodes the job needs."""
+    message: str
+    """One line for the log."""
+
+
+def srun_argv(nodes: Sequence[str], site_path: Path, level: str) -> list[str]:
+    """The srun command that runs one preflight task per node."""
+    srun = tool_path("srun")
+    if srun is None:
+        raise UserInputError("srun not found on PATH (set GANTRY_SRUN)")
+    compact = hostlists.collect(list(nodes)) if nodes else ""
+    return [
+        srun,
+        f"--nodes={len(nodes)}",
+        f"--ntasks={len(nodes)}",
+        "--ntasks-per-node=1",
+        f"--nodelist={compact}",
+        "--label",
+        "--kill-on-bad-exit=0",
+        "--job-name=gantry-preflight",
+        sys.executable,
+        "-m",
+        "launcher",
+        "preflight",
+        "--json",
+        "--site",
+        str(site_path),
+        "--level",
+        level,
+    ]
+
+
+def split_labelled(text: str) -> dict[int, str]:
+    """``srun --label`` output -> task id -> that task's text (lines re-joined in order)."""
+    tasks: dict[int, list[str]] = {}
+    for line in text.splitlines():
+        head, sep, rest = line.partition(": ")
+        if sep and head.strip().isdigit():
+            tasks.setdefault(int(head.strip()), []).append(rest)
+    return {task: "\n".join(lines) for task, lines in tasks.items()}
+
+
+def read_verdicts(
+    text: str, nodes: Sequence[str]
+) -> tuple[dict[str, NodeVerdict], dict[str, str]]:
+    """Verdicts by node from labelled srun output; problems (bad JSON, unknown node) by key."""
+    verdicts: dict[str, NodeVerdict] = {}
+    problems: dict[str, str] = {}
+    for task, body in sorted(split_labelled(text).items()):
+        start = body.find("{")
+        if start < 0:
+            problems[f"task{task}"] = "no JSON verdict in output"
+            continue
+        try:
+            verdict = verdict_from_json(body[start:], f"task {task}")
+        except UserInputError as err:
+            problems[f"task{task}"] = str(err)
+            continue
+        if verdict.node not in nodes:
+            problems[f"task{task}"] = f"verdict for {verdict.node!r}, not an allocated node"
+            continue
+        verdicts[verdict.node] = verdict
+    return verdicts, problems
+
+
+def outcomes_for(nodes: Sequence[str], verdicts: Mapping[str, NodeVerdict]) -> list[NodeOutcome]:
+    out = []
+    for node in nodes:
+        v = verdicts.get(node)
+        if v is None:
+            out.append(NodeOutcome(node, "MISSING", NO_VERDICT, ["no verdict"]))
+        else:
+            out.append(NodeOutcome(node, v.status, v.drain_reason(), [c.id for c in v.failures()]))
+    return out
+
+
+def decide(
+    nodes: Sequence[str], outcomes: Sequence[NodeOutcome], need: int, job_id: str | None
+) -> GateDecision:
+    """go with enough healthy nodes, else requeue excluding the bad ones (abort without a job)."""
+    bad = [o.node for o in outcomes if o.reason is not None]
+    healthy = [n for n in nodes if n not in bad]
+    if len(healthy) >= need:
+        chosen = healthy[:need]
+        spare = len(healthy) - need
+        msg = (
+            f"go: {len(chosen)} healthy nodes {hostlists.collect(chosen)}"
+            + (f", excluded {hostlists.collect(bad)}" if bad else "")
+            + (f", {spare} spare left unused" if spare else "")
+        )
+        return GateDecision("go", chosen, bad, need, msg)
+    short = f"{len(healthy)} healthy of {len(nodes)}, need {need}"
+    if job_id:
+        return GateDecision("requeue", [], bad, need,
+                            f"requeue job {job_id} excluding {hostlists.collect(bad)} ({short})")
+    return GateDecision("abort", [], bad, need, f"abort: {short} and no job id to requeue")
+
+
+@dataclass(frozen=True)
+class GateReport:
+    """Everything the gate did, for the log and the JSON output."""
+
+    decision: GateDecision
+    """What happens next."""
+    outcomes: list[NodeOutcome]
+    """Per node."""
+    actions: list[Action]
+    """Drain policy actions."""
+    problems: dict[str, str]
+    """Unreadable task outputs."""
+    requeue_steps: list[str]
+    """scontrol steps taken for a requeue."""
+    duration_s: float
+    """Wall time of the whole gate."""
+    preflight_s: float
+    """Wall time of the srun preflight step."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.decision
+        return {
+            "schema": GATE_SCHEMA,
+            "version": GATE_VERSION,
+            "gantry_version": launcher.__version__,
+            "decision": d.decision,
+            "message": d.message,
+            "need": d.need,
+            "nodes": hostlists.collect(d.nodes) if d.nodes else "",
+            "node_list": d.nodes,
+            "excluded": d.excluded,
+            "drained": [a.node for a in self.actions if a.kind == "drain"],
+            "resumed": [a.node for a in self.actions if a.kind == "resume"],
+            "actions": [
+                {"node": a.node, "action": a.kind, "reason": a.reason, "note": a.note}
+                for a in self.actions
+            ],
+            "verdicts": {
+                o.node: {"status": o.status, "reason": o.reason, "failing": o.failing}
+                for o in self.outcomes
+            },
+            "problems": self.problems,
+            "requeue_steps": self.requeue_steps,
+            "duration_s": round(self.duration_s, 3),
+            "preflight_s": round(self.preflight_s, 3),
+        }
+
+
+def run_gate(
+    site_cfg: Any,
+    site_path: Path,
+    nodes: Sequence[str],
+    need: int,
+    level: str,
+    job_id: str | None,
+    requeue: bool,
+    timeout_s: float,
+) -> GateReport:
+    """Run preflight everywhere, apply the drain policy, decide (and requeue if so decided)."""
+    start = time.monotonic()
+    env = dict(os.environ)
+    package_root = str(Path(launcher.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    out = run_tool(srun_argv(nodes, site_path, level), timeout_s, env)
+    preflight_s = time.monotonic() - start
+    verdicts, problems = read_verdicts(out.stdout, nodes)
+    if out.timed_out:
+        problems["srun"] = out.describe_failure()
+    elif not verdicts and out.returncode not in (0, 1):
+        problems["srun"] = out.describe_failure()
+    outcomes = outcomes_for(nodes, verdicts)
+    scontrol = Scontrol()
+    actions = apply_policy(site_cfg, {o.node: o.reason for o in outcomes}, scontrol)
+    decision = decide(nodes, outcomes, need, job_id)
+    steps: list[str] = []
+    if decision.decision == "requeue" and requeue and job_id:
+        # Requeuing our own job signals this process: finish the scontrol sequence first.
+        previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        try:
+            steps = scontrol.requeue_excluding(job_id, hostlists.collect(decision.excluded))
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+    return GateReport(decision, outcomes, actions, problems, steps,
+                      time.monotonic() - start, preflight_s)
