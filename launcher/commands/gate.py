@@ -35,25 +35,36 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--site", type=Path, default=None, help="site config")
     parser.add_argument("--level", choices=LEVELS, default=None, help="preflight level")
-    parser.add_argument("--nodes", default=None,
-                        help="hostlist to check (default: $SLURM_JOB_NODELIST)")
+    parser.add_argument(
+        "--nodes", default=None, help="hostlist to check (default: $SLURM_JOB_NODELIST)"
+    )
     parser.add_argument("--job-id", default=None, help="job to requeue (default: $SLURM_JOB_ID)")
     group = parser.add_mutually_exclusive_group()
-    group.add_argument("--need", type=int, default=None,
-                       help="nodes the job needs (default: all allocated minus --spares)")
+    group.add_argument(
+        "--need",
+        type=int,
+        default=None,
+        help="nodes the job needs (default: all allocated minus --spares)",
+    )
     group.add_argument("--spares", type=int, default=0, help="allocated nodes that may be lost")
-    parser.add_argument("--no-requeue", action="store_true",
-                        help="report the requeue decision without requeuing")
-    parser.add_argument("--nodelist-out", type=Path, default=None,
-                        help="write the chosen hostlist to this file on go")
+    parser.add_argument(
+        "--no-requeue", action="store_true", help="report the requeue decision without requeuing"
+    )
+    parser.add_argument(
+        "--nodelist-out",
+        type=Path,
+        default=None,
+        help="write the chosen hostlist to this file on go",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.set_defaults(func=run)
 
 
 def print_report(report: GateReport) -> None:
     console = make_console(stderr=True)
-    console.print(f"gantry gate: preflight on {len(report.outcomes)} nodes in "
-                  f"{report.preflight_s:.2f} s")
+    console.print(
+        f"gantry gate: preflight on {len(report.outcomes)} nodes in {report.preflight_s:.2f} s"
+    )
     actions = {a.node: a for a in report.actions}
     for o in report.outcomes:
         a = actions.get(o.node)
@@ -88,8 +99,14 @@ def run(args: argparse.Namespace) -> int:
         need = len(nodes) - args.spares
     job_id = args.job_id or os.environ.get("SLURM_JOB_ID") or None
     report = run_gate(
-        site.config, site.path, nodes, need, args.level or site.config.preflight.level,
-        job_id, requeue=not args.no_requeue, timeout_s=site.config.preflight.gate_timeout_s,
+        site.config,
+        site.path,
+        nodes,
+        need,
+        args.level or site.config.preflight.level,
+        job_id,
+        requeue=not args.no_requeue,
+        timeout_s=site.config.preflight.gate_timeout_s,
     )
     print_report(report)
     if args.json:

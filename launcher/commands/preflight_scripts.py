@@ -23,11 +23,18 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("out_dir", type=Path, help="directory to write the scripts into")
     parser.add_argument("--site", type=Path, default=None, help="site config")
-    parser.add_argument("--level", choices=LEVELS, default=None,
-                        help="prolog level (default: the site's; health check/epilog: quick)")
-    parser.add_argument("--prolog-fails-job", action="store_true",
-                        help="prolog exits non-zero on FAIL (Slurm requeues the job and sets "
-                        "its own 'Prolog error' reason)")
+    parser.add_argument(
+        "--level",
+        choices=LEVELS,
+        default=None,
+        help="prolog level (default: the site's; health check/epilog: quick)",
+    )
+    parser.add_argument(
+        "--prolog-fails-job",
+        action="store_true",
+        help="prolog exits non-zero on FAIL (Slurm requeues the job and sets "
+        "its own 'Prolog error' reason)",
+    )
     parser.set_defaults(func=run)
 
 
@@ -36,8 +43,14 @@ def run(args: argparse.Namespace) -> int:
     root = str(Path(launcher.__file__).resolve().parent.parent)
     level = args.level or site.config.preflight.level
     specs = [
-        ScriptSpec(kind, sys.executable, str(site.path), level if kind == "prolog" else "quick",
-                   pythonpath=root, fail_job=args.prolog_fails_job and kind == "prolog")
+        ScriptSpec(
+            kind,
+            sys.executable,
+            str(site.path),
+            level if kind == "prolog" else "quick",
+            pythonpath=root,
+            fail_job=args.prolog_fails_job and kind == "prolog",
+        )
         for kind in KINDS
     ]
     for path in write_scripts(args.out_dir, specs):

@@ -100,9 +100,7 @@ def plan(
         if h.drained_at is not None and h.drained_at >= window_start and h.node not in outcomes
     }
     recent |= {
-        n
-        for n, h in histories.items()
-        if h.drained_at is not None and h.drained_at >= window_start
+        n for n, h in histories.items() if h.drained_at is not None and h.drained_at >= window_start
     }
     actions: list[Action] = []
     updated: dict[str, NodeHistory] = {}
@@ -113,35 +111,55 @@ def plan(
         if reason is not None:
             hist = replace(hist, clean_passes=0, last_status="FAIL", last_run=now)
             if state.operator_reason:
-                actions.append(Action(node, "keep", state.reason or "",
-                                      "operator reason kept (gantry never overwrites it)"))
+                actions.append(
+                    Action(
+                        node,
+                        "keep",
+                        state.reason or "",
+                        "operator reason kept (gantry never overwrites it)",
+                    )
+                )
             elif state.owned and state.drained:
-                actions.append(Action(node, "keep", state.reason or "", "already drained by gantry"))
+                actions.append(
+                    Action(node, "keep", state.reason or "", "already drained by gantry")
+                )
             elif not cfg.enabled:
                 actions.append(Action(node, "keep", reason, "draining disabled (preflight.drain)"))
             elif len(recent) >= cfg.max_drains and node not in recent:
                 actions.append(
-                    Action(node, "keep", reason,
-                           f"rate limit: {len(recent)} drains in the last "
-                           f"{cfg.drain_window_s:g} s (max {cfg.max_drains}); excluded only")
+                    Action(
+                        node,
+                        "keep",
+                        reason,
+                        f"rate limit: {len(recent)} drains in the last "
+                        f"{cfg.drain_window_s:g} s (max {cfg.max_drains}); excluded only",
+                    )
                 )
             else:
                 recent.add(node)
                 hist = replace(hist, drained_by_gantry=True, drain_reason=reason, drained_at=now)
                 actions.append(Action(node, "drain", reason, "failed preflight"))
         else:
-            hist = replace(hist, clean_passes=hist.clean_passes + 1, last_status="PASS",
-                           last_run=now)
+            hist = replace(
+                hist, clean_passes=hist.clean_passes + 1, last_status="PASS", last_run=now
+            )
             if state.owned and state.drained:
                 if hist.clean_passes >= cfg.resume_after_passes:
                     hist = replace(hist, drained_by_gantry=False, drain_reason=None)
-                    actions.append(Action(node, "resume", state.reason or "",
-                                          f"{hist.clean_passes} clean passes"))
+                    actions.append(
+                        Action(
+                            node, "resume", state.reason or "", f"{hist.clean_passes} clean passes"
+                        )
+                    )
                 else:
                     actions.append(
-                        Action(node, "keep", state.reason or "",
-                               f"clean pass {hist.clean_passes}/{cfg.resume_after_passes} "
-                               "before resume")
+                        Action(
+                            node,
+                            "keep",
+                            state.reason or "",
+                            f"clean pass {hist.clean_passes}/{cfg.resume_after_passes} "
+                            "before resume",
+                        )
                     )
             else:
                 if hist.drained_by_gantry and not state.owned:

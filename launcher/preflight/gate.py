@@ -16,7 +16,7 @@ import signal
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -92,18 +92,21 @@ def srun_argv(nodes: Sequence[str], site_path: Path, level: str) -> list[str]:
 
 
 def split_labelled(text: str) -> dict[int, str]:
-    """``srun --label`` output -> task id -> that task's text (lines re-joined in order)."""
+    """``srun --label`` output -> task id -> that task's text, pieces re-joined in order.
+
+    srun forwards long lines in chunks and labels every chunk, so a one-line JSON verdict
+    arrives as several ``N: `` pieces: they are concatenated without separators (JSON
+    needs no newlines between tokens, and the verdict is printed on one line).
+    """
     tasks: dict[int, list[str]] = {}
     for line in text.splitlines():
         head, sep, rest = line.partition(": ")
         if sep and head.strip().isdigit():
             tasks.setdefault(int(head.strip()), []).append(rest)
-    return {task: "\n".join(lines) for task, lines in tasks.items()}
+    return {task: "".join(pieces) for task, pieces in tasks.items()}
 
 
-def read_verdicts(
-    text: str, nodes: Sequence[str]
-) -> tuple[dict[str, NodeVerdict], dict[str, str]]:
+def read_verdicts(text: str, nodes: Sequence[str]) -> tuple[dict[str, NodeVerdict], dict[str, str]]:
     """Verdicts by node from labelled srun output; problems (bad JSON, unknown node) by key."""
     verdicts: dict[str, NodeVerdict] = {}
     problems: dict[str, str] = {}
@@ -140,6 +143,14 @@ def decide(
 ) -> GateDecision:
     """go with enough healthy nodes, else requeue excluding the bad ones (abort without a job)."""
     bad = [o.node for o in outcomes if o.reason is not None]
+    if outcomes and all(o.status == "MISSING" for o in outcomes):
+        return GateDecision(
+            "abort",
+            [],
+            bad,
+            need,
+            "abort: no node returned a verdict (the gate itself failed; nothing drained)",
+        )
     healthy = [n for n in nodes if n not in bad]
     if len(healthy) >= need:
         chosen = healthy[:need]
@@ -152,8 +163,13 @@ def decide(
         return GateDecision("go", chosen, bad, need, msg)
     short = f"{len(healthy)} healthy of {len(nodes)}, need {need}"
     if job_id:
-        return GateDecision("requeue", [], bad, need,
-                            f"requeue job {job_id} excluding {hostlists.collect(bad)} ({short})")
+        return GateDecision(
+            "requeue",
+            [],
+            bad,
+            need,
+            f"requeue job {job_id} excluding {hostlists.collect(bad)} ({short})",
+        )
     return GateDecision("abort", [], bad, need, f"abort: {short} and no job id to requeue")
 
 
@@ -219,25 +235,40 @@ def run_gate(
     start = time.monotonic()
     env = dict(os.environ)
     package_root = str(Path(launcher.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = package_root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = package_root + (
+        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+    )
     out = run_tool(srun_argv(nodes, site_path, level), timeout_s, env)
     preflight_s = time.monotonic() - start
     verdicts, problems = read_verdicts(out.stdout, nodes)
-    if out.timed_out:
-        problems["srun"] = out.describe_failure()
-    elif not verdicts and out.returncode not in (0, 1):
+    if out.timed_out or (not verdicts and out.returncode not in (0, 1)):
         problems["srun"] = out.describe_failure()
     outcomes = outcomes_for(nodes, verdicts)
     scontrol = Scontrol()
-    actions = apply_policy(site_cfg, {o.node: o.reason for o in outcomes}, scontrol)
+    # A node without a verdict is excluded from this job but not drained: the missing
+    # verdict may be the gate's fault (srun, shared FS), not the node's.
+    judged = {o.node: o.reason for o in outcomes if o.status != "MISSING"}
+    actions = apply_policy(site_cfg, judged, scontrol) if judged else []
     decision = decide(nodes, outcomes, need, job_id)
     steps: list[str] = []
-    if decision.decision == "requeue" and requeue and job_id:
-        # Requeuing our own job signals this process: finish the scontrol sequence first.
-        previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        try:
-            steps = scontrol.requeue_excluding(job_id, hostlists.collect(decision.excluded))
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-    return GateReport(decision, outcomes, actions, problems, steps,
-                      time.monotonic() - start, preflight_s)
+    if decision.decision == "requeue" and job_id:
+        required, already = scontrol.job_node_lists(job_id)
+        pinned = sorted(set(required) & set(decision.excluded))
+        if pinned:
+            decision = replace(
+                decision,
+                decision="abort",
+                message=f"abort: the job requires {hostlists.collect(pinned)} (--nodelist), "
+                "which failed preflight; a requeue could never run",
+            )
+        elif requeue:
+            exclude = hostlists.collect(sorted(set(already) | set(decision.excluded)))
+            # Requeuing our own job signals this process: finish the scontrol sequence first.
+            previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            try:
+                steps = scontrol.requeue_excluding(job_id, exclude)
+            finally:
+                signal.signal(signal.SIGTERM, previous)
+    return GateReport(
+        decision, outcomes, actions, problems, steps, time.monotonic() - start, preflight_s
+    )

@@ -42,7 +42,12 @@ def apply_policy(
         )
         histories = {n: load_history(root, n) for n in outcomes}
         actions, updated = plan(
-            outcomes, states, histories, all_histories(root), cfg, time.time() if now is None else now
+            outcomes,
+            states,
+            histories,
+            all_histories(root),
+            cfg,
+            time.time() if now is None else now,
         )
         done = []
         for action in actions:

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from launcher.errors import GantryError
 from launcher.preflight.drain_policy import NodeState
 from launcher.preflight.tools import ToolOutput, run_tool, tool_path
+from topology import hostlists
 
 _REASON = re.compile(r"\bReason=(.*?)\s+\[[^\]@]*@[^\]]*\]")
 _FIELD = re.compile(r"(\w+)=(\S*)")
@@ -67,6 +68,15 @@ class Scontrol:
     def resume(self, node: str) -> None:
         self._run(["update", f"NodeName={node}", "State=RESUME"])
 
+    def job_node_lists(self, job_id: str) -> tuple[list[str], list[str]]:
+        """(ReqNodeList, ExcNodeList) of a job, expanded; empty when unset."""
+        fields = dict(_FIELD.findall(self._run(["show", "job", "-o", job_id]).stdout))
+        lists = []
+        for key in ("ReqNodeList", "ExcNodeList"):
+            value = fields.get(key, "")
+            lists.append([] if value in ("", "(null)") else hostlists.expand(value, key))
+        return lists[0], lists[1]
+
     def requeue_excluding(self, job_id: str, exclude: str) -> list[str]:
         """Requeue ``job_id`` so it cannot land on ``exclude`` again; returns the steps taken.
 
@@ -76,8 +86,7 @@ class Scontrol:
         """
         steps = []
         if exclude:
-            direct = self._run(["update", f"JobId={job_id}", f"ExcNodeList={exclude}"],
-                               check=False)
+            direct = self._run(["update", f"JobId={job_id}", f"ExcNodeList={exclude}"], check=False)
             if direct.ok:
                 self._run(["requeue", job_id])
                 return [f"ExcNodeList={exclude}", "requeue"]

@@ -61,8 +61,10 @@ def render(spec: ScriptSpec, path: Path) -> str:
         "export SLURMD_NODENAME",
     ]
     if spec.pythonpath:
-        lines += [f'PYTHONPATH={q(spec.pythonpath)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
-                  "export PYTHONPATH"]
+        lines += [
+            f'PYTHONPATH={q(spec.pythonpath)}"${{PYTHONPATH:+:$PYTHONPATH}}"',
+            "export PYTHONPATH",
+        ]
     command = (
         f"{q(spec.python)} -m launcher preflight --level {q(spec.level)} "
         f"--site {q(spec.site)} --drain --quiet"

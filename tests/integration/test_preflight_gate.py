@@ -15,7 +15,6 @@ import json
 import shlex
 import shutil
 import sys
-import time
 from pathlib import Path
 
 import yaml
@@ -71,7 +70,7 @@ def gate_script(site: Path, out: Path, extra: str, wait_for: Path | None = None)
         "rc=$?\n"
         'if [ "$rc" -ne 0 ]; then exit "$rc"; fi\n'
         f'srun --nodelist="$(cat {q(str(out))}.nodes)" --ntasks-per-node=1 '
-        f"-N \"$(cat {q(str(out))}.nodes | {q(sys.executable)} -c "
+        f'-N "$(cat {q(str(out))}.nodes | {q(sys.executable)} -c '
         "'import sys,hostlist; print(len(hostlist.expand_hostlist(sys.stdin.read().strip())))')\" "
         f"printenv SLURMD_NODENAME | sort > {q(str(out))}.ran\n"
     )
@@ -97,7 +96,11 @@ def test_gate_excludes_and_drains_faulty_node_keeps_operator_reason(
     out, go = tmp_path / "job1", tmp_path / "go"
     try:
         job = c.run(
-            "sbatch", "--parsable", "-N5", "--nodelist=n[1-5]", f"--output={tmp_path}/job1.log",
+            "sbatch",
+            "--parsable",
+            "-N5",
+            "--nodelist=n[1-5]",
+            f"--output={tmp_path}/job1.log",
             str(_write(tmp_path / "job1.sh", gate_script(site, out, "--spares 2", go))),
             env=env,
         ).stdout.strip()
@@ -136,19 +139,25 @@ def test_gate_requeues_excluding_bad_node_then_runs(
     out = tmp_path / "job2"
     try:
         job = c.run(
-            "sbatch", "--parsable", "--requeue", "-N2", "--nodelist=n[5-6]",
-            f"--output={tmp_path}/job2.log", "--open-mode=append",
+            # n5-n7 are the only candidates; the tree plugin picks n5+n6 (one leaf switch).
+            "sbatch",
+            "--parsable",
+            "--requeue",
+            "-N2",
+            "--exclude=n[1-4,8]",
+            f"--output={tmp_path}/job2.log",
+            "--open-mode=append",
             str(_write(tmp_path / "job2.sh", gate_script(site, out, ""))),
             env=env,
         ).stdout.strip()
-        info = c.wait_job(job, states=("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"),
-                          timeout=180)
+        info = c.wait_job(job, states=("COMPLETED", "FAILED", "CANCELLED", "TIMEOUT"), timeout=180)
         log = (tmp_path / "job2.log").read_text()
         assert info.state == "COMPLETED", log
         assert "requeue job" in log and "excluding n6" in log
+        assert "ExcNodeList=n[1-4,6,8]" in log
         shown = c.run("scontrol", "show", "job", "-o", job).stdout
         assert "Restarts=1" in shown
-        assert "n6" not in info.nodes and "n5" in info.nodes
+        assert info.nodes == "n[5,7]"  # kept its own exclusions and added n6
         report = json.loads(out.with_suffix(".json").read_text())  # the second run's
         assert report["decision"] == "go" and len(report["node_list"]) == 2
         assert node_states(c)["n6"][1] == "gantry:gpu.clocks:gpu1-hw_slowdown"

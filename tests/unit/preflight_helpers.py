@@ -74,9 +74,15 @@ def make_ib_tree(root: Path, ports: dict[str, dict[str, str]]) -> None:
             (base / "counters" / "link_downed").write_text(values["link_downed"] + "\n")
 
 
-def make_proc_tree(root: Path, mem_total_kb: int = 32_000_000, mem_avail_kb: int = 30_000_000,
-                   cpus: int = 4, mounts: tuple[str, ...] = ("/", "/scratch"),
-                   boot_id: str = "boot-a", uptime: float = 10_000.0) -> None:
+def make_proc_tree(
+    root: Path,
+    mem_total_kb: int = 32_000_000,
+    mem_avail_kb: int = 30_000_000,
+    cpus: int = 4,
+    mounts: tuple[str, ...] = ("/", "/scratch"),
+    boot_id: str = "boot-a",
+    uptime: float = 10_000.0,
+) -> None:
     """Fake procfs with meminfo, cpuinfo, self/mounts, uptime and boot id."""
     (root / "self").mkdir(parents=True, exist_ok=True)
     (root / "sys/kernel/random").mkdir(parents=True, exist_ok=True)
@@ -88,8 +94,10 @@ def make_proc_tree(root: Path, mem_total_kb: int = 32_000_000, mem_avail_kb: int
         "".join(f"processor\t: {i}\nmodel name\t: Fake CPU\n\n" for i in range(cpus))
     )
     (root / "self/mounts").write_text(
-        "".join(f"/dev/vda{i} {m.replace(' ', chr(92) + '040')} ext4 rw 0 0\n"
-                for i, m in enumerate(mounts))
+        "".join(
+            f"/dev/vda{i} {m.replace(' ', chr(92) + '040')} ext4 rw 0 0\n"
+            for i, m in enumerate(mounts)
+        )
     )
     (root / "uptime").write_text(f"{uptime} 100.0\n")
     (root / "sys/kernel/random/boot_id").write_text(boot_id + "\n")

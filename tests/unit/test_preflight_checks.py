@@ -32,9 +32,22 @@ def test_healthy_h200_passes_every_gpu_check() -> None:
     verdict = run(gpu_env(HEALTHY))
     statuses = by_id(verdict)
     assert verdict.status == "PASS", [c for c in verdict.checks if c.status != "PASS"]
-    for cid in ("gpu.inventory", "gpu.ecc", "gpu.row_remap", "gpu.xid", "gpu.nvlink",
-                "gpu.nvlink_errors", "gpu.clocks", "gpu.temperature", "gpu.power", "gpu.pcie",
-                "gpu.recovery", "host.memory", "host.cpus", "host.disk"):
+    for cid in (
+        "gpu.inventory",
+        "gpu.ecc",
+        "gpu.row_remap",
+        "gpu.xid",
+        "gpu.nvlink",
+        "gpu.nvlink_errors",
+        "gpu.clocks",
+        "gpu.temperature",
+        "gpu.power",
+        "gpu.pcie",
+        "gpu.recovery",
+        "host.memory",
+        "host.cpus",
+        "host.disk",
+    ):
         assert statuses[cid] == "PASS", cid
     assert verdict.gpu_source == "nvidia-smi-xml"
     assert verdict.drain_reason() is None
@@ -66,8 +79,9 @@ FAULT_TABLE = [
 ]
 
 
-@pytest.mark.parametrize(("fault", "check_id", "status", "detail"), FAULT_TABLE,
-                         ids=[f[0] for f in FAULT_TABLE])
+@pytest.mark.parametrize(
+    ("fault", "check_id", "status", "detail"), FAULT_TABLE, ids=[f[0] for f in FAULT_TABLE]
+)
 def test_fault_is_caught(fault: str, check_id: str, status: str, detail: str) -> None:
     verdict = run(gpu_env(FAULTS / fault))
     result = next(c for c in verdict.checks if c.id == check_id)
@@ -107,10 +121,13 @@ def test_hung_nvidia_smi_is_a_failure_within_the_watchdog() -> None:
     assert by_id(verdict)["gpu.ecc"] == "SKIP"
 
 
-@pytest.mark.parametrize(("dmesg", "status", "detail"), [
-    ("xid79.txt", "FAIL", "xid-79"),
-    ("xid13.txt", "WARN", "xid"),
-])
+@pytest.mark.parametrize(
+    ("dmesg", "status", "detail"),
+    [
+        ("xid79.txt", "FAIL", "xid-79"),
+        ("xid13.txt", "WARN", "xid"),
+    ],
+)
 def test_xid(dmesg: str, status: str, detail: str) -> None:
     verdict = run(gpu_env(HEALTHY, dmesg=dmesg))
     xid = next(c for c in verdict.checks if c.id == "gpu.xid")
@@ -138,15 +155,19 @@ def test_nvlink_error_counter_growth(tmp_path: Path) -> None:
     state = tmp_path / "state"
     base_env = gpu_env(HEALTHY, GANTRY_PROC_ROOT=str(tmp_path / "proc"))
     first = run(base_env, state_dir=state)
-    assert "baseline recorded" in next(c for c in first.checks if c.id == "gpu.nvlink_errors").observed
-    grown = run(gpu_env(FAULTS / "nvlink-crc", GANTRY_PROC_ROOT=str(tmp_path / "proc")),
-                state_dir=state)
+    assert (
+        "baseline recorded" in next(c for c in first.checks if c.id == "gpu.nvlink_errors").observed
+    )
+    grown = run(
+        gpu_env(FAULTS / "nvlink-crc", GANTRY_PROC_ROOT=str(tmp_path / "proc")), state_dir=state
+    )
     check = next(c for c in grown.checks if c.id == "gpu.nvlink_errors")
     assert check.status == "FAIL" and "+500" in check.observed
     # After a reboot the old counters are not compared.
     make_proc_tree(tmp_path / "proc", boot_id="boot-b")
-    rebooted = run(gpu_env(FAULTS / "nvlink-crc", GANTRY_PROC_ROOT=str(tmp_path / "proc")),
-                   state_dir=state)
+    rebooted = run(
+        gpu_env(FAULTS / "nvlink-crc", GANTRY_PROC_ROOT=str(tmp_path / "proc")), state_dir=state
+    )
     assert by_id(rebooted)["gpu.nvlink_errors"] == "PASS"
 
 
@@ -155,19 +176,31 @@ def test_small_nvlink_growth_warns(tmp_path: Path) -> None:
     state = tmp_path / "state"
     env = gpu_env(HEALTHY, GANTRY_PROC_ROOT=str(tmp_path / "proc"))
     run(env, state_dir=state)
-    verdict = run(gpu_env(FAULTS / "nvlink-crc", GANTRY_PROC_ROOT=str(tmp_path / "proc")),
-                  state_dir=state, thresholds=Thresholds(nvlink_error_delta_fail=1000))
+    verdict = run(
+        gpu_env(FAULTS / "nvlink-crc", GANTRY_PROC_ROOT=str(tmp_path / "proc")),
+        state_dir=state,
+        thresholds=Thresholds(nvlink_error_delta_fail=1000),
+    )
     assert by_id(verdict)["gpu.nvlink_errors"] == "WARN"
 
 
-CPU_SITE = Expectations(gpus_per_node=0, cpus=2, real_memory_mb=1000, disk_paths=("/tmp",),
-                        required_mounts=("/scratch",))
+CPU_SITE = Expectations(
+    gpus_per_node=0,
+    cpus=2,
+    real_memory_mb=1000,
+    disk_paths=("/tmp",),
+    required_mounts=("/scratch",),
+)
 
 
 def cpu_env(tmp_path: Path, **kw: object) -> dict[str, str]:
     make_proc_tree(tmp_path / "proc", **kw)  # type: ignore[arg-type]
-    env = gpu_env(HEALTHY, GANTRY_PROC_ROOT=str(tmp_path / "proc"),
-                  GANTRY_SYSFS_ROOT=str(tmp_path / "sys"), GANTRY_NVIDIA_SMI="")
+    env = gpu_env(
+        HEALTHY,
+        GANTRY_PROC_ROOT=str(tmp_path / "proc"),
+        GANTRY_SYSFS_ROOT=str(tmp_path / "sys"),
+        GANTRY_NVIDIA_SMI="",
+    )
     env["PATH"] = "/usr/bin:/bin"  # no nvidia-smi here
     env["GANTRY_GPU_SOURCE"] = "nvidia-smi"
     return env
@@ -186,12 +219,15 @@ def test_gpu_site_without_nvidia_smi_fails(tmp_path: Path) -> None:
     assert by_id(verdict)["gpu.inventory"] == "FAIL"
 
 
-@pytest.mark.parametrize(("proc", "check_id", "status"), [
-    ({"mem_total_kb": 500_000}, "host.memory", "FAIL"),
-    ({"mem_avail_kb": 1_000_000}, "host.memory", "WARN"),
-    ({"cpus": 1}, "host.cpus", "FAIL"),
-    ({"mounts": ("/",)}, "host.mounts", "FAIL"),
-])
+@pytest.mark.parametrize(
+    ("proc", "check_id", "status"),
+    [
+        ({"mem_total_kb": 500_000}, "host.memory", "FAIL"),
+        ({"mem_avail_kb": 1_000_000}, "host.memory", "WARN"),
+        ({"cpus": 1}, "host.cpus", "FAIL"),
+        ({"mounts": ("/",)}, "host.mounts", "FAIL"),
+    ],
+)
 def test_host_faults(tmp_path: Path, proc: dict[str, object], check_id: str, status: str) -> None:
     verdict = run(cpu_env(tmp_path, **proc), expect=CPU_SITE)
     assert by_id(verdict)[check_id] == status
@@ -208,8 +244,13 @@ def test_low_and_missing_disk(tmp_path: Path) -> None:
 
 
 def test_ib_ports(tmp_path: Path) -> None:
-    good = {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "400 Gb/sec (4X NDR)",
-            "link_layer": "InfiniBand", "link_downed": "1"}
+    good = {
+        "state": "4: ACTIVE",
+        "phys_state": "5: LinkUp",
+        "rate": "400 Gb/sec (4X NDR)",
+        "link_layer": "InfiniBand",
+        "link_downed": "1",
+    }
     make_ib_tree(tmp_path / "sys", {"mlx5_0/1": good, "mlx5_1/1": good})
     env = cpu_env(tmp_path)
     th = Thresholds(ib_ports_min=2, ib_rate_min_gbps=400)

@@ -17,8 +17,13 @@ preflight: {state_dir: STATE}
 
 
 def gantry(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True,
-                          text=True, env=env, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "launcher", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
 
 
 def site(tmp_path: Path, text: str = SITE) -> Path:
@@ -35,7 +40,8 @@ def test_healthy_node_exits_0_with_versioned_json(tmp_path: Path) -> None:
     assert data["schema"] == "gantry.preflight.verdict" and data["version"] == 1
     assert data["node"] == "n1" and data["status"] == "PASS"
     assert {"id", "status", "observed", "expected", "evidence", "action", "duration_s"} <= set(
-        data["checks"][0])
+        data["checks"][0]
+    )
 
 
 def test_failing_node_exits_1_and_names_the_reason(tmp_path: Path) -> None:
@@ -48,8 +54,10 @@ def test_failing_node_exits_1_and_names_the_reason(tmp_path: Path) -> None:
 
 def test_unknown_threshold_is_one_line_error(tmp_path: Path) -> None:
     bad = SITE + "  thresholds: {gpu_temp_max: 3}\n"
-    bad = bad.replace("preflight: {state_dir: STATE}\n  thresholds: {gpu_temp_max: 3}\n",
-                      "preflight:\n  state_dir: STATE\n  thresholds: {gpu_temp_max: 3}\n")
+    bad = bad.replace(
+        "preflight: {state_dir: STATE}\n  thresholds: {gpu_temp_max: 3}\n",
+        "preflight:\n  state_dir: STATE\n  thresholds: {gpu_temp_max: 3}\n",
+    )
     result = gantry(["preflight", "--site", str(site(tmp_path, bad))], gpu_env(HEALTHY))
     assert result.returncode == 2
     lines = result.stderr.strip().splitlines()
@@ -64,7 +72,9 @@ def test_bad_level_flag_is_one_line_error(tmp_path: Path) -> None:
 
 
 def test_gate_rejects_bad_need(tmp_path: Path) -> None:
-    result = gantry(["gate", "--nodes", "n[1-2]", "--need", "5", "--site",
-                     str(site(tmp_path))], gpu_env(HEALTHY))
+    result = gantry(
+        ["gate", "--nodes", "n[1-2]", "--need", "5", "--site", str(site(tmp_path))],
+        gpu_env(HEALTHY),
+    )
     assert result.returncode == 2
     assert "--need 5 is not allowed (expected 1..2 for n[1-2])" in result.stderr

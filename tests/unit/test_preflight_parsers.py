@@ -69,9 +69,19 @@ def test_xml_truncated_raises() -> None:
 
 
 def test_csv_real_header_output() -> None:
-    fields = ["index", "name", "pci.bus_id", "driver_version", "memory.total",
-              "temperature.gpu", "power.draw", "clocks.sm", "clocks.max.sm",
-              "ecc.errors.uncorrected.volatile.total", "clocks_event_reasons.active"]
+    fields = [
+        "index",
+        "name",
+        "pci.bus_id",
+        "driver_version",
+        "memory.total",
+        "temperature.gpu",
+        "power.draw",
+        "clocks.sm",
+        "clocks.max.sm",
+        "ecc.errors.uncorrected.volatile.total",
+        "clocks_event_reasons.active",
+    ]
     gpus = nvsmi_parse.parse_csv(read(HEALTHY / "query-gpu-header.csv"), fields=fields)
     assert [g.temperature_c for g in gpus] == [35.0, 35.0]
     assert gpus[1].power_draw_w == 104.75
@@ -80,8 +90,9 @@ def test_csv_real_header_output() -> None:
 
 
 def test_csv_with_remapped_rows_and_noheader() -> None:
-    gpus = nvsmi_parse.parse_csv(read(HEALTHY / "query-gpu.csv"),
-                                 read(FAULTS / "remap-pending" / "query-remapped-rows.csv"))
+    gpus = nvsmi_parse.parse_csv(
+        read(HEALTHY / "query-gpu.csv"), read(FAULTS / "remap-pending" / "query-remapped-rows.csv")
+    )
     assert [g.remap_pending for g in gpus] == [False, True]
     body = "\n".join(read(HEALTHY / "query-gpu.csv").splitlines()[1:])
     noheader = nvsmi_parse.parse_csv(body)
@@ -90,8 +101,10 @@ def test_csv_with_remapped_rows_and_noheader() -> None:
 
 
 def test_csv_throttle_alias_and_na() -> None:
-    text = ("index, pci.bus_id, clocks_throttle_reasons.active, temperature.gpu\n"
-            "0, 00000000:00:06.0, 0x0000000000000008, [N/A]\n")
+    text = (
+        "index, pci.bus_id, clocks_throttle_reasons.active, temperature.gpu\n"
+        "0, 00000000:00:06.0, 0x0000000000000008, [N/A]\n"
+    )
     (gpu,) = nvsmi_parse.parse_csv(text, fields=["index", "pci.bus_id"])
     assert gpu.clock_events["hw_slowdown"] is True and gpu.temperature_c is None
 
@@ -122,7 +135,9 @@ def test_value_helpers() -> None:
 def test_dmesg_xids() -> None:
     events = parse_dmesg(read(FIXTURES / "dmesg" / "xid79.txt"))
     assert [(e.pci, e.code, e.uptime_s) for e in events] == [
-        ("0000:00:07", 79, 5000.10021), ("0000:00:07", 79, 5001.2)]
+        ("0000:00:07", 79, 5000.10021),
+        ("0000:00:07", 79, 5001.2),
+    ]
     assert parse_dmesg(read(FIXTURES / "dmesg" / "clean.txt")) == []
 
 
@@ -134,12 +149,23 @@ def test_procfs_parsers() -> None:
 
 
 def test_ib_sysfs(tmp_path: Path) -> None:
-    make_ib_tree(tmp_path, {
-        "mlx5_0/1": {"state": "4: ACTIVE", "phys_state": "5: LinkUp",
-                     "rate": "400 Gb/sec (4X NDR)", "link_layer": "InfiniBand",
-                     "link_downed": "3"},
-        "mlx5_1/1": {"state": "1: DOWN", "phys_state": "3: Disabled", "rate": "10 Gb/sec (4X SDR)"},
-    })
+    make_ib_tree(
+        tmp_path,
+        {
+            "mlx5_0/1": {
+                "state": "4: ACTIVE",
+                "phys_state": "5: LinkUp",
+                "rate": "400 Gb/sec (4X NDR)",
+                "link_layer": "InfiniBand",
+                "link_downed": "3",
+            },
+            "mlx5_1/1": {
+                "state": "1: DOWN",
+                "phys_state": "3: Disabled",
+                "rate": "10 Gb/sec (4X SDR)",
+            },
+        },
+    )
     ports = collect_ib_ports({"GANTRY_SYSFS_ROOT": str(tmp_path)})
     assert [(p.device, p.state, p.phys_state, p.rate_gbps, p.link_downed) for p in ports] == [
         ("mlx5_0", "ACTIVE", "LinkUp", 400.0, 3),

@@ -10,14 +10,15 @@ import pytest
 from launcher.errors import UserInputError
 from launcher.preflight.drain_policy import NodeState, PolicyConfig, plan
 from launcher.preflight.gate import decide, outcomes_for, read_verdicts, split_labelled
+from launcher.preflight.result import CheckResult
 from launcher.preflight.slurm_nodes import parse_show_node
 from launcher.preflight.state import NodeHistory
 from launcher.preflight.verdict import NodeVerdict, verdict_from_json
-from launcher.preflight.result import CheckResult
 
 NOW = 1_000_000.0
-CFG = PolicyConfig(resume_after_passes=3, max_drain_fraction=0.25, drain_window_s=3600,
-                   cluster_size=8)
+CFG = PolicyConfig(
+    resume_after_passes=3, max_drain_fraction=0.25, drain_window_s=3600, cluster_size=8
+)
 REASON = "gantry:gpu.row_remap:gpu1-pending"
 
 
@@ -39,15 +40,17 @@ def test_operator_reason_is_never_overwritten_nor_resumed() -> None:
     actions, _ = plan({"n5": None}, states, history, [], CFG, NOW)
     assert kinds(actions) == {"n5": "keep"}
     # an operator reason on a node that is not drained (e.g. a note) is left alone too
-    actions, _ = plan({"n6": REASON}, {"n6": NodeState("n6", "IDLE", "watch this one")},
-                      {}, [], CFG, NOW)
+    actions, _ = plan(
+        {"n6": REASON}, {"n6": NodeState("n6", "IDLE", "watch this one")}, {}, [], CFG, NOW
+    )
     assert kinds(actions) == {"n6": "keep"}
 
 
 def test_own_drain_resumes_only_after_k_clean_passes() -> None:
     states = {"n3": NodeState("n3", "IDLE+DRAIN", REASON)}
-    hist = {"n3": NodeHistory("n3", drained_by_gantry=True, drain_reason=REASON,
-                              drained_at=NOW - 10)}
+    hist = {
+        "n3": NodeHistory("n3", drained_by_gantry=True, drain_reason=REASON, drained_at=NOW - 10)
+    }
     for expected_pass in (1, 2):
         actions, hist = plan({"n3": None}, states, hist, [], CFG, NOW)
         assert kinds(actions) == {"n3": "keep"}
@@ -124,16 +127,24 @@ def verdict(node: str, failing: str | None = None) -> NodeVerdict:
     checks = [CheckResult("host.cpus", "PASS", "2", ">= 2")]
     if failing:
         checks.append(CheckResult(failing, "FAIL", "bad", "good", detail="gpu1-pending"))
-    return NodeVerdict(node=node, level="quick", status="FAIL" if failing else "PASS",
-                       started_at="2026-11-30T12:00:00+00:00", duration_s=0.1,
-                       gantry_version="0", gpu_source="none", checks=checks)
+    return NodeVerdict(
+        node=node,
+        level="quick",
+        status="FAIL" if failing else "PASS",
+        started_at="2026-11-30T12:00:00+00:00",
+        duration_s=0.1,
+        gantry_version="0",
+        gpu_source="none",
+        checks=checks,
+    )
 
 
-def labelled(verdicts: list[NodeVerdict]) -> str:
-    per_task = [
-        [f"{task}: {line}" for line in json.dumps(v.to_dict(), indent=1).splitlines()]
-        for task, v in enumerate(verdicts)
-    ]
+def labelled(verdicts: list[NodeVerdict], chunk: int = 100) -> str:
+    """One-line JSON per task, cut into labelled chunks the way srun --label forwards it."""
+    per_task = []
+    for task, v in enumerate(verdicts):
+        text = json.dumps(v.to_dict())
+        per_task.append([f"{task}: {text[i : i + chunk]}" for i in range(0, len(text), chunk)])
     # interleave the tasks' lines the way srun may deliver them (each task's order kept)
     merged = []
     for i in range(max(len(t) for t in per_task)):
@@ -153,26 +164,38 @@ def test_read_verdicts_from_interleaved_labelled_output() -> None:
         ("n2", "MISSING", "gantry:preflight:no-verdict"),
         ("n3", "FAIL", REASON),
     ]
-    assert split_labelled("0: a\n1: b\n0: c") == {0: "a\nc", 1: "b"}
+    assert split_labelled('0: {"a": \n1: b\n0: 1}') == {0: '{"a": 1}', 1: "b"}
 
 
 def test_decide_go_with_spares_or_requeue() -> None:
     nodes = ["n1", "n2", "n3", "n4"]
-    outcomes = outcomes_for(nodes, {"n1": verdict("n1"), "n2": verdict("n2"),
-                                    "n3": verdict("n3", "gpu.row_remap"), "n4": verdict("n4")})
+    outcomes = outcomes_for(
+        nodes,
+        {
+            "n1": verdict("n1"),
+            "n2": verdict("n2"),
+            "n3": verdict("n3", "gpu.row_remap"),
+            "n4": verdict("n4"),
+        },
+    )
     go = decide(nodes, outcomes, need=3, job_id="42")
     assert go.decision == "go" and go.nodes == ["n1", "n2", "n4"] and go.excluded == ["n3"]
     again = decide(nodes, outcomes, need=4, job_id="42")
     assert again.decision == "requeue" and again.excluded == ["n3"]
     assert decide(nodes, outcomes, need=4, job_id=None).decision == "abort"
+    nothing = outcomes_for(nodes, {})
+    assert decide(nodes, nothing, need=1, job_id="42").decision == "abort"
 
 
-@pytest.mark.parametrize("text", [
-    "not json",
-    json.dumps({"schema": "other", "version": 1}),
-    json.dumps({**verdict("n1").to_dict(), "version": 99}),
-    json.dumps({**verdict("n1").to_dict(), "status": "MAYBE"}),
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "not json",
+        json.dumps({"schema": "other", "version": 1}),
+        json.dumps({**verdict("n1").to_dict(), "version": 99}),
+        json.dumps({**verdict("n1").to_dict(), "status": "MAYBE"}),
+    ],
+)
 def test_bad_verdicts_are_one_line_errors(text: str) -> None:
     with pytest.raises(UserInputError) as err:
         verdict_from_json(text, "task 0")
