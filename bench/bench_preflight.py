@@ -48,7 +48,8 @@ def median_of(runs: int, argv: list[str], env: dict[str, str] | None = None) -> 
 
 def bench_quick(args: argparse.Namespace) -> dict[str, Any]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(REPO) + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    extra = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(REPO) + (os.pathsep + extra if extra else "")
     site = args.site
     if args.fake_h200:
         env.update(

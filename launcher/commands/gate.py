@@ -29,16 +29,35 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "gate",
         help="preflight all allocated nodes, drain bad ones, go on or requeue",
-        description="Inside an allocation: run `gantry preflight` on every node at once "
-        "(srun, one task per node), drain failed nodes with a gantry: reason, then go on "
-        "with the healthy nodes (exit 0) or requeue the job excluding the bad ones (exit 75).",
+        description=DESCRIPTION,
     )
+    add_gate_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+DESCRIPTION = (
+    "Inside an allocation: run `gantry preflight` on every node at once (srun, one task per "
+    "node) or read the verdicts of a step the script already ran (--reports), drain failed "
+    "nodes with a gantry: reason, then go on with the healthy nodes (exit 0) or requeue the "
+    "job excluding the bad ones (exit 75); exit 1 when it cannot do either."
+)
+
+
+def add_gate_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `gantry gate` (also reachable as `gantry preflight gate`)."""
     parser.add_argument("--site", type=Path, default=None, help="site config")
     parser.add_argument("--level", choices=LEVELS, default=None, help="preflight level")
     parser.add_argument(
         "--nodes", default=None, help="hostlist to check (default: $SLURM_JOB_NODELIST)"
     )
     parser.add_argument("--job-id", default=None, help="job to requeue (default: $SLURM_JOB_ID)")
+    parser.add_argument(
+        "--reports",
+        type=Path,
+        default=None,
+        help="verdicts already collected (srun output of `gantry preflight --json`, labelled "
+        "or one JSON line per node) instead of running srun",
+    )
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
         "--need",
@@ -54,10 +73,15 @@ def register(subparsers: Any) -> None:
         "--nodelist-out",
         type=Path,
         default=None,
-        help="write the chosen hostlist to this file on go",
+        help="write the chosen hostlist (compressed, e.g. n[1-2,5]) to this file on go",
+    )
+    parser.add_argument(
+        "--nodes-out",
+        type=Path,
+        default=None,
+        help="write the chosen nodes comma-separated (n1,n2,n5) to this file on go",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    parser.set_defaults(func=run)
 
 
 def print_report(report: GateReport) -> None:
@@ -98,6 +122,12 @@ def run(args: argparse.Namespace) -> int:
             )
         need = len(nodes) - args.spares
     job_id = args.job_id or os.environ.get("SLURM_JOB_ID") or None
+    reports = None
+    if args.reports is not None:
+        try:
+            reports = args.reports.read_text(encoding="utf-8", errors="replace")
+        except OSError as err:
+            raise UserInputError(f"{args.reports}: cannot read ({err.strerror})") from None
     report = run_gate(
         site.config,
         site.path,
@@ -107,6 +137,7 @@ def run(args: argparse.Namespace) -> int:
         job_id,
         requeue=not args.no_requeue,
         timeout_s=site.config.preflight.gate_timeout_s,
+        reports=reports,
     )
     print_report(report)
     if args.json:
@@ -116,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
     if decision == "go":
         if args.nodelist_out is not None:
             args.nodelist_out.write_text(hostlists.collect(report.decision.nodes) + "\n")
+        if args.nodes_out is not None:
+            args.nodes_out.write_text(",".join(report.decision.nodes) + "\n")
         if not args.json:
             sys.stdout.write(hostlists.collect(report.decision.nodes) + "\n")
         return EXIT_OK

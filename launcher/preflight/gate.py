@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import sys
 import time
@@ -106,11 +107,20 @@ def split_labelled(text: str) -> dict[int, str]:
     return {task: "".join(pieces) for task, pieces in tasks.items()}
 
 
+def _pieces(text: str) -> dict[int, str]:
+    """Per-task texts: ``srun --label`` output, else one JSON verdict per line."""
+    if re.search(r"^\s*\d+: ", text, flags=re.M):
+        return split_labelled(text)
+    lines = [line for line in text.splitlines() if line.strip()]
+    return dict(enumerate(lines))
+
+
 def read_verdicts(text: str, nodes: Sequence[str]) -> tuple[dict[str, NodeVerdict], dict[str, str]]:
-    """Verdicts by node from labelled srun output; problems (bad JSON, unknown node) by key."""
+    """Verdicts by node from srun output (labelled, or one JSON line per node); problems (bad
+    JSON, unknown node) by task."""
     verdicts: dict[str, NodeVerdict] = {}
     problems: dict[str, str] = {}
-    for task, body in sorted(split_labelled(text).items()):
+    for task, body in sorted(_pieces(text).items()):
         start = body.find("{")
         if start < 0:
             problems[f"task{task}"] = "no JSON verdict in output"
@@ -230,19 +240,27 @@ def run_gate(
     job_id: str | None,
     requeue: bool,
     timeout_s: float,
+    reports: str | None = None,
 ) -> GateReport:
-    """Run preflight everywhere, apply the drain policy, decide (and requeue if so decided)."""
+    """Run preflight everywhere (or read ``reports``: the output of the srun preflight step
+    the batch script ran itself), apply the drain policy, decide, requeue if so decided."""
     start = time.monotonic()
-    env = dict(os.environ)
-    package_root = str(Path(launcher.__file__).resolve().parent.parent)
-    env["PYTHONPATH"] = package_root + (
-        os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
-    )
-    out = run_tool(srun_argv(nodes, site_path, level), timeout_s, env)
+    problems: dict[str, str] = {}
+    if reports is None:
+        env = dict(os.environ)
+        package_root = str(Path(launcher.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = package_root + (
+            os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+        )
+        out = run_tool(srun_argv(nodes, site_path, level), timeout_s, env)
+        text = out.stdout
+        if out.timed_out or out.returncode not in (0, 1):
+            problems["srun"] = out.describe_failure()
+    else:
+        text = reports
     preflight_s = time.monotonic() - start
-    verdicts, problems = read_verdicts(out.stdout, nodes)
-    if out.timed_out or (not verdicts and out.returncode not in (0, 1)):
-        problems["srun"] = out.describe_failure()
+    verdicts, bad_tasks = read_verdicts(text, nodes)
+    problems.update(bad_tasks)
     outcomes = outcomes_for(nodes, verdicts)
     scontrol = Scontrol()
     # A node without a verdict is excluded from this job but not drained: the missing

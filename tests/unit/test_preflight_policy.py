@@ -200,3 +200,11 @@ def test_bad_verdicts_are_one_line_errors(text: str) -> None:
     with pytest.raises(UserInputError) as err:
         verdict_from_json(text, "task 0")
     assert str(err.value).startswith("task 0") and "\n" not in str(err.value)
+
+
+def test_read_verdicts_from_unlabelled_json_lines() -> None:
+    """The batch script's own srun step (no --label) writes one JSON line per node."""
+    text = "\n".join(json.dumps(v.to_dict()) for v in (verdict("n2"), verdict("n1", "gpu.ecc")))
+    verdicts, problems = read_verdicts(text + "\n", ["n1", "n2"])
+    assert sorted(verdicts) == ["n1", "n2"] and problems == {}
+    assert verdicts["n1"].status == "FAIL"
