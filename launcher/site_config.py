@@ -188,15 +188,60 @@ class BuildSection:
             raise FieldError("cuda_archs", "backend 'cuda' needs at least one architecture")
 
 
+DEFAULT_XID_FAIL_CODES = [
+    48, 62, 63, 64, 74, 79, 92, 94, 95, 109, 119, 120, 123, 136, 140, 143, 154,
+]
+"""Xids that mean the GPU (not the application) is broken: DBE, row-remap events, NVLink,
+fallen off the bus, high SBE rate, contained/uncontained ECC, GSP errors, recovery actions."""
+
+
 @dataclass(frozen=True)
 class PreflightSection:
-    """Per-site preflight settings: default level and thresholds by check id."""
+    """Per-site preflight settings: level, thresholds, what to check, how to drain."""
 
     level: Literal["quick", "standard", "deep"] = "quick"
     thresholds: dict[str, float] = field(default_factory=dict)
-    """Overrides of the default thresholds, by name (see docs/site-config.md)."""
+    """Overrides of the default thresholds, by name (see docs/preflight.md)."""
     drain: bool = True
     """Drain nodes that fail (with a `gantry:` reason)."""
+    driver_version: str | None = None
+    """Required GPU driver version (None: any, but all GPUs must agree)."""
+    disk_paths: list[str] = field(default_factory=lambda: ["/tmp"])
+    """Directories whose free space is checked (checkpoint, scratch); $VARS are expanded."""
+    required_mounts: list[str] = field(default_factory=list)
+    """Mount points that must be mounted (e.g. /scratch, /home)."""
+    xid_fail_codes: list[int] = field(default_factory=lambda: list(DEFAULT_XID_FAIL_CODES))
+    """Xids that fail the node; any other Xid in the window warns."""
+    state_dir: str | None = None
+    """Where drain history and counter baselines live (shared by all nodes on real sites).
+    Default: $GANTRY_STATE_DIR, else <slurm.run_dir or /tmp/gantry-<cluster_name>>/preflight."""
+    resume_after_passes: int = 3
+    """Resume a node gantry drained after this many consecutive clean runs."""
+    max_drain_fraction: float = 0.1
+    """Never drain more than this fraction of the cluster (at least 1 node) per window."""
+    drain_window_s: int = 3600
+    """The rate-limit window in seconds."""
+    gate_timeout_s: float = 300.0
+    """How long the gate waits for all nodes' verdicts."""
+
+    def validate(self) -> None:
+        from launcher.preflight.thresholds import check_threshold_names
+
+        check_threshold_names(self.thresholds)
+        if self.resume_after_passes < 1:
+            raise FieldError(
+                "resume_after_passes",
+                f"{self.resume_after_passes} is not allowed (expected an integer >= 1)",
+            )
+        if not 0.0 < self.max_drain_fraction <= 1.0:
+            raise FieldError(
+                "max_drain_fraction",
+                f"{self.max_drain_fraction} is not allowed (expected a number in (0, 1])",
+            )
+        if self.drain_window_s < 0:
+            raise FieldError(
+                "drain_window_s", f"{self.drain_window_s} is not allowed (expected >= 0)"
+            )
 
 
 @dataclass(frozen=True)
