@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -44,7 +45,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # Everything after the first "--" is a command for the job (e.g. `gantry submit job.yaml
+    # -- python train.py`), kept verbatim; subcommands accept it with set_defaults(passthrough=[]).
+    passthrough: list[str] | None = None
+    if "--" in words:
+        cut = words.index("--")
+        words, passthrough = words[:cut], words[cut + 1 :]
+    args = parser.parse_args(words)
+    if passthrough is not None:
+        if not hasattr(args, "passthrough"):
+            parser.error("arguments after -- are not accepted by this command")
+        args.passthrough = passthrough
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()
@@ -57,3 +69,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted\n")
         return 130
+    except BrokenPipeError:
+        # The reader went away (`gantry ... | head`): not an error of ours.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

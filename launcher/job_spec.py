@@ -192,6 +192,9 @@ class JobSpec:
     """Site config path (relative to the job file); the CLI's --site wins."""
     env: dict[str, str] = field(default_factory=dict)
     """Extra environment for every rank (carried literally, never shell-evaluated)."""
+    command: list[str] | None = None
+    """Run this argv on every rank instead of `gantry train` (custom trainers, tests); each
+    argument is carried literally. The CLI's `gantry submit job.yaml -- ARGV...` wins."""
 
     def validate(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -210,6 +213,8 @@ class JobSpec:
         for key in self.env:
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
                 raise FieldError(f"env.{key}", "is not a valid environment variable name")
+        if self.command is not None and not self.command:
+            raise FieldError("command", "[] is not allowed (expected at least the program)")
 
 
 def check_layout(spec: JobSpec, gpus_per_node: int) -> None:

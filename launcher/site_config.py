@@ -18,6 +18,19 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SITE = REPO_ROOT / "site_configs" / "local.yaml"
 
 
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+def _check_env_names(env: dict[str, str]) -> None:
+    for key in env:
+        if not _ENV_NAME.fullmatch(key):
+            raise FieldError(
+                "env",
+                f"{key!r} is not allowed as a variable name (expected letters, digits "
+                "and _, not starting with a digit)",
+            )
+
+
 def _check_port(path: str, port: int) -> None:
     if not 1 <= port <= 65535:
         raise FieldError(path, f"{port} is not allowed (expected a port in 1..65535)")
@@ -44,6 +57,10 @@ class SlurmSection:
     Default: $GANTRY_RUN_DIR, else /tmp/gantry-<cluster_name>."""
     client: Literal["auto", "cli", "pyslurm"] = "auto"
     """Slurm client backend: pyslurm when importable and matching the cluster, else the CLI."""
+    sbatch_template: str = "train.sbatch.j2"
+    """Batch script template: a name in sbatch_templates/, or a path relative to the site file."""
+    sbatch_options: list[str] = field(default_factory=list)
+    """Extra #SBATCH options for every job of the site, e.g. ["--exclusive"]."""
 
     def validate(self) -> None:
         _check_port("controller_port", self.controller_port)
@@ -139,6 +156,9 @@ class MpiSection:
     env: dict[str, str] = field(default_factory=dict)
     """Environment for every rank, e.g. OMPI_MCA_btl."""
 
+    def validate(self) -> None:
+        _check_env_names(self.env)
+
 
 @dataclass(frozen=True)
 class NcclSection:
@@ -146,6 +166,9 @@ class NcclSection:
 
     env: dict[str, str] = field(default_factory=dict)
     """Environment for every rank, e.g. NCCL_NVLS_ENABLE=0, NCCL_IB_HCA."""
+
+    def validate(self) -> None:
+        _check_env_names(self.env)
 
 
 @dataclass(frozen=True)

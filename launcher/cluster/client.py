@@ -1,0 +1,85 @@
+"""Running Slurm's client commands (scontrol, sinfo, squeue, scancel, sbatch) against an
+embedded cluster: SLURM_CONF points at its generated slurm.conf; never through a shell."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+from collections.abc import Mapping, Sequence
+
+from launcher.cluster import tools
+from launcher.cluster.layout import RunLayout
+from launcher.errors import GantryError
+
+
+def slurm_env(layout: RunLayout, base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """``base`` (default: this process's environment) with SLURM_CONF set to the cluster's."""
+    env = dict(os.environ if base is None else base)
+    env["SLURM_CONF"] = str(layout.slurm_conf)
+    return env
+
+
+def run(
+    layout: RunLayout, tool: str, args: Sequence[str], timeout: float = 30.0
+) -> subprocess.CompletedProcess[str]:
+    """Run a Slurm client tool; the result is returned whatever its exit status."""
+    argv = [tools.path_of(tool), *args]
+    try:
+        return subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            env=slurm_env(layout),
+            timeout=timeout,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        raise GantryError(f"{tool} {' '.join(args)}: no answer within {timeout:.0f} s") from None
+    except OSError as err:
+        raise GantryError(f"cannot run {argv[0]} ({err.strerror})") from None
+
+
+def controller_answers(layout: RunLayout) -> bool:
+    """True when `scontrol ping` reports the controller UP."""
+    result = run(layout, "scontrol", ["ping"], timeout=15)
+    return result.returncode == 0 and "is UP" in result.stdout
+
+
+def node_states(layout: RunLayout) -> dict[str, str]:
+    """State of every node as sinfo reports it ("idle", "allocated", "down*", ...)."""
+    result = run(layout, "sinfo", ["-h", "-N", "-o", "%N %T"])
+    if result.returncode != 0:
+        raise GantryError(f"sinfo failed: {result.stderr.strip() or result.stdout.strip()}")
+    states: dict[str, str] = {}
+    for line in result.stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 2:
+            states[parts[0]] = parts[1]
+    return states
+
+
+def active_job_ids(layout: RunLayout) -> list[str]:
+    """Ids of jobs that are pending, running or completing."""
+    result = run(layout, "squeue", ["-h", "-o", "%A"])
+    if result.returncode != 0:
+        return []
+    return [line.strip() for line in result.stdout.splitlines() if line.strip()]
+
+
+def parse_key_values(text: str) -> dict[str, str]:
+    """Key=Value tokens of one `scontrol show <thing> -o` line (first occurrence wins)."""
+    fields: dict[str, str] = {}
+    for token in shlex.split(text.strip(), posix=False):
+        key, sep, value = token.partition("=")
+        if sep:
+            fields.setdefault(key, value)
+    return fields
+
+
+def node_reason(layout: RunLayout, node: str) -> str:
+    """The Reason= of a node (why it is drained/down), "" when none or unknown."""
+    result = run(layout, "sinfo", ["-h", "-N", "-n", node, "-o", "%E"])
+    lines = result.stdout.strip().splitlines()
+    reason = lines[0].strip() if lines else ""
+    return "" if reason in ("", "(null)", "none") else reason
