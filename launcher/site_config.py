@@ -199,16 +199,15 @@ class PreflightSection:
     """Drain nodes that fail (with a `gantry:` reason)."""
 
 
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-
-
 def check_env_mapping(path: str, env: dict[str, str]) -> None:
-    """Reject names that are not shell variable names and values with line breaks (such
-    entries cannot be written to the KEY=VALUE files the Slurm plugins read)."""
+    """Variable names as for mpi.env, and one-line values: such entries can be written to
+    the KEY=VALUE files the Slurm plugins read."""
     for key, value in env.items():
-        if not _ENV_NAME.match(key):
+        if not _ENV_NAME.fullmatch(key):
             raise FieldError(
-                f"{path}.{key}", "is not a variable name (expected [A-Za-z_][A-Za-z0-9_]*)"
+                path,
+                f"{key!r} is not allowed as a variable name (expected letters, digits "
+                "and _, not starting with a digit)",
             )
         if "\n" in value or "\r" in value or "\0" in value:
             raise FieldError(f"{path}.{key}", f"{value!r} is not allowed (expected one line)")

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import launcher
+from launcher.cluster.layout import run_dir_for
 from launcher.errors import UserInputError
 from launcher.plugins import render
 from launcher.plugins.build import build_spank
@@ -57,25 +58,13 @@ class InstallPlan:
     """The slurm.conf lines that load the suite."""
 
 
-def embedded_run_dir(site: LoadedSite) -> Path:
-    """An embedded site's run dir as documented on slurm.run_dir: the configured one
-    (relative to the site file), else $GANTRY_RUN_DIR, else /tmp/gantry-<cluster_name>."""
-    configured = site.config.slurm.run_dir
-    if configured:
-        return site.resolve(configured).resolve()
-    from_env = os.environ.get("GANTRY_RUN_DIR")
-    if from_env:
-        return Path(from_env).resolve()
-    return Path("/tmp") / f"gantry-{site.config.slurm.cluster_name}"
-
-
 def default_prefix(site: LoadedSite) -> Path | None:
     """plugins.prefix (relative to the site file), else <run dir>/plugins when embedded."""
     configured = site.config.plugins.prefix
     if configured:
         return site.resolve(configured).resolve()
     if site.config.slurm.embedded:
-        return embedded_run_dir(site) / "plugins"
+        return run_dir_for(site) / "plugins"
     return None
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -148,14 +149,15 @@ def test_dry_run_changes_nothing(tmp_path: Path) -> None:
          "plugins.prefix: not set and the site is not embedded (pass --prefix DIR"),
         ({"name": "bad/name"}, "p", "name: 'bad/name' is not allowed for the plugin suite"),
         ({"plugins": {"preflight_env": {"1BAD": "x"}}}, "p",
-         "plugins.preflight_env.1BAD: is not a variable name"),
+         "plugins.preflight_env: '1BAD' is not allowed as a variable name"),
         ({"plugins": {"preflight_env": {"A": "x\ny"}}}, "p",
          "plugins.preflight_env.A: 'x\\ny' is not allowed (expected one line)"),
         ({"plugins": {"preflight_timeout_s": 0}}, "p",
          "plugins.preflight_timeout_s: 0 is not allowed (expected seconds in 1..3600)"),
         ({"plugins": {"spank": "yes"}}, "p",
          "plugins.spank: 'yes' is not allowed (expected true or false)"),
-        ({"nccl": {"env": {"NCCL-X": "1"}}}, "p", "nccl.env.NCCL-X: is not a variable name"),
+        ({"nccl": {"env": {"NCCL-X": "1"}}}, "p",
+         "nccl.env: 'NCCL-X' is not allowed as a variable name"),
     ],
 )
 def test_bad_input_one_line_exit_2_nothing_written(
@@ -181,3 +183,26 @@ def test_prefix_that_is_a_file_is_refused(tmp_path: Path) -> None:
                     "--prefix", str(blocker))
     assert result.returncode == 2
     assert result.stderr == f"error: --prefix: {blocker} exists and is not a directory\n"
+
+
+def test_embedded_cluster_slurm_conf_loads_the_suite_only_when_enabled(tmp_path: Path) -> None:
+    from launcher.cluster.lifecycle import make_plan
+
+    run_root = Path(tempfile.mkdtemp(prefix="gantry-spank-"))  # munged must traverse it
+    run_root.chmod(0o755)
+    slurm = {"embedded": True, "cluster_name": "c", "run_dir": str(run_root / "run"),
+             "partition": "debug"}
+    off = make_plan(load_site(write_site(tmp_path, slurm=slurm))).rendered.slurm_conf
+    assert "PlugStackConfig" not in off and "Prolog=" not in off
+    on = make_plan(load_site(write_site(tmp_path, slurm=slurm, plugins={
+        "enabled": True, "epilog": False}))).rendered.slurm_conf.splitlines()
+    pfx = run_root / "run" / "plugins"
+    start = on.index(f"PlugStackConfig={pfx}/etc/plugstack.conf")
+    assert on[start:start + 5] == [
+        f"PlugStackConfig={pfx}/etc/plugstack.conf",
+        f"Prolog={pfx}/libexec/gantry-prolog.sh",
+        f"HealthCheckProgram={pfx}/libexec/gantry-healthcheck.sh",
+        "HealthCheckInterval=300",
+        "HealthCheckNodeState=ANY",
+    ]
+    run_root.rmdir()  # planning wrote nothing
