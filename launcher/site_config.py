@@ -244,6 +244,60 @@ class PreflightSection:
             )
 
 
+def check_env_mapping(path: str, env: dict[str, str]) -> None:
+    """Variable names as for mpi.env, and one-line values: such entries can be written to
+    the KEY=VALUE files the Slurm plugins read."""
+    for key, value in env.items():
+        if not _ENV_NAME.fullmatch(key):
+            raise FieldError(
+                path,
+                f"{key!r} is not allowed as a variable name (expected letters, digits "
+                "and _, not starting with a digit)",
+            )
+        if "\n" in value or "\r" in value or "\0" in value:
+            raise FieldError(f"{path}.{key}", f"{value!r} is not allowed (expected one line)")
+
+
+@dataclass(frozen=True)
+class PluginsSection:
+    """gantry's Slurm plugin suite on this site, written by `gantry site install-plugins`:
+    the SPANK plugin (--gantry-preflight, --gantry-env), Prolog/Epilog/HealthCheckProgram."""
+
+    enabled: bool = False
+    """Install the suite; an embedded cluster then loads it (PlugStackConfig=, Prolog=, ...)."""
+    prefix: str | None = None
+    """Install directory (relative to the site file). Default: <run dir>/plugins for an
+    embedded site; a real site passes --prefix or sets this."""
+    spank: bool = True
+    """Build the SPANK plugin and write plugstack.conf."""
+    prolog: bool = True
+    """Prolog= runs `gantry preflight --drain` before every job."""
+    epilog: bool = True
+    """Epilog= runs a quick `gantry preflight --drain` after every job."""
+    health_check: bool = True
+    """HealthCheckProgram= runs a quick `gantry preflight --drain` periodically."""
+    health_check_interval_s: int = 300
+    """HealthCheckInterval= in seconds."""
+    preflight_timeout_s: int = 120
+    """The SPANK plugin's watchdog on `gantry preflight` (1..3600 s)."""
+    preflight_env: dict[str, str] = field(default_factory=dict)
+    """Extra environment for the node checks the suite runs, e.g. tool paths
+    (GANTRY_NVIDIA_SMI=/opt/nvidia/bin/nvidia-smi); never the user's job environment."""
+
+    def validate(self) -> None:
+        if not 1 <= self.preflight_timeout_s <= 3600:
+            raise FieldError(
+                "preflight_timeout_s",
+                f"{self.preflight_timeout_s} is not allowed (expected seconds in 1..3600)",
+            )
+        if self.health_check_interval_s < 1:
+            raise FieldError(
+                "health_check_interval_s",
+                f"{self.health_check_interval_s} is not allowed (expected seconds >= 1)",
+            )
+        check_env_mapping("preflight_env", self.preflight_env)
+
+
 @dataclass(frozen=True)
 class SiteConfig:
     """A whole site. See docs/site-config.md for every field."""
@@ -257,6 +311,7 @@ class SiteConfig:
     nccl: NcclSection = field(default_factory=NcclSection)
     build: BuildSection = field(default_factory=BuildSection)
     preflight: PreflightSection = field(default_factory=PreflightSection)
+    plugins: PluginsSection = field(default_factory=PluginsSection)
 
     def validate(self) -> None:
         known = set(self.nodes.node_list())
