@@ -25,7 +25,7 @@ if has build; then
 fi
 export GANTRY_CUDA_LIB="$lib" GANTRY_NATIVE_LIB="$lib"
 if has test; then
-  python3 -m pytest -x -q -p no:cacheprovider tests/gpu 2>&1 | tee "$out/tests.log" | tail -15
+  python3 -m pytest -q -p no:cacheprovider tests/gpu ${GPU_TEST_ARGS:-} 2>&1 | tee "$out/tests.log" | tail -15
 fi
 run() { # label, command...
   local label="$1"; shift

@@ -79,3 +79,6 @@ target_compile_options(gantry_native PRIVATE
 target_link_libraries(gantry_native PRIVATE ${GANTRY_CUDA_LIBS})
 
 # gantry-native-check passes host activations between stages: CPU build only.
+add_executable(gantry-cuda-smoke tools/gantry_cuda_smoke.c)
+target_compile_options(gantry-cuda-smoke PRIVATE -Wall -Wextra -Werror)
+target_link_libraries(gantry-cuda-smoke PRIVATE gantry_native m)
