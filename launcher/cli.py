@@ -45,7 +45,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    words = list(sys.argv[1:] if argv is None else argv)
+    # Everything after the first "--" is a command for the job (e.g. `gantry submit job.yaml
+    # -- python train.py`), kept verbatim; subcommands accept it with set_defaults(passthrough=[]).
+    passthrough: list[str] | None = None
+    if "--" in words:
+        cut = words.index("--")
+        words, passthrough = words[:cut], words[cut + 1 :]
+    args = parser.parse_args(words)
+    if passthrough is not None:
+        if not hasattr(args, "passthrough"):
+            parser.error("arguments after -- are not accepted by this command")
+        args.passthrough = passthrough
     func = getattr(args, "func", None)
     if func is None:
         parser.print_help()

@@ -22,7 +22,10 @@ def expand(expression: str, where: str = "hostlist") -> list[str]:
     return names
 
 
-def collect(names: Iterable[str]) -> str:
+def collect(names: Iterable[str], where: str = "hostlist") -> str:
     """Compress host names into the shortest hostlist expression Slurm accepts."""
-    result: str = hostlist.collect_hostlist(list(names))
+    try:
+        result: str = hostlist.collect_hostlist(list(names))
+    except hostlist.BadHostlist as err:
+        raise UserInputError(f"{where}: cannot write these names as a hostlist ({err})") from None
     return result

@@ -1,0 +1,39 @@
+"""`gantry render job.yaml`: print (or write) the batch script a submit would use."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import UserInputError
+from launcher.job_cli import add_request_args, overrides_from_args
+from launcher.job_dir import jobs_root, new_job_dir_path
+from launcher.job_request import resolve_request
+from launcher.job_script import render_job
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "render", help="print the batch script of a job (nothing is submitted)",
+        description="Render the batch script for a job spec. The job directory shown in it "
+                    "is where `gantry submit` would put the job.")
+    add_request_args(parser)
+    parser.add_argument("-o", "--output", type=Path, default=None,
+                        help="write the script here instead of stdout")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    request = resolve_request(args.job, args.site, overrides_from_args(args))
+    job_dir = new_job_dir_path(jobs_root(args.jobs_dir), request.spec.name)
+    script = render_job(request, job_dir, Path.cwd())
+    if args.output is None:
+        sys.stdout.write(script)
+        return 0
+    try:
+        args.output.write_text(script, encoding="utf-8")
+    except OSError as err:
+        raise UserInputError(f"--output: cannot write {args.output} ({err.strerror})") from None
+    return 0

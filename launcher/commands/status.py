@@ -1,0 +1,72 @@
+"""`gantry status [JOB]`: the state of gantry's jobs, from one batched Slurm query."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from rich.table import Table
+
+from launcher.console import make_console, print_json
+from launcher.job_cli import add_jobs_dir_arg, client_for_job, job_summary
+from launcher.job_dir import find_job_dir, jobs_root, list_job_dirs
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "status", help="show the state of submitted jobs",
+        description="Without JOB: every job under the jobs directory. JOB is a Slurm job id, "
+                    "a job directory or a job name (latest).")
+    parser.add_argument("job_ref", nargs="?", metavar="JOB", help="job id, directory or name")
+    add_jobs_dir_arg(parser)
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(func=run)
+
+
+def _when(epoch: Any) -> str:
+    if not epoch:
+        return "-"
+    return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(epoch)))
+
+
+def run(args: argparse.Namespace) -> int:
+    root = jobs_root(args.jobs_dir)
+    dirs = [find_job_dir(root, args.job_ref)] if args.job_ref else list_job_dirs(root)
+    dirs = [d for d in dirs if d.job_id]
+    infos = client_for_job(dirs[-1] if dirs else None).job_states(
+        [str(d.job_id) for d in dirs]) if dirs else {}
+    rows = []
+    for job_dir in dirs:
+        info = infos.get(str(job_dir.job_id))
+        if info is not None:
+            job_dir.update_meta(last_state=info.to_json(), last_seen=time.time())
+        rows.append(job_summary(job_dir, info))
+    if args.json:
+        print_json(rows[0] if args.job_ref else rows)
+        return 0
+    console = make_console()
+    if args.job_ref:
+        row = rows[0]
+        for key in ("job_id", "name", "state", "reason", "nodes", "restarts", "exit_code",
+                    "signal", "job_dir", "source"):
+            console.print(f"{key:<10} {row.get(key) if row.get(key) is not None else '-'}")
+        console.print(f"{'started':<10} {_when(row.get('start_time'))}")
+        if row.get("terminal"):
+            console.print(f"{'ended':<10} {_when(row.get('end_time'))}")
+        return 0
+    if not rows:
+        sys.stdout.write(f"no jobs under {root}\n")
+        return 0
+    table = Table(box=None, pad_edge=False)
+    for column in ("JOB", "NAME", "STATE", "NODES/REASON", "RESTARTS", "EXIT", "DIR"):
+        table.add_column(column)
+    for row in rows:
+        where = row.get("nodes") or row.get("reason") or ""
+        exit_code = row.get("exit_code")
+        table.add_row(str(row.get("job_id")), str(row.get("name")), str(row.get("state")),
+                      str(where), str(row.get("restarts", 0)),
+                      "-" if exit_code is None else str(exit_code), row["job_dir"])
+    console.print(table)
+    return 0

@@ -1,0 +1,54 @@
+"""`gantry train JOB.yaml`: run as one process per rank (mpirun / srun --mpi=pmix) or alone."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from launcher.job_spec import load_job
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "train", help="train a job's model with the native pipeline executor (per rank)"
+    )
+    parser.add_argument("job", type=Path, help="job YAML")
+    parser.add_argument("--run-dir", type=Path, help="metrics/trace directory "
+                        "(default: runs/<job name> next to the job file)")
+    parser.add_argument("--lib", type=Path, help="libgantry_native.so (default: "
+                        "$GANTRY_NATIVE_LIB, else native/build)")
+    resume = parser.add_mutually_exclusive_group()
+    resume.add_argument("--resume", action="store_true",
+                        help="continue from the newest complete checkpoint, if any")
+    resume.add_argument("--resume-from", type=Path, help="continue from this checkpoint dir")
+    parser.add_argument("--site", type=Path, help="use the library `gantry build --site` made")
+    parser.add_argument("--rank-order", type=Path, help="placement's rank-order file")
+    parser.add_argument("--max-steps", type=int, help="stop after N steps in this run")
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from launcher.train.trainer import QuietFailure, TrainOptions
+    from launcher.train.trainer import run as train_run
+
+    spec = load_job(args.job)
+    base = args.job.resolve().parent
+    library = args.lib
+    if library is None and args.site is not None:
+        from launcher.build import built_library
+        from launcher.site_config import load_site
+
+        library = built_library(load_site(args.site))
+    options = TrainOptions(
+        run_dir=args.run_dir or base / "runs" / spec.name,
+        base_dir=base,
+        library=library,
+        resume=args.resume,
+        resume_from=args.resume_from,
+        rank_order=args.rank_order,
+        max_steps=args.max_steps,
+    )
+    try:
+        return train_run(spec, options)
+    except QuietFailure as err:
+        return err.exit_status

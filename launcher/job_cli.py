@@ -1,0 +1,129 @@
+"""Arguments and helpers shared by the job commands (render, submit, status, logs, cancel)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import IO, Any
+
+from launcher.errors import UserInputError
+from launcher.job_dir import JobDir, find_job_dir, jobs_root
+from launcher.job_request import CliOverrides
+from launcher.site_config import load_site
+from launcher.slurm import JobInfo, SlurmClient, make_client
+
+
+def add_jobs_dir_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--jobs-dir", type=Path, default=None, metavar="DIR",
+                        help="root of the job directories (default: $GANTRY_JOBS_DIR, "
+                             "else ./gantry-jobs)")
+
+
+def add_request_args(parser: argparse.ArgumentParser) -> None:
+    """The job file, --site and the CLI overrides of common job fields."""
+    parser.add_argument("job", type=Path, help="job spec YAML")
+    parser.add_argument("--site", type=Path, default=None,
+                        help="site config YAML (default: the job's `site`, else "
+                             "site_configs/local.yaml)")
+    add_jobs_dir_arg(parser)
+    group = parser.add_argument_group("overrides (win over the job YAML)")
+    group.add_argument("--name", help="job name")
+    group.add_argument("--nodes", type=int, help="nodes that run ranks")
+    group.add_argument("--spares", type=int, help="extra nodes for preflight replacements")
+    group.add_argument("--gpus-per-node", type=int, help="ranks (GPUs) per node")
+    group.add_argument("--cpus-per-task", type=int, help="CPUs per rank")
+    group.add_argument("--time", dest="time_limit", help="time limit ([D-]HH:MM[:SS] or minutes)")
+    group.add_argument("--partition", help="partition")
+    group.add_argument("--account", help="account")
+    group.add_argument("--qos", help="QOS")
+    group.add_argument("--container-image", help="pyxis container image for the training step")
+    group.add_argument("--dependency", action="append", default=[], metavar="DEP",
+                       help="Slurm dependency, e.g. afterok:123 (repeatable)")
+    group.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
+                       help="environment for every rank (repeatable; carried literally)")
+    group.add_argument("--preflight", dest="preflight_level",
+                       choices=["off", "quick", "standard", "deep"], help="preflight level")
+    parser.set_defaults(passthrough=[])
+    parser.epilog = ("Arguments after `--` are a command every rank runs instead of "
+                     "`gantry train` (each argument carried literally).")
+
+
+def overrides_from_args(args: argparse.Namespace) -> CliOverrides:
+    return CliOverrides(
+        name=args.name, nodes=args.nodes, spares=args.spares, gpus_per_node=args.gpus_per_node,
+        cpus_per_task=args.cpus_per_task, time_limit=args.time_limit, partition=args.partition,
+        account=args.account, qos=args.qos, container_image=args.container_image,
+        dependencies=tuple(args.dependency), env=tuple(args.env),
+        preflight_level=args.preflight_level, command=tuple(args.passthrough),
+    )
+
+
+def client_for_job(job_dir: JobDir | None) -> SlurmClient:
+    """The Slurm client the job's site asks for (``slurm.client``), default auto."""
+    choice = "auto"
+    if job_dir is not None:
+        try:
+            request = json.loads((job_dir.path / "request.json").read_text(encoding="utf-8"))
+            choice = load_site(Path(request["site_path"])).config.slurm.client
+        except (OSError, KeyError, ValueError, UserInputError):
+            choice = "auto"
+    return make_client(choice)
+
+
+def resolve_job(args: argparse.Namespace) -> tuple[Path, JobDir]:
+    root = jobs_root(args.jobs_dir)
+    return root, find_job_dir(root, args.job_ref)
+
+
+def follow_log(job_dir: JobDir, job_id: str, client: SlurmClient, out: IO[str] = sys.stdout,
+               stream: str = "out", poll_s: float = 0.5, state_every_s: float = 2.0,
+               from_start: bool = True) -> JobInfo | None:
+    """Copy the job's log to ``out`` as it grows until the job ends; return its last state."""
+    path = job_dir.log_file(job_id, stream)
+    offset = 0 if from_start else (path.stat().st_size if path.exists() else 0)
+    last_check = 0.0
+    info: JobInfo | None = None
+    while True:
+        offset = _copy_new(path, offset, out)
+        now = time.monotonic()
+        if now - last_check >= state_every_s:
+            last_check = now
+            info = client.job_states([job_id]).get(job_id)
+            if info is None or info.terminal:
+                time.sleep(poll_s)  # the last lines may land just after the state changes
+                _copy_new(path, offset, out)
+                return info
+        time.sleep(poll_s)
+
+
+def _copy_new(path: Path, offset: int, out: IO[str]) -> int:
+    try:
+        with path.open("rb") as handle:
+            handle.seek(offset)
+            chunk = handle.read()
+    except FileNotFoundError:
+        return offset
+    if chunk:
+        out.write(chunk.decode("utf-8", errors="replace"))
+        out.flush()
+    return offset + len(chunk)
+
+
+def job_summary(job_dir: JobDir, info: JobInfo | None) -> dict[str, Any]:
+    """One job for `status`: Slurm's view when it has one, else the last recorded state."""
+    meta = job_dir.meta()
+    data: dict[str, Any] = {"job_id": meta.get("job_id"), "name": meta.get("name"),
+                            "job_dir": str(job_dir.path)}
+    if info is not None:
+        data.update(info.to_json())
+        data["source"] = "slurm"
+    else:
+        last = meta.get("last_state") or {}
+        data.update(last)
+        data["state"] = last.get("state", "UNKNOWN")
+        data["source"] = "job directory (Slurm no longer knows the job)"
+    data["job_dir"] = str(job_dir.path)
+    return data

@@ -1,0 +1,166 @@
+"""Job directories: one per submitted job, holding its script, resolved spec, placement, logs.
+
+Layout (root: --jobs-dir, else $GANTRY_JOBS_DIR, else ./gantry-jobs)::
+
+    <root>/<name>-<UTC yyyymmdd-hhmmss>-<4 hex>/
+        job.sbatch       the rendered batch script (what was submitted)
+        spec.yaml        the job spec after CLI overrides
+        request.json     resolved request: site, layout, flags used, gantry version
+        placement.json   the placement (nodes, topology options)
+        meta.json        job id, submit time, last known state
+        logs/            slurm-<jobid>.out / .err (append mode across requeues)
+        runs/<jobid>-<restart>/   one directory per attempt, written by the script
+    <root>/by-id/<jobid> -> ../<dir>   lookup by Slurm job id
+
+The directory is created only after the request resolved and the script rendered, and is
+removed again if submission fails, so bad input leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from launcher.errors import UserInputError
+
+JOBS_DIR_ENV = "GANTRY_JOBS_DIR"
+
+
+def jobs_root(cli_value: Path | None = None) -> Path:
+    """The jobs root: the CLI's --jobs-dir, else $GANTRY_JOBS_DIR, else ./gantry-jobs."""
+    if cli_value is not None:
+        return cli_value.resolve()
+    env = os.environ.get(JOBS_DIR_ENV)
+    return Path(env).resolve() if env else (Path.cwd() / "gantry-jobs").resolve()
+
+
+def new_job_dir_path(root: Path, name: str, now: float | None = None) -> Path:
+    """A fresh (not yet created) job directory path for job ``name``."""
+    stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
+    return root / f"{name}-{stamp}-{secrets.token_hex(2)}"
+
+
+def _write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.chmod(mode)
+    os.replace(tmp, path)
+
+
+def _write_json(path: Path, data: Any) -> None:
+    _write_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+@dataclass(frozen=True)
+class JobDir:
+    """A job directory on disk."""
+
+    path: Path
+    """The directory."""
+
+    @property
+    def script(self) -> Path:
+        return self.path / "job.sbatch"
+
+    @property
+    def logs(self) -> Path:
+        return self.path / "logs"
+
+    def meta(self) -> dict[str, Any]:
+        """meta.json (empty if missing or unreadable)."""
+        try:
+            data = json.loads((self.path / "meta.json").read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError):
+            return {}
+        return data if isinstance(data, dict) else {}
+
+    def update_meta(self, **fields: Any) -> dict[str, Any]:
+        """Merge ``fields`` into meta.json; return the result."""
+        data = self.meta()
+        data.update(fields)
+        _write_json(self.path / "meta.json", data)
+        return data
+
+    @property
+    def job_id(self) -> str | None:
+        value = self.meta().get("job_id")
+        return str(value) if value is not None else None
+
+    @property
+    def name(self) -> str:
+        return str(self.meta().get("name") or self.path.name)
+
+    def log_file(self, job_id: str, stream: str = "out") -> Path:
+        """The Slurm output (``out``) or error (``err``) file of ``job_id``."""
+        return self.logs / f"slurm-{job_id}.{stream}"
+
+
+def create_job_dir(path: Path, script: str, spec: dict[str, Any], request: dict[str, Any],
+                   placement: dict[str, Any], name: str) -> JobDir:
+    """Create the job directory with its files; nothing is left behind if this fails."""
+    try:
+        path.mkdir(parents=True, exist_ok=False)
+        (path / "logs").mkdir()
+        (path / "runs").mkdir()
+        _write_atomic(path / "job.sbatch", script, 0o755)
+        _write_atomic(path / "spec.yaml", yaml.safe_dump(spec, sort_keys=False))
+        _write_json(path / "request.json", request)
+        _write_json(path / "placement.json", placement)
+        _write_json(path / "meta.json", {"name": name, "created_at": time.time()})
+    except FileExistsError:
+        raise UserInputError(f"{path}: job directory already exists") from None
+    except OSError as err:
+        shutil.rmtree(path, ignore_errors=True)
+        raise UserInputError(f"{path}: cannot create the job directory ({err.strerror})") from None
+    return JobDir(path)
+
+
+def remove_job_dir(job_dir: JobDir) -> None:
+    """Delete a job directory that was never submitted."""
+    shutil.rmtree(job_dir.path, ignore_errors=True)
+
+
+def record_submission(root: Path, job_dir: JobDir, job_id: str) -> None:
+    """Store the job id in meta.json and link ``<root>/by-id/<job_id>`` to the directory."""
+    job_dir.update_meta(job_id=job_id, submitted_at=time.time())
+    by_id = root / "by-id"
+    by_id.mkdir(exist_ok=True)
+    link = by_id / job_id
+    tmp = by_id / f".{job_id}.tmp"
+    tmp.unlink(missing_ok=True)
+    tmp.symlink_to(Path("..") / job_dir.path.name)
+    os.replace(tmp, link)
+
+
+def list_job_dirs(root: Path) -> list[JobDir]:
+    """Every job directory under ``root`` with a meta.json, oldest first."""
+    if not root.is_dir():
+        return []
+    dirs = [JobDir(p) for p in root.iterdir()
+            if p.is_dir() and p.name != "by-id" and (p / "meta.json").is_file()]
+    return sorted(dirs, key=lambda d: (float(d.meta().get("created_at") or 0), d.path.name))
+
+
+def find_job_dir(root: Path, ref: str) -> JobDir:
+    """The job directory for ``ref``: a Slurm job id, a directory path, or a job name (latest)."""
+    if ref.isdigit():
+        link = root / "by-id" / ref
+        if link.exists():
+            return JobDir(link.resolve())
+        raise UserInputError(f"job {ref}: not submitted by gantry under {root} "
+                             f"(no {link}; use --jobs-dir)")
+    candidate = Path(ref)
+    if candidate.is_dir() and (candidate / "meta.json").is_file():
+        return JobDir(candidate.resolve())
+    named = [d for d in list_job_dirs(root) if d.name == ref and d.job_id]
+    if named:
+        return named[-1]
+    raise UserInputError(f"job {ref!r}: no such job id, job directory or job name under {root}")

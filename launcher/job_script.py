@@ -1,0 +1,113 @@
+"""Turns a resolved JobRequest into the batch script's inputs and text (pure; no files written).
+
+Plug points for the other parts of gantry: the placement (topology/) arrives as a
+:class:`Placement`; the preflight check and gate commands and the training command are argv
+tuples built here from how gantry itself is invoked (:func:`gantry_argv`).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import launcher
+from launcher.job_request import JobRequest
+from launcher.sbatch_render import (
+    TEMPLATE_DIR,
+    LaunchStep,
+    Placement,
+    PreflightStep,
+    ScriptInputs,
+    env_pairs,
+    render_script,
+)
+
+#: gantry subcommand (after the gantry argv) that checks one node and prints a JSON line.
+PREFLIGHT_CHECK: tuple[str, ...] = ("preflight", "--json")
+#: gantry subcommand that aggregates the reports and picks the nodes (see PreflightStep).
+PREFLIGHT_GATE: tuple[str, ...] = ("preflight", "gate")
+
+REPO_ROOT = Path(launcher.__file__).resolve().parent.parent
+
+
+def gantry_argv() -> tuple[str, ...]:
+    """How a job step runs gantry: this interpreter with ``-m launcher``."""
+    return (sys.executable, "-m", "launcher")
+
+
+def gantry_env() -> tuple[tuple[str, str], ...]:
+    """Environment a job step needs to import this gantry (PYTHONPATH to its checkout)."""
+    return (("PYTHONPATH", str(REPO_ROOT)),)
+
+
+def layout_line(request: JobRequest) -> str:
+    """E.g. "pp 2 x dp 2 = 4 ranks on 4 nodes x 1 rank (+1 spare)"."""
+    par, res = request.spec.parallelism, request.spec.resources
+    spare = f" (+{res.spares} spare)" if res.spares else ""
+    return (f"pp {par.pp} x dp {par.dp} = {request.ranks} ranks on {res.nodes} nodes x "
+            f"{request.ranks_per_node} rank{'s' if request.ranks_per_node > 1 else ''}{spare}")
+
+
+def train_argv(request: JobRequest, job_dir: Path, gantry: Sequence[str]) -> tuple[str, ...]:
+    """What every rank runs: the job's command, else ``gantry train <job dir>/spec.yaml``."""
+    if request.spec.command:
+        return tuple(request.spec.command)
+    return (*gantry, "train", str(job_dir / "spec.yaml"), "--site", str(request.site.path))
+
+
+def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,
+                  placement: Placement | None = None,
+                  gantry: Sequence[str] | None = None,
+                  extra_env: Sequence[tuple[str, str]] | None = None) -> ScriptInputs:
+    """The template inputs for ``request`` running from ``job_dir``."""
+    gantry = tuple(gantry) if gantry is not None else gantry_argv()
+    site = request.site.config
+    spec = request.spec
+    preflight = None
+    site_args = ("--site", str(request.site.path))
+    if spec.policy.preflight_level != "off":
+        preflight = PreflightStep(level=spec.policy.preflight_level,
+                                  check_argv=(*gantry, *PREFLIGHT_CHECK, *site_args),
+                                  gate_argv=(*gantry, *PREFLIGHT_GATE, *site_args))
+    placement = placement or Placement()
+    if site.slurm.sbatch_options:
+        placement = Placement(
+            sbatch_options=(*site.slurm.sbatch_options, *placement.sbatch_options),
+            summary=placement.summary, nodes=placement.nodes)
+    return ScriptInputs(
+        job_name=spec.name, job_dir=str(job_dir), submit_dir=str(submit_dir),
+        generated_by=f"gantry {launcher.__version__}", spec_file=str(request.spec_path),
+        site_name=site.name, layout=layout_line(request), nodes=spec.resources.nodes,
+        spares=spec.resources.spares, ranks_per_node=request.ranks_per_node,
+        gpus_per_node=request.gpus_per_node, time_limit=spec.resources.time_limit,
+        cpus_per_task=spec.resources.cpus_per_task, partition=request.partition,
+        account=spec.resources.account, qos=spec.resources.qos,
+        dependencies=tuple(spec.resources.dependencies),
+        signal_lead_s=spec.policy.signal_lead_s, requeue=spec.policy.requeue,
+        max_restarts=spec.policy.max_restarts,
+        env=env_pairs(extra_env if extra_env is not None else gantry_env(), site.mpi.env,
+                      site.nccl.env, spec.env),
+        placement=placement, preflight=preflight,
+        launch=LaunchStep(launcher=site.mpi.launcher, srun_mpi=site.mpi.srun_mpi,
+                          argv=train_argv(request, job_dir, gantry),
+                          container_image=spec.resources.container_image),
+    )
+
+
+def template_location(request: JobRequest) -> tuple[str, Path]:
+    """(template name, directory) chosen by the site's ``slurm.sbatch_template``."""
+    name = request.site.config.slurm.sbatch_template
+    candidate = request.site.resolve(name)
+    if "/" in name and candidate.is_file():
+        return candidate.name, candidate.parent
+    return name, TEMPLATE_DIR
+
+
+def render_job(request: JobRequest, job_dir: Path, submit_dir: Path,
+               placement: Placement | None = None, gantry: Sequence[str] | None = None,
+               extra_env: Sequence[tuple[str, str]] | None = None) -> str:
+    """The batch script text of ``request``."""
+    name, directory = template_location(request)
+    inputs = script_inputs(request, job_dir, submit_dir, placement, gantry, extra_env)
+    return render_script(inputs, name, directory)

@@ -1,0 +1,234 @@
+"""The job spec: one YAML describing a training job (model, parallelism, resources, policy).
+
+Precedence when values come from several places: CLI flags > job YAML > site defaults.
+Layout errors name every factor, e.g. ``pp(2) * dp(3) = 6 ranks but 4 nodes x 1 GPU = 4``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from launcher.typed_config import FieldError, load_dataclass
+
+Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1"]
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+_TIME_RE = re.compile(r"^(?:(\d+)-)?(\d{1,2}):(\d{2})(?::(\d{2}))?$|^(\d+)$")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """GPT-2-style model size."""
+
+    n_layer: int = 12
+    """Transformer blocks."""
+    n_head: int = 12
+    """Attention heads (n_embd must be divisible by n_head)."""
+    n_embd: int = 768
+    """Hidden size C."""
+    vocab_size: int = 50257
+    """Vocabulary size V (the byte-level tokenizer of `gantry data` uses 256 + specials)."""
+    seq_len: int = 1024
+    """Training sequence length T (also the number of learned positions)."""
+
+    def validate(self) -> None:
+        for key in ("n_layer", "n_head", "n_embd", "vocab_size", "seq_len"):
+            value = getattr(self, key)
+            if value < 1:
+                raise FieldError(key, f"{value} is not allowed (expected an integer >= 1)")
+        if self.n_embd % self.n_head:
+            raise FieldError(
+                "n_head",
+                f"n_embd({self.n_embd}) is not divisible by n_head({self.n_head})",
+            )
+
+
+@dataclass(frozen=True)
+class ParallelismSpec:
+    """How the model is split: pp pipeline stages x dp data-parallel replicas."""
+
+    pp: int = 1
+    """Pipeline-parallel degree (ranks per pipeline replica)."""
+    dp: int = 1
+    """Data-parallel degree (pipeline replicas)."""
+    schedule: Schedule = "1f1b"
+    """Pipeline schedule."""
+    micro_batches: int = 1
+    """Micro-batches per step per replica (m)."""
+    micro_batch_size: int = 1
+    """Sequences per micro-batch (B)."""
+    virtual_stages: int = 1
+    """Model chunks per rank (v) for the interleaved schedule; 1 otherwise."""
+
+    def validate(self) -> None:
+        for key in ("pp", "dp", "micro_batches", "micro_batch_size", "virtual_stages"):
+            value = getattr(self, key)
+            if value < 1:
+                raise FieldError(key, f"{value} is not allowed (expected an integer >= 1)")
+        if self.schedule != "interleaved" and self.virtual_stages != 1:
+            raise FieldError(
+                "virtual_stages",
+                f"{self.virtual_stages} needs schedule 'interleaved' (schedule is "
+                f"{self.schedule!r})",
+            )
+        if self.schedule == "interleaved" and self.virtual_stages < 2:
+            raise FieldError("virtual_stages", "schedule 'interleaved' needs virtual_stages >= 2")
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    """Optimisation settings (AdamW with global-norm clipping)."""
+
+    steps: int = 10
+    """Optimizer steps to run."""
+    lr: float = 3e-4
+    """Peak learning rate."""
+    lr_schedule: Literal["constant", "cosine"] = "constant"
+    """constant, or linear warmup then cosine decay to min_lr."""
+    warmup_steps: int = 0
+    """Linear warmup steps (cosine schedule)."""
+    min_lr: float = 0.0
+    """Final learning rate of the cosine decay."""
+    weight_decay: float = 0.1
+    """Decoupled weight decay (matrices and embeddings only)."""
+    beta1: float = 0.9
+    beta2: float = 0.95
+    eps: float = 1e-8
+    grad_clip: float = 1.0
+    """Global gradient-norm clip; 0 disables clipping."""
+    seed: int = 1337
+    """Seed for weight init and data order."""
+    init_weights: str | None = None
+    """Safetensors file with Hugging Face GPT-2 names to start from (else random init)."""
+    data: str | None = None
+    """Glob of uint16 token shards (see `gantry data`); None: synthetic tokens."""
+
+    def validate(self) -> None:
+        if self.steps < 1:
+            raise FieldError("steps", f"{self.steps} is not allowed (expected >= 1)")
+        if self.lr <= 0:
+            raise FieldError("lr", f"{self.lr} is not allowed (expected > 0)")
+
+
+@dataclass(frozen=True)
+class CheckpointSpec:
+    """Where and how often training state is saved."""
+
+    dir: str | None = None
+    """Checkpoint directory (per-stage shards); None disables checkpoints."""
+    interval: int = 0
+    """Save every N steps (0: only on signal and at the end)."""
+    keep: int = 2
+    """How many complete checkpoints to keep."""
+
+
+@dataclass(frozen=True)
+class ResourcesSpec:
+    """What to ask Slurm for."""
+
+    nodes: int = 1
+    """Nodes that run ranks (spares not included)."""
+    spares: int = 0
+    """Extra nodes allocated to replace nodes that fail preflight."""
+    gpus_per_node: int | None = None
+    """Ranks (GPUs) per node; default: the site's gpus_per_node, or 1 on CPU sites."""
+    cpus_per_task: int | None = None
+    """CPUs per rank."""
+    time_limit: str = "01:00:00"
+    """Slurm time limit ([D-]HH:MM[:SS] or minutes)."""
+    partition: str | None = None
+    """Default: the site's partition."""
+    account: str | None = None
+    qos: str | None = None
+    container_image: str | None = None
+    """pyxis --container-image for the training step."""
+    dependencies: list[str] = field(default_factory=list)
+    """Slurm dependencies, e.g. ["afterok:1234"]."""
+
+    def validate(self) -> None:
+        if self.nodes < 1:
+            raise FieldError("nodes", f"{self.nodes} is not allowed (expected >= 1)")
+        if self.spares < 0:
+            raise FieldError("spares", f"{self.spares} is not allowed (expected >= 0)")
+        if self.gpus_per_node is not None and self.gpus_per_node < 1:
+            raise FieldError("gpus_per_node", f"{self.gpus_per_node} is not allowed (>= 1)")
+        if not _TIME_RE.match(self.time_limit):
+            raise FieldError(
+                "time_limit",
+                f"{self.time_limit!r} is not allowed (expected [D-]HH:MM[:SS] or minutes)",
+            )
+
+
+@dataclass(frozen=True)
+class PolicySpec:
+    """What happens on failure, preemption and time limit."""
+
+    preflight_level: Literal["off", "quick", "standard", "deep"] = "quick"
+    """Preflight level of the gate inside the job."""
+    requeue: bool = True
+    """Requeue on preemption, time limit or failed nodes."""
+    max_restarts: int = 3
+    """Give up after this many restarts."""
+    signal_lead_s: int = 120
+    """Seconds before the time limit that Slurm sends USR1 (checkpoint then requeue)."""
+    hang_timeout_s: int = 300
+    """Watchdog: a rank with no progress for this long fails the job into recovery."""
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """A training job. See docs/job-spec.md for every field."""
+
+    name: str
+    model: ModelSpec = field(default_factory=ModelSpec)
+    parallelism: ParallelismSpec = field(default_factory=ParallelismSpec)
+    train: TrainSpec = field(default_factory=TrainSpec)
+    resources: ResourcesSpec = field(default_factory=ResourcesSpec)
+    checkpoint: CheckpointSpec = field(default_factory=CheckpointSpec)
+    policy: PolicySpec = field(default_factory=PolicySpec)
+    site: str | None = None
+    """Site config path (relative to the job file); the CLI's --site wins."""
+    env: dict[str, str] = field(default_factory=dict)
+    """Extra environment for every rank (carried literally, never shell-evaluated)."""
+    command: list[str] | None = None
+    """Run this argv on every rank instead of `gantry train` (custom trainers, tests); each
+    argument is carried literally. The CLI's `gantry submit job.yaml -- ARGV...` wins."""
+
+    def validate(self) -> None:
+        if not _NAME_RE.match(self.name):
+            raise FieldError(
+                "name",
+                f"{self.name!r} is not allowed (expected 1-64 of A-Z a-z 0-9 . _ -, "
+                "starting with a letter or digit)",
+            )
+        stages = self.parallelism.pp * self.parallelism.virtual_stages
+        if stages > self.model.n_layer:
+            raise FieldError(
+                "parallelism.pp",
+                f"pp({self.parallelism.pp}) * virtual_stages({self.parallelism.virtual_stages})"
+                f" = {stages} stages but model.n_layer is {self.model.n_layer}",
+            )
+        for key in self.env:
+            if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                raise FieldError(f"env.{key}", "is not a valid environment variable name")
+        if self.command is not None and not self.command:
+            raise FieldError("command", "[] is not allowed (expected at least the program)")
+
+
+def check_layout(spec: JobSpec, gpus_per_node: int) -> None:
+    """Check pp x dp against the nodes asked for; raise FieldError naming every factor."""
+    ranks = spec.parallelism.pp * spec.parallelism.dp
+    slots = spec.resources.nodes * gpus_per_node
+    if ranks != slots:
+        raise FieldError(
+            "parallelism",
+            f"pp({spec.parallelism.pp}) * dp({spec.parallelism.dp}) = {ranks} ranks but "
+            f"{spec.resources.nodes} nodes x {gpus_per_node} GPU = {slots}",
+        )
+
+
+def load_job(path: Path) -> JobSpec:
+    """Load and validate a job YAML."""
+    return load_dataclass(JobSpec, path)

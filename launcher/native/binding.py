@@ -1,0 +1,390 @@
+"""ctypes binding of the native stage API (``native/include/gantry/stage.h``).
+
+``NativeLibrary`` loads ``libgantry_native.so``; ``NativeStage`` wraps one ``gt_stage``: numpy
+views of its parameter/gradient/optimizer buffers, forward/backward of micro-batches, AdamW and
+safetensors I/O. A failing C call raises :class:`UserInputError` (bad input: file, tensor,
+shape; exit 2) or :class:`NativeError` with the library's message.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+from dataclasses import dataclass
+from enum import IntEnum
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from launcher.errors import GantryError, UserInputError
+from launcher.native.model_config import GPTConfig
+
+GT_OK = 0
+GT_EINPUT = 2
+LIBRARY_ENV = "GANTRY_NATIVE_LIB"
+"""Environment variable naming the shared library to load (overrides the default path)."""
+DEFAULT_LIBRARY = Path(__file__).resolve().parents[2] / "native" / "build" / "libgantry_native.so"
+
+FloatArray = npt.NDArray[np.float32]
+IntArray = npt.NDArray[np.int32]
+
+
+class NativeError(GantryError):
+    """A failure inside the native library that is not bad user input."""
+
+
+class Buffer(IntEnum):
+    """The four same-layout fp32 buffers of a stage (``gt_buffer``)."""
+
+    PARAMS = 0
+    GRADS = 1
+    ADAM_M = 2
+    ADAM_V = 3
+
+
+class LrKind(IntEnum):
+    """Learning-rate schedule kinds (``gt_lr_kind``)."""
+
+    CONSTANT = 0
+    COSINE = 1
+
+
+class _Config(ctypes.Structure):
+    _fields_ = [
+        ("vocab_size", ctypes.c_int),
+        ("max_seq_len", ctypes.c_int),
+        ("n_layer", ctypes.c_int),
+        ("n_head", ctypes.c_int),
+        ("n_embd", ctypes.c_int),
+    ]
+
+
+class _TensorInfo(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("ndim", ctypes.c_int),
+        ("shape", ctypes.c_int64 * 2),
+        ("offset", ctypes.c_size_t),
+        ("numel", ctypes.c_size_t),
+        ("decay", ctypes.c_int),
+    ]
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    """One tensor of a stage's buffers."""
+
+    name: str
+    """Hugging Face GPT-2 name, e.g. ``transformer.h.3.attn.c_attn.weight``."""
+    shape: tuple[int, ...]
+    """Shape (Conv1D layout (in, out) for linear weights)."""
+    offset: int
+    """Element offset into each buffer."""
+    numel: int
+    """Number of elements."""
+    decay: bool
+    """Whether AdamW weight decay applies (2-D tensors)."""
+
+
+_P = ctypes.POINTER
+_f32p = _P(ctypes.c_float)
+_i32p = _P(ctypes.c_int32)
+_SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
+    "gt_last_error": (ctypes.c_char_p, []),
+    "gt_api_version": (ctypes.c_int, []),
+    "gt_stage_create": (
+        ctypes.c_int,
+        [_P(_Config), ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_int,
+         ctypes.c_int, ctypes.c_int, _P(ctypes.c_void_p)],
+    ),
+    "gt_stage_free": (None, [ctypes.c_void_p]),
+    "gt_stage_buffer": (_f32p, [ctypes.c_void_p, ctypes.c_int]),
+    "gt_stage_num_params": (ctypes.c_size_t, [ctypes.c_void_p]),
+    "gt_stage_wte_range": (
+        ctypes.c_int, [ctypes.c_void_p, _P(ctypes.c_size_t), _P(ctypes.c_size_t)]
+    ),
+    "gt_stage_num_tensors": (ctypes.c_int, [ctypes.c_void_p]),
+    "gt_stage_tensor": (_P(_TensorInfo), [ctypes.c_void_p, ctypes.c_int]),
+    "gt_stage_forward": (
+        ctypes.c_int,
+        [ctypes.c_void_p, ctypes.c_int, _i32p, _f32p, _f32p, _i32p, _f32p],
+    ),
+    "gt_stage_backward": (
+        ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, _f32p, _f32p, ctypes.c_float]
+    ),
+    "gt_stage_backward_input": (
+        ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, _f32p, _f32p, ctypes.c_float]
+    ),
+    "gt_stage_backward_weight": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
+    "gt_stage_zero_grad": (ctypes.c_int, [ctypes.c_void_p]),
+    "gt_stage_grad_sq_sum": (
+        ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, _P(ctypes.c_double)]
+    ),
+    "gt_stage_adamw_step": (
+        ctypes.c_int,
+        [ctypes.c_void_p, ctypes.c_float, ctypes.c_float, ctypes.c_float, ctypes.c_float,
+         ctypes.c_float, ctypes.c_int, ctypes.c_float],
+    ),
+    "gt_clip_coef": (ctypes.c_float, [ctypes.c_double, ctypes.c_double]),
+    "gt_lr_at": (
+        ctypes.c_double,
+        [ctypes.c_int, ctypes.c_int, ctypes.c_double, ctypes.c_double, ctypes.c_int,
+         ctypes.c_int],
+    ),
+    "gt_stage_load": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]),
+    "gt_stage_save": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_int]),
+    "gt_shard_read": (
+        ctypes.c_int,
+        [ctypes.c_char_p, _P(_P(ctypes.c_uint16)), _P(ctypes.c_size_t)],
+    ),
+    "gt_shard_write": (ctypes.c_int, [ctypes.c_char_p, _P(ctypes.c_uint16), ctypes.c_size_t]),
+    "gt_free": (None, [ctypes.c_void_p]),
+}
+
+
+class NativeLibrary:
+    """The loaded ``libgantry_native.so`` with typed function signatures."""
+
+    def __init__(self, path: Path | None = None) -> None:
+        if path is None:
+            env = os.environ.get(LIBRARY_ENV)
+            path = Path(env) if env else DEFAULT_LIBRARY
+        if not path.is_file():
+            raise GantryError(
+                f"{path}: native library not found (build it with cmake in native/, "
+                f"or set {LIBRARY_ENV})"
+            )
+        self.path = path
+        self.lib = ctypes.CDLL(str(path))
+        for name, (restype, argtypes) in _SIGNATURES.items():
+            func = getattr(self.lib, name)
+            func.restype = restype
+            func.argtypes = argtypes
+
+    def last_error(self) -> str:
+        message: bytes = self.lib.gt_last_error()
+        return message.decode(errors="replace")
+
+    def check(self, status: int) -> None:
+        """Raises the library's last error when status is not GT_OK."""
+        if status == GT_OK:
+            return
+        if status == GT_EINPUT:
+            raise UserInputError(self.last_error())
+        raise NativeError(self.last_error())
+
+    def lr_at(
+        self, kind: LrKind, step: int, max_lr: float, min_lr: float, warmup: int, total: int
+    ) -> float:
+        return float(self.lib.gt_lr_at(int(kind), step, max_lr, min_lr, warmup, total))
+
+    def clip_coef(self, total_norm: float, max_norm: float) -> float:
+        return float(self.lib.gt_clip_coef(total_norm, max_norm))
+
+    def read_shard(self, path: Path) -> npt.NDArray[np.uint16]:
+        """Reads a token shard through the C reader (bounds-checked)."""
+        data = _P(ctypes.c_uint16)()
+        count = ctypes.c_size_t()
+        self.check(self.lib.gt_shard_read(str(path).encode(), ctypes.byref(data),
+                                          ctypes.byref(count)))
+        try:
+            if count.value == 0:
+                return np.zeros(0, dtype=np.uint16)
+            return np.ctypeslib.as_array(data, shape=(count.value,)).copy()
+        finally:
+            self.lib.gt_free(data)
+
+
+def _f32(array: FloatArray | None, shape: tuple[int, ...], what: str) -> Any:
+    if array is None:
+        return None
+    if array.dtype != np.float32 or array.shape != shape or not array.flags.c_contiguous:
+        raise UserInputError(
+            f"{what}: expected a C-contiguous float32 array of shape {shape}, "
+            f"got {array.dtype} {array.shape}"
+        )
+    return array.ctypes.data_as(_f32p)
+
+
+def _i32(array: IntArray | None, shape: tuple[int, ...], what: str) -> Any:
+    if array is None:
+        return None
+    if array.dtype != np.int32 or array.shape != shape or not array.flags.c_contiguous:
+        raise UserInputError(
+            f"{what}: expected a C-contiguous int32 array of shape {shape}, "
+            f"got {array.dtype} {array.shape}"
+        )
+    return array.ctypes.data_as(_i32p)
+
+
+class NativeStage:
+    """One pipeline stage (``gt_stage``); close it (or use ``with``) to free its memory.
+
+    Numpy views returned by :meth:`buffer` and :meth:`tensor_view` share the stage's memory and
+    must not be used after :meth:`close`.
+    """
+
+    def __init__(
+        self,
+        lib: NativeLibrary,
+        config: GPTConfig,
+        layer_begin: int,
+        layer_end: int,
+        *,
+        is_first: bool,
+        is_last: bool,
+        batch: int,
+        seq_len: int,
+        n_slots: int = 1,
+    ) -> None:
+        self._handle: ctypes.c_void_p | None = None
+        self.lib = lib
+        self.config = config
+        self.layer_begin, self.layer_end = layer_begin, layer_end
+        self.is_first, self.is_last = is_first, is_last
+        self.batch, self.seq_len = batch, seq_len
+        cfg = _Config(config.vocab_size, config.max_seq_len, config.n_layer, config.n_head,
+                      config.n_embd)
+        handle = ctypes.c_void_p()
+        lib.check(lib.lib.gt_stage_create(ctypes.byref(cfg), layer_begin, layer_end,
+                                          int(is_first), int(is_last), batch, seq_len, n_slots,
+                                          ctypes.byref(handle)))
+        self._handle = handle
+        self.num_params = int(lib.lib.gt_stage_num_params(handle))
+        self.tensors = [self._tensor_info(i) for i in range(lib.lib.gt_stage_num_tensors(handle))]
+
+    # lifetime -------------------------------------------------------------------------------
+    def close(self) -> None:
+        if self._handle is not None:
+            self.lib.lib.gt_stage_free(self._handle)
+            self._handle = None
+
+    def __enter__(self) -> NativeStage:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
+
+    @property
+    def handle(self) -> ctypes.c_void_p:
+        if self._handle is None:
+            raise NativeError("native stage used after close()")
+        return self._handle
+
+    # buffers --------------------------------------------------------------------------------
+    def _tensor_info(self, index: int) -> TensorInfo:
+        info = self.lib.lib.gt_stage_tensor(self._handle, index).contents
+        return TensorInfo(
+            name=info.name.decode(),
+            shape=tuple(int(info.shape[d]) for d in range(info.ndim)),
+            offset=int(info.offset),
+            numel=int(info.numel),
+            decay=bool(info.decay),
+        )
+
+    def buffer(self, which: Buffer) -> FloatArray:
+        """A numpy view of the whole buffer (num_params float32)."""
+        ptr = self.lib.lib.gt_stage_buffer(self.handle, int(which))
+        return np.ctypeslib.as_array(ptr, shape=(self.num_params,))
+
+    def tensor_view(self, which: Buffer, name: str) -> FloatArray:
+        """A numpy view of one tensor of a buffer, shaped."""
+        for info in self.tensors:
+            if info.name == name:
+                flat = self.buffer(which)[info.offset : info.offset + info.numel]
+                return flat.reshape(info.shape)
+        raise KeyError(name)
+
+    def wte_range(self) -> tuple[int, int] | None:
+        """(offset, count) of the wte copy within every buffer, or None."""
+        offset, count = ctypes.c_size_t(), ctypes.c_size_t()
+        has = self.lib.lib.gt_stage_wte_range(self.handle, ctypes.byref(offset),
+                                              ctypes.byref(count))
+        return (int(offset.value), int(count.value)) if has else None
+
+    # compute --------------------------------------------------------------------------------
+    def _act_shape(self) -> tuple[int, int, int]:
+        return (self.batch, self.seq_len, self.config.n_embd)
+
+    def forward(
+        self,
+        slot: int,
+        *,
+        tokens: IntArray | None = None,
+        x_in: FloatArray | None = None,
+        targets: IntArray | None = None,
+    ) -> FloatArray | float:
+        """Forward of one micro-batch: returns x_out (non-last) or the mean loss (last)."""
+        bt = (self.batch, self.seq_len)
+        x_out = None if self.is_last else np.empty(self._act_shape(), dtype=np.float32)
+        loss = ctypes.c_float()
+        self.lib.check(self.lib.lib.gt_stage_forward(
+            self.handle, slot,
+            _i32(tokens, bt, "tokens") if self.is_first else None,
+            _f32(x_in, self._act_shape(), "x_in") if not self.is_first else None,
+            _f32(x_out, self._act_shape(), "x_out"),
+            _i32(targets, bt, "targets") if self.is_last else None,
+            ctypes.byref(loss) if self.is_last else None,
+        ))
+        return float(loss.value) if x_out is None else x_out
+
+    def _backward_call(
+        self, name: str, slot: int, dx_out: FloatArray | None, loss_scale: float
+    ) -> FloatArray | None:
+        dx_in = None if self.is_first else np.empty(self._act_shape(), dtype=np.float32)
+        func = getattr(self.lib.lib, name)
+        self.lib.check(func(
+            self.handle, slot,
+            _f32(dx_out, self._act_shape(), "dx_out") if not self.is_last else None,
+            _f32(dx_in, self._act_shape(), "dx_in"), loss_scale,
+        ))
+        return dx_in
+
+    def backward(
+        self, slot: int, dx_out: FloatArray | None = None, loss_scale: float = 1.0
+    ) -> FloatArray | None:
+        """Full backward (grads accumulate); returns dx_in (None on the first stage)."""
+        return self._backward_call("gt_stage_backward", slot, dx_out, loss_scale)
+
+    def backward_input(
+        self, slot: int, dx_out: FloatArray | None = None, loss_scale: float = 1.0
+    ) -> FloatArray | None:
+        """Input-gradient half of the backward (zero-bubble B); keeps the slot."""
+        return self._backward_call("gt_stage_backward_input", slot, dx_out, loss_scale)
+
+    def backward_weight(self, slot: int) -> None:
+        """Weight-gradient half of the backward (zero-bubble W); frees the slot."""
+        self.lib.check(self.lib.lib.gt_stage_backward_weight(self.handle, slot))
+
+    # optimizer ------------------------------------------------------------------------------
+    def zero_grad(self) -> None:
+        self.lib.check(self.lib.lib.gt_stage_zero_grad(self.handle))
+
+    def grad_sq_sum(self, include_wte: bool = True) -> float:
+        out = ctypes.c_double()
+        self.lib.check(self.lib.lib.gt_stage_grad_sq_sum(self.handle, int(include_wte),
+                                                         ctypes.byref(out)))
+        return float(out.value)
+
+    def adamw_step(
+        self, *, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
+        step: int, grad_scale: float = 1.0,
+    ) -> None:
+        self.lib.check(self.lib.lib.gt_stage_adamw_step(
+            self.handle, lr, beta1, beta2, eps, weight_decay, step, grad_scale))
+
+    # I/O ------------------------------------------------------------------------------------
+    def load(self, path: Path, which: Buffer = Buffer.PARAMS) -> None:
+        self.lib.check(self.lib.lib.gt_stage_load(self.handle, str(path).encode(), int(which)))
+
+    def save(self, path: Path, which: Buffer = Buffer.PARAMS) -> None:
+        self.lib.check(self.lib.lib.gt_stage_save(self.handle, str(path).encode(), int(which)))

@@ -1,0 +1,1 @@
+"""Reference implementations the native trainer is checked against (PyTorch, optional)."""

@@ -1,0 +1,47 @@
+"""Pipeline schedules: per-rank action tables generated once, proven by the simulator.
+
+``generate(name, pp, m, v)`` returns a :class:`ScheduleTable` for gpipe, 1f1b,
+interleaved (v chunks per rank) or zb-h1; ``simulate`` proves and costs it.
+"""
+
+from __future__ import annotations
+
+from launcher.schedules.gpipe import gpipe_orders
+from launcher.schedules.interleaved import interleaved_orders
+from launcher.schedules.one_f_one_b import one_f_one_b_orders
+from launcher.schedules.simulator import SimResult, simulate
+from launcher.schedules.table import (
+    Action,
+    Op,
+    ScheduleError,
+    ScheduleTable,
+    build_table,
+    table_from_bytes,
+)
+from launcher.schedules.zb_h1 import zb_h1_orders
+
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
+
+__all__ = [
+    "SCHEDULES", "Action", "Op", "ScheduleError", "ScheduleTable", "SimResult", "generate",
+    "simulate", "table_from_bytes",
+]
+
+
+def generate(name: str, pp: int, m: int, v: int = 1) -> ScheduleTable:
+    """The action table of schedule ``name`` for pp ranks, m micro-batches, v chunks/rank."""
+    if pp < 1 or m < 1 or v < 1:
+        raise ScheduleError(f"{name}: pp({pp}), m({m}) and v({v}) must be >= 1")
+    if name != "interleaved" and v != 1:
+        raise ScheduleError(f"{name}: virtual_stages({v}) needs schedule 'interleaved'")
+    if name == "gpipe":
+        orders = gpipe_orders(pp, m)
+    elif name == "1f1b":
+        orders = one_f_one_b_orders(pp, m)
+    elif name == "interleaved":
+        orders = interleaved_orders(pp, m, v)
+    elif name == "zb-h1":
+        orders = zb_h1_orders(pp, m)
+    else:
+        raise ScheduleError(f"unknown schedule {name!r} (expected one of {', '.join(SCHEDULES)})")
+    return build_table(name, pp, v, m, orders)

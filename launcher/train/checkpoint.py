@@ -1,0 +1,165 @@
+"""Per-stage checkpoints: atomic safetensors shards, a sha256 manifest written last, keep-K.
+
+Layout: ``<dir>/step_<N>/stage_<S>.safetensors`` (params under their HF names, AdamW moments
+as ``exp_avg.<name>`` / ``exp_avg_sq.<name>``; metadata: step, data position, seed) and
+``<dir>/step_<N>/manifest.json`` ({"step", "files": {name: sha256}}), which rank 0 writes
+after every shard is durable: a directory without a valid manifest is incomplete.
+Writes go to a temp file, fsync, rename, fsync of the directory.
+
+Resume policy: ``--resume`` takes the newest complete checkpoint whose shards all match the
+manifest, skipping (with a warning) newer ones that fail verification; an explicit
+``--resume-from DIR`` that fails verification is an error naming the file (exit 2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+from safetensors import SafetensorError
+from safetensors.numpy import load_file, save_file
+
+from launcher.errors import UserInputError
+from launcher.native.binding import Buffer
+from launcher.train.native_pipeline import Chunk
+
+MANIFEST = "manifest.json"
+_PREFIX = {Buffer.PARAMS: "", Buffer.ADAM_M: "exp_avg.", Buffer.ADAM_V: "exp_avg_sq."}
+
+
+def step_dir(root: Path, step: int) -> Path:
+    return root / f"step_{step:08d}"
+
+
+def shard_name(stage: int) -> str:
+    return f"stage_{stage:03d}.safetensors"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as handle:
+        handle.write(data)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(path.parent)
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def save_chunk(root: Path, step: int, chunk: Chunk, seed: int) -> tuple[str, str]:
+    """Writes one stage shard; returns (file name, sha256)."""
+    directory = step_dir(root, step)
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors = {}
+    for which, prefix in _PREFIX.items():
+        buf = chunk.buffer(which)
+        for info in chunk.tensors:
+            tensors[prefix + info.name] = buf[info.offset : info.offset + info.numel].reshape(
+                info.shape).copy()
+    path = directory / shard_name(chunk.stage)
+    tmp = path.with_name(path.name + ".tmp")
+    meta = {"format": "pt", "step": str(step), "data_position": str(step), "seed": str(seed)}
+    save_file(tensors, str(tmp), metadata=meta)
+    with open(tmp, "rb+") as handle:
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    _fsync_dir(directory)
+    return path.name, sha256_of(path)
+
+
+def write_manifest(root: Path, step: int, files: dict[str, str], keep: int) -> None:
+    """Rank 0, after every shard is written: the completeness marker, then pruning."""
+    directory = step_dir(root, step)
+    body = json.dumps({"step": step, "files": files}, indent=2, sort_keys=True).encode()
+    _atomic_write(directory / MANIFEST, body)
+    complete = sorted(complete_steps(root))
+    for old in complete[:-keep] if keep > 0 else []:
+        shutil.rmtree(step_dir(root, old), ignore_errors=True)
+
+
+def complete_steps(root: Path) -> list[int]:
+    steps = []
+    for child in root.glob("step_*") if root.is_dir() else []:
+        if (child / MANIFEST).is_file() and child.name[5:].isdigit():
+            steps.append(int(child.name[5:]))
+    return steps
+
+
+def verify(directory: Path, n_stages: int) -> int:
+    """Checks the manifest and every shard's sha256; returns the step or raises naming the
+    bad file."""
+    manifest = directory / MANIFEST
+    try:
+        body = json.loads(manifest.read_text())
+        step = int(body["step"])
+        files = dict(body["files"])
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise UserInputError(f"{manifest}: not a valid checkpoint manifest ({err})") from None
+    for stage in range(n_stages):
+        name = shard_name(stage)
+        if name not in files:
+            raise UserInputError(f"{manifest}: no entry for {name} (expected {n_stages} stages)")
+        path = directory / name
+        if not path.is_file():
+            raise UserInputError(f"{path}: checkpoint shard is missing")
+        if sha256_of(path) != files[name]:
+            raise UserInputError(f"{path}: checksum mismatch (corrupt or truncated shard)")
+    return step
+
+
+def pick_latest(root: Path, n_stages: int, warn: list[str]) -> Path | None:
+    """Newest checkpoint that verifies; failures of newer ones are appended to ``warn``."""
+    for step in sorted(complete_steps(root), reverse=True):
+        try:
+            verify(step_dir(root, step), n_stages)
+        except UserInputError as err:
+            warn.append(f"skipping checkpoint: {err}")
+            continue
+        return step_dir(root, step)
+    return None
+
+
+def load_chunk(directory: Path, chunk: Chunk) -> None:
+    """Loads params and moments of one stage; wrong names or shapes name the file and tensor."""
+    path = directory / shard_name(chunk.stage)
+    try:
+        tensors = load_file(str(path))
+    except (SafetensorError, OSError, ValueError) as err:
+        raise UserInputError(f"{path}: unreadable checkpoint shard ({err})") from None
+    expected = {prefix + info.name for prefix in _PREFIX.values() for info in chunk.tensors}
+    unknown = sorted(set(tensors) - expected)
+    if unknown:
+        raise UserInputError(f"{path}: unexpected tensor {unknown[0]!r} for stage {chunk.stage}")
+    staged = []
+    for which, prefix in _PREFIX.items():
+        for info in chunk.tensors:
+            name = prefix + info.name
+            if name not in tensors:
+                raise UserInputError(f"{path}: missing tensor {name!r}")
+            value = tensors[name]
+            if value.dtype != np.float32 or tuple(value.shape) != info.shape:
+                raise UserInputError(
+                    f"{path}: tensor {name!r} is {value.dtype}{list(value.shape)}, "
+                    f"expected float32{list(info.shape)}")
+            staged.append((which, info, value))
+    for which, info, value in staged:
+        chunk.buffer(which)[info.offset : info.offset + info.numel] = value.reshape(-1)

@@ -1,0 +1,41 @@
+"""Per-step metrics (JSONL, rank 0) and per-rank trace events (Chrome trace JSON, Perfetto)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from launcher.schedules import Op
+
+_NAMES = {int(op): op.name.lower() for op in Op}
+
+
+def append_jsonl(path: Path, record: dict[str, Any]) -> None:
+    with open(path, "a", encoding="utf-8") as handle:
+        handle.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def trace_events(rank: int, step: int, t_offset: float,
+                 spans: list[tuple[int, int, int, float, float]]) -> list[dict[str, Any]]:
+    """Chrome 'complete' events: compute spans, sends, and blocked receive waits."""
+    events = []
+    for op, stage, mb, t0, t1 in spans:
+        if op < 0:
+            name = f"wait {_NAMES.get(-op, '?')}"
+            category = "wait"
+        else:
+            name = _NAMES.get(op, "?")
+            category = "compute" if op <= int(Op.WEIGHT) else "comm"
+        events.append({
+            "name": f"{name} s{stage} mb{mb}", "cat": category, "ph": "X", "pid": rank,
+            "tid": 0, "ts": (t_offset + t0) * 1e6, "dur": max(t1 - t0, 0.0) * 1e6,
+            "args": {"step": step, "stage": stage, "micro_batch": mb},
+        })
+    return events
+
+
+def write_trace(path: Path, events: list[dict[str, Any]], ranks: int) -> None:
+    meta = [{"name": "process_name", "ph": "M", "pid": r, "args": {"name": f"rank {r}"}}
+            for r in range(ranks)]
+    path.write_text(json.dumps({"traceEvents": meta + events, "displayTimeUnit": "ms"}))

@@ -1,0 +1,216 @@
+"""The per-rank training loop of `gantry train` (runs under mpirun / srun --mpi=pmix, or alone).
+
+mpi4py init -> rank layout -> schedule table (generated here, the executor only follows it)
+-> FLOP-balanced layer split -> native pipeline (communicator handed over as a Fortran
+handle) -> weights (checkpoint, init file or seeded init) -> steps: this replica's slice of
+the global batch, one native step, metrics (rank 0), trace spans, checkpoints.
+Errors found on any rank are agreed on collectively so that every rank stops together and
+only rank 0 reports.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import GantryError, UserInputError
+from launcher.job_spec import JobSpec
+from launcher.native.model_config import GPTConfig
+from launcher.schedules import ScheduleError, generate
+from launcher.train import checkpoint, data, metrics
+from launcher.train.init_weights import init_chunk
+from launcher.train.layout import make_layout, node_name, read_rank_order
+from launcher.train.native_pipeline import Pipeline, StepArgs, load_library
+from launcher.train.split import split_layers
+
+
+@dataclass(frozen=True)
+class TrainOptions:
+    """What the command line adds to the job spec."""
+
+    run_dir: Path
+    """Where metrics.jsonl and trace.json go."""
+    base_dir: Path
+    """Directory relative paths of the job file are resolved against."""
+    library: Path | None = None
+    """libgantry_native.so to use (None: GANTRY_NATIVE_LIB or the default build)."""
+    resume: bool = False
+    """Continue from the newest complete checkpoint (if any)."""
+    resume_from: Path | None = None
+    """Continue from exactly this checkpoint directory."""
+    rank_order: Path | None = None
+    """Placement's rank-order file."""
+    max_steps: int | None = None
+    """Stop after this many steps in this invocation (the schedule still spans train.steps)."""
+
+
+class QuietFailure(GantryError):
+    """Raised on ranks other than 0 when rank 0 reports the error."""
+
+
+def _agree(world: Any, error: GantryError | None) -> None:
+    """Collective: if any rank failed, every rank raises (rank 0 with the first message)."""
+    errors = world.allgather(None if error is None else (type(error).__name__, str(error),
+                                                         error.exit_status))
+    failed = [e for e in errors if e is not None]
+    if not failed:
+        return
+    _kind, message, status = failed[0]
+    err: GantryError = UserInputError(message) if status == 2 else GantryError(message)
+    if world.Get_rank() != 0:
+        quiet = QuietFailure(message)
+        quiet.exit_status = status
+        raise quiet
+    raise err
+
+
+def _resolve(base: Path, value: str | None) -> Path | None:
+    if value is None:
+        return None
+    path = Path(value)
+    return path if path.is_absolute() else base / path
+
+
+def run(spec: JobSpec, opts: TrainOptions) -> int:
+    from mpi4py import MPI
+
+    world = MPI.COMM_WORLD
+    rank, size = world.Get_rank(), world.Get_size()
+    par, model = spec.parallelism, spec.model
+    error: GantryError | None = None
+    try:
+        order = read_rank_order(opts.rank_order, size) if opts.rank_order else None
+        layout = make_layout(rank, size, par.pp, par.dp, order)
+        table = generate(par.schedule, par.pp, par.micro_batches, par.virtual_stages)
+        ranges = split_layers(model.n_layer, par.pp * par.virtual_stages, model.n_embd,
+                              model.seq_len, model.vocab_size)
+    except ScheduleError as err:
+        error = UserInputError(f"parallelism: {err}")
+    except GantryError as err:
+        error = err
+    _agree(world, error)
+    names = world.allgather(node_name())
+    node_id = sorted(set(names), key=names.index).index(names[rank])
+    config = GPTConfig(model.vocab_size, model.seq_len, model.n_layer, model.n_head,
+                       model.n_embd)
+    lib = load_library(opts.library)
+    pipe = Pipeline(lib, config, world.py2f(), pp=par.pp, dp=par.dp,
+                    pipe_rank=layout.pipe_rank, replica=layout.replica, node_id=node_id,
+                    v=par.virtual_stages, m=par.micro_batches, batch=par.micro_batch_size,
+                    seq_len=model.seq_len, stage_layers=ranges,
+                    slots_per_stage=table.slots_per_stage)
+    try:
+        return _train(world, spec, opts, layout, table, pipe, lib)
+    finally:
+        pipe.close()
+
+
+def _load_start(world: Any, spec: JobSpec, opts: TrainOptions, pipe: Pipeline) -> int:
+    """Fills weights (and moments); returns the first step to run."""
+    ckpt_root = _resolve(opts.base_dir, spec.checkpoint.dir)
+    n_stages = spec.parallelism.pp * spec.parallelism.virtual_stages
+    chosen: Path | None = None
+    error: GantryError | None = None
+    if world.Get_rank() == 0:
+        try:
+            if opts.resume_from is not None:
+                checkpoint.verify(opts.resume_from, n_stages)
+                chosen = opts.resume_from
+            elif opts.resume and ckpt_root is not None:
+                warnings: list[str] = []
+                chosen = checkpoint.pick_latest(ckpt_root, n_stages, warnings)
+                for line in warnings:
+                    sys.stderr.write(f"warning: {line}\n")
+        except GantryError as err:
+            error = err
+    _agree(world, error)
+    chosen = world.bcast(chosen, root=0)
+    start = 0
+    try:
+        if chosen is not None:
+            start = checkpoint.verify(chosen, n_stages) if world.Get_rank() == 0 else 0
+            for chunk in pipe.chunks:
+                checkpoint.load_chunk(chosen, chunk)
+        else:
+            init = _resolve(opts.base_dir, spec.train.init_weights)
+            for chunk in pipe.chunks:
+                if init is not None:
+                    chunk.load(init)
+                else:
+                    init_chunk(chunk, spec.model.n_layer, spec.train.seed)
+    except GantryError as err:
+        error = err
+    _agree(world, error)
+    return int(world.bcast(start, root=0))
+
+
+def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: Any,
+           pipe: Pipeline, lib: Any) -> int:
+    par, model, train = spec.parallelism, spec.model, spec.train
+    rank = world.Get_rank()
+    start = _load_start(world, spec, opts, pipe)
+    shards = None
+    error: GantryError | None = None
+    try:
+        data_glob = _resolve(opts.base_dir, train.data)
+        shards = data.read_shards(str(data_glob)) if data_glob is not None else None
+    except GantryError as err:
+        error = err
+    _agree(world, error)
+    actions = table.rank_array(layout.pipe_rank)
+    n_micro = par.dp * par.micro_batches
+    rows = slice(layout.replica * par.micro_batches, (layout.replica + 1) * par.micro_batches)
+    ckpt_root = _resolve(opts.base_dir, spec.checkpoint.dir)
+    if rank == 0:
+        opts.run_dir.mkdir(parents=True, exist_ok=True)
+    end = train.steps if opts.max_steps is None else min(train.steps, start + opts.max_steps)
+    events: list[dict[str, Any]] = []
+    t_begin = time.monotonic()
+    for step in range(start, end):
+        inputs, targets = data.global_batch(step, n_micro, par.micro_batch_size, model.seq_len,
+                                            model.vocab_size, train.seed, shards)
+        args = StepArgs(step, train.steps, 1 if train.lr_schedule == "cosine" else 0,
+                        train.warmup_steps, train.lr, train.min_lr, train.beta1, train.beta2,
+                        train.eps, train.weight_decay, train.grad_clip)
+        t_step = time.monotonic() - t_begin
+        result = pipe.step(actions, inputs[rows].copy(), targets[rows].copy(), args)
+        events.extend(metrics.trace_events(rank, step, t_step, pipe.trace()))
+        timings = {k: getattr(result, k) for k in
+                   ("compute_s", "send_s", "recv_s", "bubble_s", "sync_s", "total_s")}
+        per_rank = world.gather(timings, root=0)
+        if rank == 0:
+            slowest = max(t["total_s"] for t in per_rank)
+            record = {
+                "step": step + 1, "loss": result.loss, "lr": result.lr,
+                "grad_norm": result.grad_norm,
+                "tokens_per_s": n_micro * par.micro_batch_size * model.seq_len / slowest,
+                "ranks": per_rank,
+            }
+            metrics.append_jsonl(opts.run_dir / "metrics.jsonl", record)
+            print(f"step {step + 1}/{train.steps} loss {result.loss:.6f} "
+                  f"norm {result.grad_norm:.4f} lr {result.lr:.3e}", flush=True)
+        interval = spec.checkpoint.interval
+        if ckpt_root is not None and ((interval and (step + 1) % interval == 0)
+                                      or step + 1 == train.steps):
+            files: dict[str, str] = {}
+            error = None
+            try:  # replicas hold identical state: replica 0 writes the shards
+                if layout.replica == 0:
+                    files = dict(checkpoint.save_chunk(ckpt_root, step + 1, c, train.seed)
+                                 for c in pipe.chunks)
+            except (GantryError, OSError) as err:
+                error = GantryError(f"checkpoint at step {step + 1}: {err}")
+            _agree(world, error)
+            gathered = world.gather(files, root=0)
+            if rank == 0:
+                merged = {k: v for part in gathered for k, v in part.items()}
+                checkpoint.write_manifest(ckpt_root, step + 1, merged, spec.checkpoint.keep)
+            world.barrier()
+    all_events = world.gather(events, root=0)
+    if rank == 0:
+        flat = [e for part in all_events for e in part]
+        metrics.write_trace(opts.run_dir / "trace.json", flat, world.Get_size())
+    return 0

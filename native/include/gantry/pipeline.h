@@ -1,0 +1,93 @@
+/*
+ * gantry/pipeline.h — the pipeline executor: one optimizer step of pipeline x data parallel
+ * training, driven by a schedule table generated (and proven) on the Python side.
+ *
+ * A rank owns v stage objects (chunks): global stage s = chunk * pp + pipe_rank. The table is
+ * int32 rows (op, stage, micro_batch, slot, peer) — see launcher/schedules/table.py — and the
+ * executor follows it verbatim: it takes no decision at run time.
+ *
+ * One step: zero grads; run the table (forward / backward / split backward on activation
+ * slots, non-blocking sends and receives waited where the table says); all-reduce the wte
+ * gradient between first and last stage; hierarchical data-parallel all-reduce of all
+ * gradients; global gradient norm (pipeline all-reduce of sums of squares, wte once);
+ * clipping; AdamW at the scheduled learning rate. The loss (mean over the micro-batches and
+ * replicas) and per-category timings come back on every rank.
+ */
+#ifndef GANTRY_PIPELINE_H
+#define GANTRY_PIPELINE_H
+
+#include <stdint.h>
+
+#include "gantry/stage.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Action codes (launcher/schedules/table.py Op). */
+enum {
+    GT_OP_FORWARD = 1, GT_OP_BACKWARD = 2, GT_OP_BACKWARD_INPUT = 3, GT_OP_WEIGHT = 4,
+    GT_OP_SEND_ACT = 5, GT_OP_RECV_ACT = 6, GT_OP_SEND_GRAD = 7, GT_OP_RECV_GRAD = 8,
+    GT_OP_WAIT = 9
+};
+#define GT_ACTION_WIDTH 5
+
+typedef struct gt_comm gt_comm; /* native/src/comm.h */
+typedef struct gt_pipeline gt_pipeline;
+
+/* Optimizer settings of one step. */
+typedef struct {
+    int step;            /* 0-based step index (AdamW's t = step + 1) */
+    int total_steps;     /* for the cosine schedule */
+    int lr_kind;         /* gt_lr_kind */
+    int warmup_steps;
+    double max_lr, min_lr;
+    float beta1, beta2, eps, weight_decay;
+    float grad_clip;     /* max global norm; 0 disables clipping */
+} gt_step_args;
+
+/* What one step did. Times are seconds on this rank. */
+typedef struct {
+    double loss;      /* mean loss over micro-batches and replicas (same on every rank) */
+    double grad_norm; /* global norm before clipping */
+    double lr;        /* learning rate used */
+    double compute_s; /* forward / backward / weight-gradient compute */
+    double send_s;    /* posting and completing sends */
+    double recv_s;    /* posting receives and completing those whose data had arrived */
+    double bubble_s;  /* blocked in a receive whose data had not arrived (pipeline bubble) */
+    double sync_s;    /* tied + data-parallel all-reduces, norm, optimizer */
+    double total_s;
+} gt_step_result;
+
+/* One span of the last step's trace (times in seconds since the step started). */
+typedef struct {
+    int32_t op, stage, micro_batch, pad;
+    double t0, t1;
+} gt_trace_event;
+
+/* stage_layers: [2 * pp * v] (layer_begin, layer_end) of every global stage;
+ * slots_per_stage: [pp * v]. Stages this rank does not own are ignored. */
+GT_API int gt_pipeline_create(const gt_config *cfg, gt_comm *comm, int v, int micro_batches,
+                              int B, int T, const int32_t *stage_layers,
+                              const int32_t *slots_per_stage, gt_pipeline **out);
+GT_API void gt_pipeline_free(gt_pipeline *p);
+GT_API int gt_pipeline_num_chunks(const gt_pipeline *p);
+GT_API gt_stage *gt_pipeline_chunk(gt_pipeline *p, int chunk); /* NULL if out of range */
+
+/* Runs one step. actions: [n_actions, 5] rows of this rank's table. tokens / targets: this
+ * replica's (m, B, T) int32 inputs and targets (read on the first / last stage only). */
+GT_API int gt_pipeline_step(gt_pipeline *p, const int32_t *actions, int n_actions,
+                            const int32_t *tokens, const int32_t *targets,
+                            const gt_step_args *args, gt_step_result *result);
+
+/* Name of the site this library was built for by `gantry build` ("" for a plain build). */
+GT_API const char *gt_build_site(void);
+
+/* The last step's spans (valid until the next step). */
+GT_API int gt_pipeline_trace(const gt_pipeline *p, const gt_trace_event **events, int *count);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GANTRY_PIPELINE_H */

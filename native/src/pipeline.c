@@ -1,0 +1,264 @@
+/*
+ * pipeline.c — the schedule-table executor of gantry/pipeline.h (see there for one step).
+ *
+ * Buffers per owned chunk and activation slot (each (B,T,C) fp32):
+ *   x_in   received input activations (non-first stages)
+ *   x_out  output activations, the source of SEND_ACT until its slot is reused
+ *   dx_out received gradient of x_out (non-last stages)
+ *   dx_in  gradient of x_in, the source of SEND_GRAD until its slot is reused
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "comm.h"
+#include "common.h"
+#include "gantry/pipeline.h"
+#ifdef GANTRY_HAVE_SITE_H
+#include "gantry_site.h"
+#endif
+#ifndef GANTRY_SITE_NAME
+#define GANTRY_SITE_NAME ""
+#endif
+
+const char *gt_build_site(void) { return GANTRY_SITE_NAME; }
+
+typedef struct {
+    gt_stage *stage;
+    int global_stage, is_first, is_last, n_slots;
+    float *bufs; /* one allocation: 4 * n_slots * N*C */
+    float **x_in, **x_out, **dx_out, **dx_in; /* [n_slots] */
+} gt_chunk;
+
+struct gt_pipeline {
+    gt_config cfg;
+    gt_comm *comm;
+    int pp, dp, v, pipe_rank, m, B, T;
+    gt_chunk *chunks; /* [v] */
+    gt_trace_event *trace;
+    int trace_count, trace_cap;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+int gt_pipeline_create(const gt_config *cfg, gt_comm *comm, int v, int m, int B, int T,
+                       const int32_t *stage_layers, const int32_t *slots_per_stage,
+                       gt_pipeline **out) {
+    int rc = GT_OK;
+    gt_pipeline *p = NULL;
+    *out = NULL;
+    if (v < 1 || m < 1 || B < 1 || T < 1)
+        GT_FAIL(GT_EINPUT, "bad pipeline shape v=%d m=%d B=%d T=%d", v, m, B, T);
+    GT_CALLOC(p, 1);
+    p->cfg = *cfg;
+    p->comm = comm;
+    p->pp = gt_comm_pp(comm), p->dp = gt_comm_dp(comm), p->pipe_rank = gt_comm_pipe_rank(comm);
+    p->v = v, p->m = m, p->B = B, p->T = T;
+    GT_CALLOC(p->chunks, v);
+    const size_t NC = (size_t)B * (size_t)T * (size_t)cfg->n_embd;
+    const int n_stages = p->pp * v;
+    for (int c = 0; c < v; c++) {
+        gt_chunk *ch = &p->chunks[c];
+        int s = c * p->pp + p->pipe_rank;
+        ch->global_stage = s;
+        ch->is_first = s == 0;
+        ch->is_last = s == n_stages - 1;
+        ch->n_slots = slots_per_stage[s];
+        if (ch->n_slots < 1) GT_FAIL(GT_EINPUT, "stage %d has %d slots", s, ch->n_slots);
+        GT_CHECK(gt_stage_create(cfg, stage_layers[2 * s], stage_layers[2 * s + 1], ch->is_first,
+                                 ch->is_last, B, T, ch->n_slots, &ch->stage));
+        GT_CALLOC(ch->bufs, 4 * (size_t)ch->n_slots * NC);
+        GT_CALLOC(ch->x_in, 4 * (size_t)ch->n_slots);
+        ch->x_out = ch->x_in + ch->n_slots;
+        ch->dx_out = ch->x_out + ch->n_slots;
+        ch->dx_in = ch->dx_out + ch->n_slots;
+        for (int k = 0; k < 4 * ch->n_slots; k++) ch->x_in[k] = ch->bufs + (size_t)k * NC;
+    }
+    *out = p;
+    p = NULL;
+cleanup:
+    gt_pipeline_free(p);
+    return rc;
+}
+
+void gt_pipeline_free(gt_pipeline *p) {
+    if (p == NULL) return;
+    for (int c = 0; p->chunks != NULL && c < p->v; c++) {
+        gt_stage_free(p->chunks[c].stage);
+        free(p->chunks[c].bufs);
+        free(p->chunks[c].x_in);
+    }
+    free(p->chunks);
+    free(p->trace);
+    free(p);
+}
+
+int gt_pipeline_num_chunks(const gt_pipeline *p) { return p->v; }
+
+gt_stage *gt_pipeline_chunk(gt_pipeline *p, int chunk) {
+    return chunk >= 0 && chunk < p->v ? p->chunks[chunk].stage : NULL;
+}
+
+int gt_pipeline_trace(const gt_pipeline *p, const gt_trace_event **events, int *count) {
+    *events = p->trace;
+    *count = p->trace_count;
+    return GT_OK;
+}
+
+/* The chunk of global stage s on this rank, or fail. */
+static int chunk_of(gt_pipeline *p, int s, gt_chunk **out) {
+    int rc = GT_OK;
+    if (s < 0 || s >= p->pp * p->v || s % p->pp != p->pipe_rank)
+        GT_FAIL(GT_ESTATE, "schedule names stage %d, not owned by pipeline rank %d", s,
+                p->pipe_rank);
+    *out = &p->chunks[s / p->pp];
+cleanup:
+    return rc;
+}
+
+/* Runs the table; adds the last stage's micro-batch losses into *loss_sum. */
+static int run_table(gt_pipeline *p, const int32_t *actions, int n, const int32_t *tokens,
+                     const int32_t *targets, double *loss_sum, gt_step_result *r, double t_start) {
+    int rc = GT_OK;
+    const size_t NC = (size_t)p->B * (size_t)p->T * (size_t)p->cfg.n_embd;
+    const size_t BT = (size_t)p->B * (size_t)p->T;
+    const float loss_scale = 1.0f / (float)(p->m * p->dp);
+    for (int i = 0; i < n; i++) {
+        const int32_t *a = actions + (size_t)i * GT_ACTION_WIDTH;
+        int op = a[0], s = a[1], mb = a[2], slot = a[3], peer = a[4];
+        gt_chunk *ch = NULL;
+        double t0 = now_s();
+        int ready = 0;
+        if (op != GT_OP_WAIT) {
+            GT_CHECK(chunk_of(p, s, &ch));
+            if (mb < 0 || mb >= p->m || slot < 0 || slot >= ch->n_slots)
+                GT_FAIL(GT_ESTATE, "action %d: micro-batch %d / slot %d out of range", i, mb,
+                        slot);
+        }
+        switch (op) {
+        case GT_OP_FORWARD: {
+            float loss = 0.0f;
+            GT_CHECK(gt_stage_forward(ch->stage, slot, ch->is_first ? tokens + mb * BT : NULL,
+                                      ch->is_first ? NULL : ch->x_in[slot],
+                                      ch->is_last ? NULL : ch->x_out[slot],
+                                      ch->is_last ? targets + mb * BT : NULL,
+                                      ch->is_last ? &loss : NULL));
+            if (ch->is_last) *loss_sum += (double)loss;
+            break;
+        }
+        case GT_OP_BACKWARD:
+            GT_CHECK(gt_stage_backward(ch->stage, slot, ch->is_last ? NULL : ch->dx_out[slot],
+                                       ch->is_first ? NULL : ch->dx_in[slot], loss_scale));
+            break;
+        case GT_OP_BACKWARD_INPUT:
+            GT_CHECK(gt_stage_backward_input(ch->stage, slot,
+                                             ch->is_last ? NULL : ch->dx_out[slot],
+                                             ch->is_first ? NULL : ch->dx_in[slot], loss_scale));
+            break;
+        case GT_OP_WEIGHT:
+            GT_CHECK(gt_stage_backward_weight(ch->stage, slot));
+            break;
+        case GT_OP_SEND_ACT:
+            GT_CHECK(gt_comm_isend(p->comm, i, peer, GT_MSG_ACT, ch->x_out[slot], NC));
+            break;
+        case GT_OP_SEND_GRAD:
+            GT_CHECK(gt_comm_isend(p->comm, i, peer, GT_MSG_GRAD, ch->dx_in[slot], NC));
+            break;
+        case GT_OP_RECV_ACT:
+            GT_CHECK(gt_comm_irecv(p->comm, i, peer, GT_MSG_ACT, ch->x_in[slot], NC));
+            break;
+        case GT_OP_RECV_GRAD:
+            GT_CHECK(gt_comm_irecv(p->comm, i, peer, GT_MSG_GRAD, ch->dx_out[slot], NC));
+            break;
+        case GT_OP_WAIT:
+            if (peer < 0 || peer >= i) GT_FAIL(GT_ESTATE, "action %d waits on %d", i, peer);
+            GT_CHECK(gt_comm_wait(p->comm, peer, &ready));
+            break;
+        default:
+            GT_FAIL(GT_ESTATE, "action %d has unknown op %d", i, op);
+        }
+        double t1 = now_s(), dt = t1 - t0;
+        if (op <= GT_OP_WEIGHT) r->compute_s += dt;
+        else if (op == GT_OP_SEND_ACT || op == GT_OP_SEND_GRAD) r->send_s += dt;
+        else if (op == GT_OP_RECV_ACT || op == GT_OP_RECV_GRAD) r->recv_s += dt;
+        else {
+            int waited = actions[(size_t)peer * GT_ACTION_WIDTH];
+            if (waited == GT_OP_SEND_ACT || waited == GT_OP_SEND_GRAD) r->send_s += dt;
+            else if (ready) r->recv_s += dt;
+            else r->bubble_s += dt;
+        }
+        if (op != GT_OP_WAIT || !ready) {
+            gt_trace_event *e = &p->trace[p->trace_count++];
+            e->op = op == GT_OP_WAIT ? -actions[(size_t)peer * GT_ACTION_WIDTH] : op;
+            e->stage = op == GT_OP_WAIT ? actions[(size_t)peer * GT_ACTION_WIDTH + 1] : s;
+            e->micro_batch = op == GT_OP_WAIT ? actions[(size_t)peer * GT_ACTION_WIDTH + 2] : mb;
+            e->t0 = t0 - t_start;
+            e->t1 = t1 - t_start;
+        }
+    }
+cleanup:
+    return rc;
+}
+
+/* Tied wte, data-parallel all-reduce, global norm, clipping, AdamW. */
+static int sync_and_update(gt_pipeline *p, const gt_step_args *args, gt_step_result *r) {
+    int rc = GT_OK;
+    double sq = 0.0;
+    for (int c = 0; c < p->v; c++) {
+        gt_chunk *ch = &p->chunks[c];
+        float *grads = gt_stage_buffer(ch->stage, GT_BUF_GRADS);
+        size_t off = 0, count = 0;
+        if ((ch->is_first || ch->is_last) && !(ch->is_first && ch->is_last) &&
+            gt_stage_wte_range(ch->stage, &off, &count))
+            GT_CHECK(gt_comm_allreduce_tied(p->comm, grads + off, count));
+        GT_CHECK(gt_comm_allreduce_dp(p->comm, grads, gt_stage_num_params(ch->stage)));
+        double part = 0.0;
+        GT_CHECK(gt_stage_grad_sq_sum(ch->stage, !(ch->is_last && !ch->is_first), &part));
+        sq += part;
+    }
+    GT_CHECK(gt_comm_allreduce_pipe_double(p->comm, &sq));
+    r->grad_norm = sqrt(sq);
+    float scale = args->grad_clip > 0.0f ? gt_clip_coef(r->grad_norm, args->grad_clip) : 1.0f;
+    r->lr = gt_lr_at((gt_lr_kind)args->lr_kind, args->step, args->max_lr, args->min_lr,
+                     args->warmup_steps, args->total_steps);
+    for (int c = 0; c < p->v; c++)
+        GT_CHECK(gt_stage_adamw_step(p->chunks[c].stage, (float)r->lr, args->beta1, args->beta2,
+                                     args->eps, args->weight_decay, args->step + 1, scale));
+cleanup:
+    return rc;
+}
+
+int gt_pipeline_step(gt_pipeline *p, const int32_t *actions, int n_actions,
+                     const int32_t *tokens, const int32_t *targets, const gt_step_args *args,
+                     gt_step_result *result) {
+    int rc = GT_OK;
+    gt_step_result r;
+    memset(&r, 0, sizeof(r));
+    double t_start = now_s();
+    double loss_sum = 0.0;
+    if (n_actions > p->trace_cap) {
+        gt_trace_event *grown = realloc(p->trace, (size_t)n_actions * sizeof(*grown));
+        if (grown == NULL) GT_FAIL(GT_ENOMEM, "out of memory for %d trace events", n_actions);
+        p->trace = grown;
+        p->trace_cap = n_actions;
+    }
+    p->trace_count = 0;
+    GT_CHECK(gt_comm_reserve(p->comm, n_actions));
+    for (int c = 0; c < p->v; c++) GT_CHECK(gt_stage_zero_grad(p->chunks[c].stage));
+    GT_CHECK(run_table(p, actions, n_actions, tokens, targets, &loss_sum, &r, t_start));
+    double t_sync = now_s();
+    GT_CHECK(sync_and_update(p, args, &r));
+    GT_CHECK(gt_comm_allreduce_world_double(p->comm, &loss_sum));
+    r.loss = loss_sum / (double)(p->m * p->dp);
+    double t_end = now_s();
+    r.sync_s = t_end - t_sync;
+    r.total_s = t_end - t_start;
+    *result = r;
+cleanup:
+    return rc;
+}

@@ -1,0 +1,86 @@
+/*
+ * stage_internal.h — the gt_stage struct shared by stage.c (compute), optim.c (AdamW, norms)
+ * and stage_io.c (safetensors load/save). Not part of the public API.
+ */
+#ifndef GANTRY_STAGE_INTERNAL_H
+#define GANTRY_STAGE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "gantry/stage.h"
+
+/* Tensors of one transformer block, in buffer order. */
+enum {
+    GT_LN1_W, GT_LN1_B, GT_QKV_W, GT_QKV_B, GT_ATTPROJ_W, GT_ATTPROJ_B,
+    GT_LN2_W, GT_LN2_B, GT_FC_W, GT_FC_B, GT_FCPROJ_W, GT_FCPROJ_B,
+    GT_TENSORS_PER_LAYER
+};
+
+/* Forward activations of one micro-batch (one slot). N = B*T, nl = owned layers. */
+typedef struct {
+    float *x0;              /* (N,C) stage input: embeddings (first) or a copy of x_in */
+    float **ln1, **ln1_mean, **ln1_rstd; /* [nl] (N,C), (N), (N) */
+    float **qkv;            /* [nl] (N,3C) */
+    float **atty;           /* [nl] (N,C) attention output before c_proj */
+    float **att;            /* [nl] (B,NH,T,T) softmax probabilities */
+    float **res2;           /* [nl] (N,C) residual after attention */
+    float **ln2, **ln2_mean, **ln2_rstd; /* [nl] (N,C), (N), (N) */
+    float **fch;            /* [nl] (N,4C) c_fc output (pre-GELU) */
+    float **fch_gelu;       /* [nl] (N,4C) */
+    float **res3;           /* [nl] (N,C) layer output */
+    float *lnf, *lnf_mean, *lnf_rstd; /* last: (N,C), (N), (N) */
+    float *probs;           /* last: (N,V) probabilities; dlogits after backward_input */
+    float *losses;          /* last: (N) */
+    int32_t *tokens;        /* first: (N) copy of the input tokens */
+    int32_t *targets;       /* last: (N) copy of the targets */
+    float *block;           /* the one allocation behind the float pointers above */
+    float **ptrs;           /* the one allocation behind the per-layer pointer arrays */
+    int state;              /* GT_SLOT_* */
+} gt_slot;
+
+enum { GT_SLOT_FREE = 0, GT_SLOT_FORWARD_DONE = 1, GT_SLOT_INPUT_GRAD_DONE = 2 };
+
+/* Activation gradients of one micro-batch: what backward_weight needs from backward_input. */
+typedef struct {
+    float **dresid;  /* [nl+1] (N,C): dresid[l] = d(input of local layer l), dresid[nl] = d(output) */
+    float **dres2;   /* [nl] (N,C) */
+    float **dln1;    /* [nl] (N,C) */
+    float **dln2;    /* [nl] (N,C) */
+    float **dqkv;    /* [nl] (N,3C) */
+    float **dfch;    /* [nl] (N,4C) gradient at the c_fc output (pre-GELU) */
+    float *dlnf;     /* last: (N,C) */
+    float *block;
+    float **ptrs;
+} gt_grad_acts;
+
+struct gt_stage {
+    gt_config cfg;
+    int layer_begin, layer_end, nl; /* owned layers and their count */
+    int is_first, is_last;
+    int B, T, n_slots;
+
+    gt_tensor_info *tensors; /* table, buffer order */
+    char *names;             /* storage of tensor names */
+    int num_tensors;
+    int layer_tensor0;       /* index of the first layer tensor in the table */
+    int has_wte, has_wpe;
+    size_t num_params;
+
+    float *buffers[4];       /* params, grads, adam m, adam v: num_params each */
+
+    gt_slot *slots;          /* [n_slots] */
+    gt_grad_acts shared_grads;      /* used by the fused gt_stage_backward */
+    gt_grad_acts **slot_grads;      /* [n_slots] per-slot, allocated on first split use */
+
+    float *scratch_datty;    /* (N,C) */
+    float *scratch_colsum;   /* GT_COLSUM_CHUNKS * 4C */
+    float *scratch_att;      /* (T,T) attention backward */
+};
+
+/* Pointer to tensor k (GT_LN1_W..) of local layer l in buffer `buf`. */
+static inline float *gt_layer_tensor(const gt_stage *s, float *buf, int l, int k) {
+    return buf + s->tensors[s->layer_tensor0 + l * GT_TENSORS_PER_LAYER + k].offset;
+}
+
+#endif /* GANTRY_STAGE_INTERNAL_H */

@@ -1,0 +1,63 @@
+"""Helpers of the pipeline training tests: job files, mpirun launches, the PyTorch reference."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[2]
+
+MPI_ENV = {
+    "OMPI_MCA_btl": "self,tcp",
+    "OMPI_MCA_btl_tcp_if_include": "lo",
+    "OMPI_ALLOW_RUN_AS_ROOT": "1",
+    "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+    "OMP_NUM_THREADS": "1",
+}
+
+# Odd shapes on purpose: 9 layers (not divisible by 2 or 4), head size 5, sequences of 5.
+ODD_MODEL = {"n_layer": 9, "n_head": 3, "n_embd": 15, "vocab_size": 50, "seq_len": 5}
+TRAIN = {"steps": 10, "lr": 1.0e-3, "lr_schedule": "cosine", "warmup_steps": 3,
+         "min_lr": 1.0e-4, "weight_decay": 0.1, "grad_clip": 1.0, "seed": 7}
+
+
+def write_job(directory: Path, name: str, *, pp: int, dp: int, schedule: str, m: int = 4,
+              v: int = 1, batch: int = 2, model: dict[str, int] | None = None,
+              train: dict[str, Any] | None = None,
+              checkpoint: dict[str, Any] | None = None) -> Path:
+    body: dict[str, Any] = {
+        "name": name,
+        "model": model or ODD_MODEL,
+        "parallelism": {"pp": pp, "dp": dp, "schedule": schedule, "micro_batches": m,
+                        "micro_batch_size": batch, "virtual_stages": v},
+        "train": {**TRAIN, **(train or {})},
+    }
+    if checkpoint:
+        body["checkpoint"] = checkpoint
+    path = directory / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(body))
+    return path
+
+
+def gantry_train(job: Path, ranks: int, lib: Path, *extra: str,
+                 run_dir: Path | None = None) -> subprocess.CompletedProcess[str]:
+    """`gantry train` under mpirun with `ranks` processes (or alone when ranks == 1)."""
+    cmd = [sys.executable, "-m", "launcher", "train", str(job), "--lib", str(lib), *extra]
+    if run_dir is not None:
+        cmd += ["--run-dir", str(run_dir)]
+    if ranks > 1:
+        cmd = ["mpirun", "--oversubscribe", "-np", str(ranks), *cmd]
+    env = {**os.environ, **MPI_ENV, "PYTHONPATH": str(REPO)}
+    return subprocess.run(cmd, capture_output=True, text=True, check=False, env=env,
+                          cwd=REPO, timeout=300)
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in lines]

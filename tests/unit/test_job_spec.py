@@ -1,0 +1,50 @@
+"""Tests for the job spec: loading the example, field errors and layout errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from launcher.errors import UserInputError
+from launcher.job_spec import check_layout, load_job
+from launcher.typed_config import FieldError
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "gpt2-tiny-pp2-dp2.yaml"
+
+
+def test_example_loads() -> None:
+    job = load_job(EXAMPLE)
+    assert (job.parallelism.pp, job.parallelism.dp, job.resources.spares) == (2, 2, 1)
+    check_layout(job, gpus_per_node=1)
+
+
+def test_layout_error_names_every_factor() -> None:
+    job = load_job(EXAMPLE)
+    with pytest.raises(FieldError) as info:
+        check_layout(job, gpus_per_node=2)
+    assert "pp(2) * dp(2) = 4 ranks but 4 nodes x 2 GPU = 8" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ({"name": "bad name; rm -rf"}, "name: 'bad name; rm -rf' is not allowed"),
+        ({"model": {"n_embd": 64, "n_head": 5}}, "model.n_head: n_embd(64) is not divisible"),
+        ({"parallelism": {"pp": 0}}, "parallelism.pp: 0 is not allowed"),
+        ({"parallelism": {"schedule": "pipedream"}}, "parallelism.schedule: 'pipedream'"),
+        ({"parallelism": {"virtual_stages": 2}}, "parallelism.virtual_stages: 2 needs"),
+        ({"model": {"n_layer": 2}, "parallelism": {"pp": 4}}, "4 stages but model.n_layer is 2"),
+        ({"resources": {"time_limit": "soon"}}, "resources.time_limit: 'soon' is not allowed"),
+        ({"env": {"BAD-KEY": "x"}}, "env.BAD-KEY: is not a valid environment variable"),
+        ({"colour": "red"}, "colour: unknown key"),
+    ],
+)
+def test_bad_job_names_field(tmp_path: Path, edit: dict[str, object], message: str) -> None:
+    data = {"name": "ok", **edit}
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserInputError) as info:
+        load_job(path)
+    assert message in str(info.value)

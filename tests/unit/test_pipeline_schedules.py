@@ -1,0 +1,145 @@
+"""Schedule tables proven by the simulator: dependencies, matching, no deadlock, bubble, memory."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from launcher.schedules import Action, Op, ScheduleError, generate, simulate, table_from_bytes
+from launcher.schedules.table import ScheduleTable, build_table
+
+
+def expected_bubble(name: str, pp: int, m: int, v: int) -> float:
+    if name == "interleaved":
+        return (pp - 1) / (v * m + pp - 1)
+    if name == "zb-h1":
+        return (pp - 1) / (3 * m + pp - 1)
+    return (pp - 1) / (m + pp - 1)
+
+
+@settings(max_examples=60, deadline=None)
+@given(pp=st.integers(1, 8), m=st.integers(1, 24))
+def test_gpipe_and_1f1b_bubble_and_memory(pp: int, m: int) -> None:
+    gpipe = simulate(generate("gpipe", pp, m))
+    one = simulate(generate("1f1b", pp, m))
+    assert gpipe.bubble_fraction == pytest.approx(expected_bubble("gpipe", pp, m, 1))
+    assert one.bubble_fraction == pytest.approx(expected_bubble("1f1b", pp, m, 1))
+    assert max(gpipe.peak_in_flight) == m
+    assert max(one.peak_in_flight) == min(pp, m)
+    assert one.peak_in_flight == [min(pp - r, m) for r in range(pp)]
+
+
+@settings(max_examples=40, deadline=None)
+@given(pp=st.integers(2, 6), groups=st.integers(1, 4), v=st.integers(2, 4))
+def test_interleaved_bubble(pp: int, groups: int, v: int) -> None:
+    m = pp * groups
+    result = simulate(generate("interleaved", pp, m, v))
+    assert result.bubble_fraction == pytest.approx(expected_bubble("interleaved", pp, m, v))
+
+
+@settings(max_examples=40, deadline=None)
+@given(pp=st.integers(2, 8), extra=st.integers(0, 16))
+def test_zb_h1_bubble_is_a_third_of_1f1b(pp: int, extra: int) -> None:
+    m = pp + extra
+    zb = simulate(generate("zb-h1", pp, m))
+    one = simulate(generate("1f1b", pp, m))
+    assert zb.bubble_fraction == pytest.approx(expected_bubble("zb-h1", pp, m, 1))
+    # (3m + 3p - 3) / (3 (3m + p - 1)) of 1F1B's: below a half at m = pp, -> 1/3 as m grows
+    assert zb.bubble_fraction < 0.5 * one.bubble_fraction
+    if m >= 4 * pp:
+        assert zb.bubble_fraction < 0.4 * one.bubble_fraction
+    assert max(zb.peak_in_flight) == pp
+
+
+@pytest.mark.parametrize("pp,m", [(2, 1), (4, 2), (8, 3)])
+def test_zb_h1_short_step_is_still_valid_and_no_worse(pp: int, m: int) -> None:
+    zb = simulate(generate("zb-h1", pp, m))
+    assert zb.bubble_fraction <= simulate(generate("1f1b", pp, m)).bubble_fraction
+
+
+def test_interleaved_rejects_m_not_multiple_of_pp() -> None:
+    with pytest.raises(ScheduleError, match=r"micro_batches\(6\) must be a multiple of pp\(4\)"):
+        generate("interleaved", 4, 6, 2)
+
+
+def test_unknown_schedule_and_bad_virtual_stages() -> None:
+    with pytest.raises(ScheduleError, match="unknown schedule"):
+        generate("pipedream", 2, 2)
+    with pytest.raises(ScheduleError, match="needs schedule 'interleaved'"):
+        generate("1f1b", 2, 2, 2)
+
+
+def test_table_round_trips_through_bytes() -> None:
+    table = generate("interleaved", 2, 4, 2)
+    again = table_from_bytes(table.to_bytes(), "interleaved")
+    assert again.ranks == table.ranks
+    assert again.slots_per_stage == table.slots_per_stage
+    assert table.rank_array(1).shape == (len(table.ranks[1]), 5)
+    with pytest.raises(ScheduleError, match="trailing"):
+        table_from_bytes(table.to_bytes() + b"\0\0\0\0")
+
+
+def test_every_wait_names_an_earlier_request() -> None:
+    table = generate("zb-h1", 4, 8)
+    for actions in table.ranks:
+        for index, action in enumerate(actions):
+            if action.op is Op.WAIT:
+                assert 0 <= action.peer < index
+                assert actions[action.peer].op in (
+                    Op.SEND_ACT, Op.RECV_ACT, Op.SEND_GRAD, Op.RECV_GRAD
+                )
+
+
+# --- the simulator catches broken tables (each mutation must be rejected) ---
+
+def _mutate(table: ScheduleTable, rank: int, actions: list[Action]) -> ScheduleTable:
+    ranks = list(table.ranks)
+    ranks[rank] = tuple(actions)
+    return dataclasses.replace(table, ranks=tuple(ranks))
+
+
+def test_simulator_detects_deadlock() -> None:
+    # rank 0 wants mb 0's gradient before sending mb 1; rank 1 wants mb 1 before sending it
+    orders = [
+        [(Op.FORWARD, 0, 0), (Op.BACKWARD, 0, 0), (Op.FORWARD, 0, 1), (Op.BACKWARD, 0, 1)],
+        [(Op.FORWARD, 1, 0), (Op.FORWARD, 1, 1), (Op.BACKWARD, 1, 0), (Op.BACKWARD, 1, 1)],
+    ]
+    with pytest.raises(ScheduleError, match="deadlock"):
+        simulate(build_table("cyclic", 2, 1, 2, orders))
+
+
+def test_simulator_detects_missing_dependency() -> None:
+    table = generate("gpipe", 2, 2)
+    actions = [a for a in table.ranks[1] if a.op is not Op.WAIT or
+               table.ranks[1][a.peer].op is not Op.RECV_ACT]
+    with pytest.raises(ScheduleError, match=r"has not arrived|not an unwaited"):
+        simulate(_mutate(table, 1, actions))
+
+
+def test_simulator_detects_mismatched_order() -> None:
+    table = generate("gpipe", 2, 2)
+    actions = list(table.ranks[0])
+    sends = [i for i, a in enumerate(actions) if a.op is Op.SEND_ACT]
+    i, j = sends[0], sends[1]
+    actions[i] = dataclasses.replace(actions[i], micro_batch=1)
+    with pytest.raises(ScheduleError):
+        simulate(_mutate(table, 0, actions))
+    del j
+
+
+def test_simulator_detects_slot_clobbering() -> None:
+    table = generate("gpipe", 1, 2)
+    actions = [dataclasses.replace(a, slot=0) if a.op is Op.FORWARD else a
+               for a in table.ranks[0]]
+    with pytest.raises(ScheduleError, match="slot held by micro-batch 0"):
+        simulate(_mutate(table, 0, actions))
+
+
+def test_simulator_detects_missing_compute() -> None:
+    table = generate("1f1b", 1, 2)
+    actions = [a for a in table.ranks[0] if not (a.op is Op.BACKWARD and a.micro_batch == 1)]
+    with pytest.raises(ScheduleError, match=r"backward of stage 0 mb 1 incomplete|holding"):
+        simulate(_mutate(table, 0, actions))

@@ -1,0 +1,84 @@
+"""Parse ``scontrol show topology`` output (Slurm 22.05 through 24.11 shapes) into declarations.
+
+Tree (22.05 and later; upper switches also list all their nodes, which are ignored here):
+
+    SwitchName=s0 Level=0 LinkSpeed=1 Nodes=n[1-2]
+    SwitchName=s2 Level=1 LinkSpeed=1 Nodes=n[1-4] Switches=s[0-1]
+
+Block (23.11 without BlockSize=, 24.11 with it and with the aggregated blocks):
+
+    BlockName=b1 BlockIndex=0 Nodes=n[1-4] BlockSize=4
+    AggregatedBlock=b[1-2] BlockIndex=2 Nodes=n[1-8] BlockSize=8
+"""
+
+from __future__ import annotations
+
+from launcher.errors import UserInputError
+from topology.document import BlockDecl, SwitchDecl, TopologyDoc
+
+SOURCE = "scontrol show topology"
+
+
+def _fields(where: str, line: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for token in line.split():
+        key, sep, value = token.partition("=")
+        if not sep:
+            raise UserInputError(f"{where}: {token!r} is not Key=Value")
+        out[key] = value
+    return out
+
+
+def parse_scontrol_topology(text: str, source: str = SOURCE) -> TopologyDoc:
+    """Parse the whole output of ``scontrol show topology``."""
+    switches: list[SwitchDecl] = []
+    blocks: list[BlockDecl] = []
+    sizes: set[int] = set()
+    base_size: int | None = None
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line:
+            continue
+        where = f"{source}:{number}"
+        if line.startswith("SwitchName="):
+            f = _fields(where, line)
+            level = f.get("Level", "0")
+            if not level.isdigit():
+                raise UserInputError(f"{where}: Level={level} is not an integer")
+            if int(level) > 0:
+                if "Switches" not in f:
+                    raise UserInputError(f"{where}: switch at Level={level} lists no Switches=")
+                switches.append(SwitchDecl(f["SwitchName"], where, switches=f["Switches"]))
+            else:
+                switches.append(SwitchDecl(f["SwitchName"], where, nodes=f.get("Nodes") or None))
+        elif line.startswith(("BlockName=", "AggregatedBlock=")):
+            f = _fields(where, line)
+            size = f.get("BlockSize")
+            if size is not None:
+                if not size.isdigit() or int(size) <= 0:
+                    raise UserInputError(f"{where}: BlockSize={size} is not a positive integer")
+                sizes.add(int(size))
+            if "BlockName" in f:
+                if not f.get("Nodes"):
+                    raise UserInputError(f"{where}: block {f['BlockName']!r} lists no Nodes=")
+                if base_size is None and size is not None:
+                    base_size = int(size)
+                blocks.append(BlockDecl(f["BlockName"], f["Nodes"], where))
+        else:
+            raise UserInputError(
+                f"{where}: {line[:40]!r} is not a SwitchName=, BlockName= or AggregatedBlock= line"
+            )
+    if switches and blocks:
+        raise UserInputError(f"{source}: has both switches and blocks")
+    if switches:
+        return TopologyDoc(kind="tree", source=source, switches=tuple(switches))
+    if blocks:
+        ordered = tuple(sorted(s for s in sizes if base_size is None or s >= base_size))
+        return TopologyDoc(
+            kind="block",
+            source=source,
+            blocks=tuple(blocks),
+            block_sizes=ordered,
+            block_sizes_where=source,
+        )
+    raise UserInputError(f"{source}: no topology information (is a topology plugin configured?)")
