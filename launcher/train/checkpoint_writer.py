@@ -7,8 +7,8 @@ checkpoint is complete:
   hold identical state), then writes the shards now (sync) or in a background thread
   (async; the copies make the next steps safe to run meanwhile). Only one save is in flight:
   a new save first completes the previous one.
-- :meth:`CheckpointWriter.poll` (after every step): one all-reduce asks whether every rank's
-  background write is done; when it is, the checkpoint is completed.
+- :meth:`CheckpointWriter.poll` (after every step): completes the pending save, so a write
+  overlaps exactly one step and checkpoint N is complete by the end of step N + 1.
 - :meth:`CheckpointWriter.wait` blocks until the pending save is complete (before a stop or
   at the end of training).
 
@@ -39,9 +39,6 @@ class _Pending:
         self.files: dict[str, str] = {}
         self.error: GantryError | None = None
         self.thread: threading.Thread | None = None
-
-    def done(self) -> bool:
-        return self.thread is None or not self.thread.is_alive()
 
 
 class CheckpointWriter:
@@ -93,13 +90,10 @@ class CheckpointWriter:
             pending.error = GantryError(f"checkpoint at step {pending.step}: {err}")
 
     def poll(self) -> None:
-        """Collective: complete the pending save if every rank's write is done."""
-        if self._pending is None:
-            return
-        from mpi4py import MPI
-
-        if self.world.allreduce(1 if self._pending.done() else 0, op=MPI.MIN):
-            self.wait()
+        """Collective, after the step that followed a save: complete that save (its write
+        overlapped the step). Bounding the lag to one step makes checkpoint N durable by the
+        end of step N + 1, whatever happens later."""
+        self.wait()
 
     def wait(self) -> None:
         """Collective: block until the pending save (if any) is complete."""

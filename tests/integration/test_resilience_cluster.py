@@ -128,6 +128,9 @@ def test_corrupt_checkpoint_is_skipped_on_resume(cluster: EmbeddedCluster,
     cluster.run("scancel", "--signal=USR1", job.job_id)
     wait_for(lambda: job.status()["restarts"] == 1, "the requeue", 120, job.log)
     stop = next(e for e in job.events() if e["event"] == "stop")
+    complete = sorted(int(p.parent.name[5:]) for p in
+                      (job.job_dir / "ckpt").glob("step_*/manifest.json"))
+    assert complete[-1] == stop["step"] and len(complete) == 2, complete  # keep: 2
     newest = job.job_dir / "ckpt" / f"step_{stop['step']:08d}"
     shard = newest / "stage_001.safetensors"
     data = bytearray(shard.read_bytes())
@@ -136,7 +139,7 @@ def test_corrupt_checkpoint_is_skipped_on_resume(cluster: EmbeddedCluster,
     assert job.status()["state"] == "PENDING"  # still held back: the resume sees the flip
     assert_recovered(job, reference)
     resumed = [e for e in job.events() if e["event"] == "start"][-1]
-    assert resumed["step"] == stop["step"] - 2  # the previous complete checkpoint
+    assert resumed["step"] == complete[0]  # the previous complete checkpoint
     log = full_log(job)
     assert f"skipping checkpoint: {shard}: checksum mismatch" in log
     record_recovery("corrupt checkpoint shard (after USR1)", job, sent)

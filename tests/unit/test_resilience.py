@@ -167,13 +167,13 @@ def test_write_shard_is_atomic_and_checksummed(tmp_path: Path) -> None:
 
 
 def test_crash_mid_write_leaves_no_shard(tmp_path: Path) -> None:
-    code = ("import numpy as np; from pathlib import Path; from launcher.train import "
-            "checkpoint; checkpoint.write_shard(Path(%r), 4, 1, {'a': np.ones((64, 64), "
-            "dtype=np.float32)}, seed=5, rank=1)" % str(tmp_path))
+    code = ("import sys, numpy as np; from pathlib import Path; from launcher.train import "
+            "checkpoint; checkpoint.write_shard(Path(sys.argv[1]), 4, 1, {'a': np.ones((64, "
+            "64), dtype=np.float32)}, seed=5, rank=1)")
     env = {**os.environ, "PYTHONPATH": str(REPO), "GANTRY_FAULT_CRASH_IN_CHECKPOINT": "4:1",
            "GANTRY_FAULT_STATE_DIR": str(tmp_path)}
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            env=env, timeout=60, check=False)
+    result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
+                            text=True, env=env, timeout=60, check=False)
     assert result.returncode == job_exit_codes.TRAINER_FAULT_INJECTED, result.stderr
     directory = checkpoint.step_dir(tmp_path, 4)
     assert not (directory / "stage_001.safetensors").exists()
