@@ -173,6 +173,8 @@ def test_node_killed_mid_run_resumes_on_healthy_nodes(reference: Trajectory,
         job = submit(private, tmp_path, job_body(
             "nodekill", env={"GANTRY_FAULT_STEP_DELAY_S": "1"}, spares=1))
         job.wait_step(3)
+        wait_for(lambda: any((job.job_dir / "ckpt").glob("step_*/manifest.json")),
+                 "a complete checkpoint", 120, job.log)
         first = job.launch_nodes(0)
         victim = first[1]  # rank 1's node (not the batch host)
         killed_at = time.time()
