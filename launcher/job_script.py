@@ -67,10 +67,11 @@ def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,
     site = request.site.config
     spec = request.spec
     preflight = None
+    site_args = ("--site", str(request.site.path))
     if spec.policy.preflight_level != "off":
         preflight = PreflightStep(level=spec.policy.preflight_level,
-                                  check_argv=(*gantry, *PREFLIGHT_CHECK),
-                                  gate_argv=(*gantry, *PREFLIGHT_GATE))
+                                  check_argv=(*gantry, *PREFLIGHT_CHECK, *site_args),
+                                  gate_argv=(*gantry, *PREFLIGHT_GATE, *site_args))
     placement = placement or Placement()
     if site.slurm.sbatch_options:
         placement = Placement(
