@@ -122,9 +122,10 @@ class CheckpointSpec:
     """Save every N steps (0: only on signal and at the end)."""
     keep: int = 2
     """How many complete checkpoints to keep (0: all)."""
-    async_write: bool = True
-    """Write shards in a background thread from copies of the buffers (off the step's
-    critical path); the manifest is written once every rank's shards are durable."""
+    async_write: bool = False
+    """Write shards in a background thread from copies of the buffers, overlapping the next
+    step (the manifest follows once every rank's shards are durable). Pays off only where
+    the rank has idle cores (see docs/BENCHMARKS.md)."""
 
     def validate(self) -> None:
         if self.interval < 0:
