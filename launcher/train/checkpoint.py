@@ -71,7 +71,7 @@ def save_chunk(root: Path, step: int, chunk: Chunk, seed: int) -> tuple[str, str
     directory.mkdir(parents=True, exist_ok=True)
     tensors = {}
     for which, prefix in _PREFIX.items():
-        buf = chunk.buffer(which)
+        buf = chunk.read(which)
         for info in chunk.tensors:
             tensors[prefix + info.name] = buf[info.offset : info.offset + info.numel].reshape(
                 info.shape).copy()
@@ -162,4 +162,4 @@ def load_chunk(directory: Path, chunk: Chunk) -> None:
                     f"expected float32{list(info.shape)}")
             staged.append((which, info, value))
     for which, info, value in staged:
-        chunk.buffer(which)[info.offset : info.offset + info.numel] = value.reshape(-1)
+        chunk.write(which, info.offset, value)

@@ -28,7 +28,5 @@ def init_tensor(name: str, shape: tuple[int, ...], n_layer: int,
 
 
 def init_chunk(chunk: Chunk, n_layer: int, seed: int) -> None:
-    params = chunk.buffer(Buffer.PARAMS)
     for info in chunk.tensors:
-        values = init_tensor(info.name, info.shape, n_layer, seed)
-        params[info.offset : info.offset + info.numel] = values.reshape(-1)
+        chunk.write(Buffer.PARAMS, info.offset, init_tensor(info.name, info.shape, n_layer, seed))
