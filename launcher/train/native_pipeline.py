@@ -73,6 +73,7 @@ _SIGNATURES = {
         [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, _P(ctypes.c_float)],
     ),
     "gt_backend_memory": (ctypes.c_int, [_P(ctypes.c_size_t), _P(ctypes.c_size_t)]),
+    "gt_stage_backend_info": (ctypes.c_char_p, [ctypes.c_void_p]),
     "gt_comm_free": (None, [ctypes.c_void_p]),
     "gt_pipeline_create": (
         ctypes.c_int,
@@ -130,6 +131,10 @@ class Chunk:
     """Global stage index."""
     tensors: list[TensorInfo]
     num_params: int
+
+    def info(self) -> str:
+        """The backend's one-line description of this stage's kernels."""
+        return str(self.lib.lib.gt_stage_backend_info(self.handle).decode())
 
     def read(self, which: Buffer) -> npt.NDArray[np.float32]:
         """A host copy of one whole buffer."""

@@ -3,8 +3,9 @@
 mpi4py init -> rank layout -> schedule table (generated here, the executor only follows it)
 -> FLOP-balanced layer split -> communicator bootstrap (world rank 0 makes the id — an
 ncclUniqueId on the CUDA build — and mpi4py broadcasts it) -> native pipeline (communicator
-handed over as a Fortran handle plus the id) -> weights (checkpoint, init file or seeded init) -> steps: this replica's slice of
-the global batch, one native step, metrics (rank 0), trace spans, checkpoints.
+handed over as a Fortran handle plus the id) -> weights (checkpoint, init file or seeded
+init) -> steps: this replica's slice of the global batch, one native step, metrics (rank 0),
+trace spans, checkpoints.
 Errors found on any rank are agreed on collectively so that every rank stops together and
 only rank 0 reports.
 """
@@ -177,6 +178,9 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
         error = err
     _agree(world, error)
     actions = table.rank_array(layout.pipe_rank)
+    if rank == 0:
+        print(f"native backend {lib.lib.gt_backend_name().decode()}, comm "
+              f"{lib.lib.gt_comm_backend().decode()}: {pipe.chunks[0].info()}", flush=True)
     n_micro = par.dp * par.micro_batches
     rows = slice(layout.replica * par.micro_batches, (layout.replica + 1) * par.micro_batches)
     ckpt_root = _resolve(opts.base_dir, spec.checkpoint.dir)
@@ -203,7 +207,7 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
             slowest = max(t["total_s"] for t in per_rank)
             record = {
                 "step": step + 1, "loss": result.loss, "lr": result.lr,
-                "grad_norm": result.grad_norm,
+                "grad_norm": result.grad_norm, "wall_s": time.monotonic() - t_begin,
                 "tokens_per_s": n_micro * par.micro_batch_size * model.seq_len / slowest,
                 "ranks": per_rank,
             }
