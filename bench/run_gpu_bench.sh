@@ -12,8 +12,8 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out="${OUT:-$PWD/gpu-bench-out}"
-mkdir -p "$out"
-steps="${*:-build smoke nccltest single350 pp350 single15 pp15 parity table}"
+mkdir -p "$out/logs"
+steps="${*:-build smoke nccltest single350 pp350 single15 pp15 table parity}"
 build="$PWD/native/build-cuda"
 lib="$build/libgantry_native.so"
 results="$out/results.jsonl"
@@ -40,56 +40,65 @@ if has build; then
 fi
 export GANTRY_CUDA_LIB="$lib" GANTRY_NATIVE_LIB="$lib"
 if has smoke; then
-  timeout 60 "$build/gantry-cuda-smoke" 50304 1024 16 2 1024 8 2>&1 | tee "$out/smoke.log"
+  timeout 60 "$build/gantry-cuda-smoke" 50304 1024 16 2 1024 8 2>&1 
 fi
 if has nccltest; then
   stamp "tests/gpu/test_nccl_pipeline.py"
-  timeout 240 python3 -m pytest -x -q -p no:cacheprovider tests/gpu/test_nccl_pipeline.py 2>&1 \
+  timeout 150 python3 -m pytest -x -q -p no:cacheprovider tests/gpu/test_nccl_pipeline.py 2>&1 \
     | tee "$out/nccltest.log" | tail -15
 fi
-gantry() { # label, bench_gantry_gpu.py args...
-  local label="$1"; shift
+gantry() { # label, time limit (s), bench_gantry_gpu.py args...
+  local label="$1" limit="$2"; shift 2
   stamp "gantry $label"
-  timeout 280 python3 bench/bench_gantry_gpu.py --lib "$lib" --work "$work/$label" \
-    --steps "$bench_steps" --warmup "$bench_warmup" --timeout 240 "$@" 2>>"$out/bench.err" \
-    | tee -a "$results" | cut -c1-400
-  cp "$work/$label/train.log" "$out/train-$label.log" 2>/dev/null
+  local line
+  line=$(timeout $((limit + 30)) python3 bench/bench_gantry_gpu.py --lib "$lib" \
+    --work "$work/$label" --steps "$bench_steps" --warmup "$bench_warmup" --timeout "$limit" \
+    "$@" 2>>"$out/logs/bench.err")
+  echo "$line" >> "$results"; echo "$line" | cut -c1-600
+  mkdir -p "$out/logs"; cp "$work/$label/train.log" "$out/logs/$label.log" 2>/dev/null
+  if [[ "$line" == *'"error"'* && "${GANTRY_ATTENTION:-cudnn}" == cudnn ]]; then
+    stamp "gantry $label again with the reference attention"
+    line=$(GANTRY_ATTENTION=reference timeout $((limit + 30)) python3 bench/bench_gantry_gpu.py \
+      --lib "$lib" --work "$work/$label-ref" --steps "$bench_steps" --warmup "$bench_warmup" \
+      --timeout "$limit" "$@" 2>>"$out/logs/bench.err")
+    echo "$line" >> "$results"; echo "$line" | cut -c1-600
+  fi
 }
 anchor() { # label, anchor args...
   local label="$1"; shift
   stamp "torch $label"
   if [[ " $* " == *" pp "* ]]; then
     timeout 200 torchrun --standalone --nproc_per_node 2 bench/anchors/torch_pp_baseline.py \
-      --steps "$bench_steps" --warmup "$bench_warmup" "$@" 2>>"$out/bench.err" | tee -a "$results"
+      --steps "$bench_steps" --warmup "$bench_warmup" "$@" 2>>"$out/logs/bench.err" | tee -a "$results"
   else
     timeout 200 python3 bench/anchors/torch_pp_baseline.py --steps "$bench_steps" \
-      --warmup "$bench_warmup" "$@" 2>>"$out/bench.err" | tee -a "$results"
+      --warmup "$bench_warmup" "$@" 2>>"$out/logs/bench.err" | tee -a "$results"
   fi
 }
 m350=(--layers 24 --dmodel 1024 --heads 16 --mbs 8 --nmb 8)
 m15=(--layers 48 --dmodel 1600 --heads 25 --mbs 4 --nmb 8)
 if has single350; then
-  gantry single350 --layout single "${m350[@]}"
+  gantry single350 90 --layout single "${m350[@]}"
   anchor single350 --mode single "${m350[@]}"
 fi
 if has pp350; then
-  for s in 1f1b gpipe interleaved zb-h1; do gantry "pp350-$s" --layout pp2 --schedule "$s" "${m350[@]}"; done
+  for s in 1f1b gpipe interleaved zb-h1; do gantry "pp350-$s" 90 --layout pp2 --schedule "$s" "${m350[@]}"; done
   for s in f1b gpipe interleaved; do anchor "pp350-$s" --mode pp --schedule "$s" "${m350[@]}"; done
 fi
 if has single15; then
-  gantry single15 --layout single "${m15[@]}"
+  gantry single15 150 --layout single "${m15[@]}"
   anchor single15 --mode single "${m15[@]}"
 fi
 if has pp15; then
-  for s in 1f1b gpipe interleaved zb-h1; do gantry "pp15-$s" --layout pp2 --schedule "$s" "${m15[@]}"; done
+  for s in 1f1b gpipe interleaved zb-h1; do gantry "pp15-$s" 150 --layout pp2 --schedule "$s" "${m15[@]}"; done
   for s in f1b gpipe interleaved; do anchor "pp15-$s" --mode pp --schedule "$s" "${m15[@]}"; done
+fi
+if has table; then
+  tail -5 "$out/logs/bench.err" 2>/dev/null
+  python3 bench/gpu_bench_table.py "$results" | tee "$out/table.md"
 fi
 if has parity; then
   stamp "tests/gpu/test_cuda_parity.py"
   timeout 240 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_cuda_parity.py \
     ${GPU_TEST_ARGS:-} 2>&1 | tee "$out/parity.log" | tail -15
-fi
-if has table; then
-  tail -5 "$out/bench.err" 2>/dev/null
-  python3 bench/gpu_bench_table.py "$results" | tee "$out/table.md"
 fi
