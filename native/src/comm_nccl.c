@@ -144,6 +144,14 @@ cleanup:
     return rc;
 }
 
+/* The edge slot (GT_EDGE_*) this rank holds for the edge of `kind` sent by `sender`, or -1. */
+static int edge_slot(const gt_comm *c, int kind, int sender) {
+    int receiver = edge_receiver(kind, sender, c->pp);
+    if (c->pipe_rank == sender) return kind == GT_MSG_ACT ? GT_EDGE_ACT_OUT : GT_EDGE_GRAD_OUT;
+    if (c->pipe_rank == receiver) return kind == GT_MSG_ACT ? GT_EDGE_ACT_IN : GT_EDGE_GRAD_IN;
+    return -1;
+}
+
 /* Connects every edge once, in one global order (replica, kind, sender), so that no rank
  * blocks in NCCL's lazy connection setup in the middle of a step. Deadlock-free: the first
  * unfinished edge of that order always has both of its ranks at it. */
@@ -153,10 +161,7 @@ static int warm_up_edges(gt_comm *c) {
     for (int k = 0; k < 2; k++) {
         int kind = k == 0 ? GT_MSG_ACT : GT_MSG_GRAD;
         for (int sender = 0; sender < pp; sender++) {
-            int receiver = edge_receiver(kind, sender, pp);
-            int slot = -1;
-            if (c->pipe_rank == sender) slot = k == 0 ? GT_EDGE_ACT_OUT : GT_EDGE_GRAD_OUT;
-            else if (c->pipe_rank == receiver) slot = k == 0 ? GT_EDGE_ACT_IN : GT_EDGE_GRAD_IN;
+            int slot = edge_slot(c, kind, sender);
             if (slot < 0) continue;
             if (slot == GT_EDGE_ACT_OUT || slot == GT_EDGE_GRAD_OUT)
                 NCCL_CHECK(ncclSend(c->scratch, 1, ncclUint8, 1, c->edge[slot], c->streams[slot]));
@@ -248,14 +253,25 @@ cleanup:
     return rc;
 }
 
+/* ncclCommDestroy finalizes with the communicator's other ranks: every rank destroys in one
+ * global order (edges by (kind, sender), then tied, dp, world) or two ranks can each wait in a
+ * different communicator's teardown forever (seen on the H200 pair with per-slot order: every
+ * PP=2 run trained to the end, then hung at exit). */
 void gt_comm_free(gt_comm *c) {
     if (c == NULL) return;
     for (int i = 0; i < c->n_reqs; i++)
         if (c->done[i] != NULL) cudaEventDestroy(c->done[i]);
     free(c->done);
     free(c->edge_of);
-    for (int e = 0; e < GT_N_EDGES; e++)
-        if (c->edge[e] != NULL) ncclCommDestroy(c->edge[e]);
+    for (int k = 0; k < 2 && c->pp > 1; k++) {
+        for (int sender = 0; sender < c->pp; sender++) {
+            int slot = edge_slot(c, k == 0 ? GT_MSG_ACT : GT_MSG_GRAD, sender);
+            if (slot >= 0 && c->edge[slot] != NULL) {
+                ncclCommDestroy(c->edge[slot]);
+                c->edge[slot] = NULL;
+            }
+        }
+    }
     if (c->ndp != NULL) ncclCommDestroy(c->ndp);
     if (c->ntied != NULL) ncclCommDestroy(c->ntied);
     if (c->nworld != NULL) ncclCommDestroy(c->nworld);
