@@ -29,9 +29,11 @@ set(GANTRY_CUDA_SOURCES
   src/error.c
   src/safetensors.c
   src/shard.c
+  src/stage_layout.c
+  src/stage_checks.c
+  src/stage_io.c
   src/cuda/stage_cuda.c
   src/cuda/compute_cuda.c
-  src/cuda/stage_io_cuda.c
   src/cuda/matmul.c
   src/cuda/kernels.cu)
 

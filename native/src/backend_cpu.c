@@ -1,11 +1,14 @@
 /*
  * backend_cpu.c — the backend functions of stage.h (API version 2) for the CPU build: host fp32
- * activations, no streams, buffer copies are memcpy. The CUDA build has its own (cuda/).
+ * activations, no streams, buffer copies are memcpy, and gt_stage_save writes straight from the
+ * host buffer. The CUDA build has its own (cuda/).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
+#include "safetensors.h"
+#include "stage_checks.h"
 #include "stage_internal.h"
 
 const char *gt_backend_name(void) { return "cpu"; }
@@ -21,7 +24,8 @@ int gt_stage_activation_dtype(const gt_stage *stage) {
 }
 
 size_t gt_stage_activation_bytes(const gt_stage *s) {
-    return s ? (size_t)s->B * (size_t)s->T * (size_t)s->cfg.n_embd * sizeof(float) : 0;
+    if (s == NULL) return 0;
+    return (size_t)s->layout.B * (size_t)s->layout.T * (size_t)s->layout.cfg.n_embd * sizeof(float);
 }
 
 int gt_stage_alloc_activation(const gt_stage *s, void **out) {
@@ -29,7 +33,7 @@ int gt_stage_alloc_activation(const gt_stage *s, void **out) {
     float *p = NULL;
     if (s == NULL || out == NULL) GT_INPUT_FAIL("gt_stage_alloc_activation: NULL argument");
     *out = NULL;
-    GT_CALLOC(p, (size_t)s->B * (size_t)s->T * (size_t)s->cfg.n_embd);
+    GT_CALLOC(p, (size_t)s->layout.B * (size_t)s->layout.T * (size_t)s->layout.cfg.n_embd);
     *out = p;
 cleanup:
     return rc;
@@ -49,22 +53,11 @@ int gt_stage_synchronize(gt_stage *s) {
     return s ? GT_OK : gt_set_error(GT_EINPUT, "gt_stage_synchronize: stage is NULL");
 }
 
-static int check_range(const gt_stage *s, gt_buffer which, size_t offset, size_t count,
-                       const void *host, const char *fn) {
-    int rc = GT_OK;
-    if (s == NULL || host == NULL) GT_INPUT_FAIL("%s: stage or host pointer is NULL", fn);
-    if ((int)which < 0 || (int)which > 3) GT_INPUT_FAIL("%s: bad buffer %d", fn, (int)which);
-    if (offset > s->num_params || count > s->num_params - offset)
-        GT_INPUT_FAIL("%s: range [%zu, %zu) is outside the buffer of %zu elements", fn, offset,
-                      offset + count, s->num_params);
-cleanup:
-    return rc;
-}
-
 int gt_stage_read_buffer(gt_stage *s, gt_buffer which, size_t offset, size_t count,
                          float *host_dst) {
     int rc = GT_OK;
-    GT_CHECK(check_range(s, which, offset, count, host_dst, "gt_stage_read_buffer"));
+    GT_CHECK(gt_stage_check_range(gt_stage_layout_of(s), which, offset, count, host_dst,
+                                  "gt_stage_read_buffer"));
     memcpy(host_dst, s->buffers[which] + offset, count * sizeof(float));
 cleanup:
     return rc;
@@ -73,8 +66,18 @@ cleanup:
 int gt_stage_write_buffer(gt_stage *s, gt_buffer which, size_t offset, size_t count,
                           const float *host_src) {
     int rc = GT_OK;
-    GT_CHECK(check_range(s, which, offset, count, host_src, "gt_stage_write_buffer"));
+    GT_CHECK(gt_stage_check_range(gt_stage_layout_of(s), which, offset, count, host_src,
+                                  "gt_stage_write_buffer"));
     memcpy(s->buffers[which] + offset, host_src, count * sizeof(float));
+cleanup:
+    return rc;
+}
+
+int gt_stage_save(const gt_stage *s, const char *path, gt_buffer which) {
+    int rc = GT_OK;
+    if (s == NULL || path == NULL) GT_INPUT_FAIL("gt_stage_save: stage or path is NULL");
+    if ((int)which < 0 || (int)which > 3) GT_INPUT_FAIL("gt_stage_save: bad buffer %d", which);
+    GT_CHECK(gt_st_write_f32(path, s->layout.tensors, s->layout.num_tensors, s->buffers[which]));
 cleanup:
     return rc;
 }

@@ -11,7 +11,7 @@
 int gt_stage_zero_grad(gt_stage *s) {
     int rc = GT_OK;
     if (s == NULL) GT_INPUT_FAIL("gt_stage_zero_grad: stage is NULL");
-    memset(s->buffers[GT_BUF_GRADS], 0, s->num_params * sizeof(float));
+    memset(s->buffers[GT_BUF_GRADS], 0, s->layout.num_params * sizeof(float));
 cleanup:
     return rc;
 }
@@ -29,9 +29,9 @@ int gt_stage_grad_sq_sum(const gt_stage *s, int include_wte, double *out) {
     const float *G = s->buffers[GT_BUF_GRADS];
     double total = 0.0;
     /* per tensor, in table order: the wte range is tensor 0 when present */
-    for (int i = 0; i < s->num_tensors; i++) {
-        const gt_tensor_info *t = &s->tensors[i];
-        if (i == 0 && s->has_wte && !include_wte) continue;
+    for (int i = 0; i < s->layout.num_tensors; i++) {
+        const gt_tensor_info *t = &s->layout.tensors[i];
+        if (i == 0 && s->layout.has_wte && !include_wte) continue;
         total += sq_sum(G, t->offset, t->offset + t->numel);
     }
     *out = total;
@@ -53,8 +53,8 @@ int gt_stage_adamw_step(gt_stage *s, float lr, float beta1, float beta2, float e
     float bc2_sqrt = (float)sqrt(bias_correction2);
     float one_minus_beta1 = (float)(1.0 - (double)beta1);
     float one_minus_beta2 = (float)(1.0 - (double)beta2);
-    for (int ti = 0; ti < s->num_tensors; ti++) {
-        const gt_tensor_info *t = &s->tensors[ti];
+    for (int ti = 0; ti < s->layout.num_tensors; ti++) {
+        const gt_tensor_info *t = &s->layout.tensors[ti];
         float decay_factor = t->decay ? (float)(1.0 - (double)lr * weight_decay) : 1.0f;
         size_t begin = t->offset, end = t->offset + t->numel;
 #pragma omp parallel for schedule(static)

@@ -1,6 +1,7 @@
 /*
- * stage_internal.h — the gt_stage struct shared by stage.c (compute), optim.c (AdamW, norms)
- * and stage_io.c (safetensors load/save). Not part of the public API.
+ * stage_internal.h — the CPU build's gt_stage struct, shared by stage.c (compute), optim.c
+ * (AdamW, norms) and backend_cpu.c (buffer copies, save). Its backend-independent part (layers,
+ * geometry, tensor table) is the gt_stage_layout of stage_layout.h. Not part of the public API.
  */
 #ifndef GANTRY_STAGE_INTERNAL_H
 #define GANTRY_STAGE_INTERNAL_H
@@ -9,13 +10,7 @@
 #include <stdint.h>
 
 #include "gantry/stage.h"
-
-/* Tensors of one transformer block, in buffer order. */
-enum {
-    GT_LN1_W, GT_LN1_B, GT_QKV_W, GT_QKV_B, GT_ATTPROJ_W, GT_ATTPROJ_B,
-    GT_LN2_W, GT_LN2_B, GT_FC_W, GT_FC_B, GT_FCPROJ_W, GT_FCPROJ_B,
-    GT_TENSORS_PER_LAYER
-};
+#include "stage_layout.h"
 
 /* Forward activations of one micro-batch (one slot). N = B*T, nl = owned layers. */
 typedef struct {
@@ -39,8 +34,6 @@ typedef struct {
     int state;              /* GT_SLOT_* */
 } gt_slot;
 
-enum { GT_SLOT_FREE = 0, GT_SLOT_FORWARD_DONE = 1, GT_SLOT_INPUT_GRAD_DONE = 2 };
-
 /* Activation gradients of one micro-batch: what backward_weight needs from backward_input. */
 typedef struct {
     float **dresid;  /* [nl+1] (N,C): dresid[l] = d(input of local layer l), dresid[nl] = d(output) */
@@ -55,17 +48,7 @@ typedef struct {
 } gt_grad_acts;
 
 struct gt_stage {
-    gt_config cfg;
-    int layer_begin, layer_end, nl; /* owned layers and their count */
-    int is_first, is_last;
-    int B, T, n_slots;
-
-    gt_tensor_info *tensors; /* table, buffer order */
-    char *names;             /* storage of tensor names */
-    int num_tensors;
-    int layer_tensor0;       /* index of the first layer tensor in the table */
-    int has_wte, has_wpe;
-    size_t num_params;
+    gt_stage_layout layout;  /* first: see gt_stage_layout_of */
 
     float *buffers[4];       /* params, grads, adam m, adam v: num_params each */
 
@@ -78,9 +61,11 @@ struct gt_stage {
     float *scratch_att;      /* (T,T) attention backward */
 };
 
+_Static_assert(offsetof(struct gt_stage, layout) == 0, "gt_stage_layout_of needs layout first");
+
 /* Pointer to tensor k (GT_LN1_W..) of local layer l in buffer `buf`. */
 static inline float *gt_layer_tensor(const gt_stage *s, float *buf, int l, int k) {
-    return buf + s->tensors[s->layer_tensor0 + l * GT_TENSORS_PER_LAYER + k].offset;
+    return buf + gt_layer_tensor_offset(&s->layout, l, k);
 }
 
 #endif /* GANTRY_STAGE_INTERNAL_H */

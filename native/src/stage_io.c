@@ -1,7 +1,9 @@
 /*
- * stage_io.c — loading and saving a stage's tensors as safetensors with Hugging Face GPT-2
- * names. Loading is all-or-nothing: every owned tensor is checked and read into a temporary
- * buffer before the stage's buffer is touched.
+ * stage_io.c — loading a stage's tensors from safetensors with Hugging Face GPT-2 names, for
+ * both backends. Loading is all-or-nothing: every owned tensor is checked and read into a
+ * temporary host buffer before gt_stage_write_buffer copies it into the stage's buffer (host
+ * memory on the CPU build, the device on the CUDA build). gt_stage_save is per backend
+ * (backend_cpu.c, cuda/stage_cuda.c): the CPU build writes straight from its host buffer.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,7 +11,7 @@
 
 #include "common.h"
 #include "safetensors.h"
-#include "stage_internal.h"
+#include "stage_layout.h"
 
 static const char *const gt_known_layer_suffixes[] = {
     "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
@@ -64,18 +66,19 @@ static void format_shape(char *out, size_t cap, int ndim, const int64_t *shape) 
 
 int gt_stage_load(gt_stage *s, const char *path, gt_buffer which) {
     int rc = GT_OK;
+    const gt_stage_layout *L = gt_stage_layout_of(s);
     gt_st_file f = {0};
     float *staging = NULL;
     if (s == NULL || path == NULL) GT_INPUT_FAIL("gt_stage_load: stage or path is NULL");
     if ((int)which < 0 || (int)which > 3) GT_INPUT_FAIL("gt_stage_load: bad buffer %d", which);
     GT_CHECK(gt_st_open(path, &f));
     for (int i = 0; i < f.num_entries; i++)
-        if (!is_gpt2_name(f.entries[i].name, s->cfg.n_layer))
+        if (!is_gpt2_name(f.entries[i].name, L->cfg.n_layer))
             GT_INPUT_FAIL("%s: unexpected tensor '%s' (not a Hugging Face GPT-2 tensor name of a "
-                          "model with n_layer=%d)", path, f.entries[i].name, s->cfg.n_layer);
-    GT_CALLOC(staging, s->num_params);
-    for (int i = 0; i < s->num_tensors; i++) {
-        const gt_tensor_info *t = &s->tensors[i];
+                          "model with n_layer=%d)", path, f.entries[i].name, L->cfg.n_layer);
+    GT_CALLOC(staging, L->num_params);
+    for (int i = 0; i < L->num_tensors; i++) {
+        const gt_tensor_info *t = &L->tensors[i];
         const gt_st_entry *e = find_entry(&f, t->name);
         char want[96], got[96];
         format_shape(want, sizeof(want), t->ndim, t->shape);
@@ -90,18 +93,9 @@ int gt_stage_load(gt_stage *s, const char *path, gt_buffer which) {
         }
         GT_CHECK(gt_st_read(&f, e, staging + t->offset));
     }
-    memcpy(s->buffers[which], staging, s->num_params * sizeof(float));
+    GT_CHECK(gt_stage_write_buffer(s, which, 0, L->num_params, staging));
 cleanup:
     free(staging);
     gt_st_close(&f);
-    return rc;
-}
-
-int gt_stage_save(const gt_stage *s, const char *path, gt_buffer which) {
-    int rc = GT_OK;
-    if (s == NULL || path == NULL) GT_INPUT_FAIL("gt_stage_save: stage or path is NULL");
-    if ((int)which < 0 || (int)which > 3) GT_INPUT_FAIL("gt_stage_save: bad buffer %d", which);
-    GT_CHECK(gt_st_write_f32(path, s->tensors, s->num_tensors, s->buffers[which]));
-cleanup:
     return rc;
 }

@@ -16,6 +16,7 @@
 #include "common.h"
 #include "cuda/cuda_check.h"
 #include "cuda/stage_cuda.h"
+#include "stage_checks.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* device arenas                                                                               */
@@ -32,18 +33,20 @@ static void *take(gt_arena *a, size_t bytes) {
 }
 
 static void layout_slot(const gt_stage *s, gt_cu_slot *t, gt_arena *a) {
-    size_t N = (size_t)s->B * s->T, C = (size_t)s->cfg.n_embd, V = (size_t)s->cfg.vocab_size;
-    size_t bh = (size_t)s->B * s->cfg.n_head, bf = sizeof(gt_bf16), f = sizeof(float);
+    size_t N = (size_t)s->layout.B * s->layout.T, C = (size_t)s->layout.cfg.n_embd;
+    size_t V = (size_t)s->layout.cfg.vocab_size;
+    size_t bh = (size_t)s->layout.B * s->layout.cfg.n_head, bf = sizeof(gt_bf16);
+    size_t f = sizeof(float);
     t->x0 = take(a, N * C * bf);
-    for (int l = 0; l < s->nl; l++) {
+    for (int l = 0; l < s->layout.nl; l++) {
         gt_cu_layer *L = &t->layers[l];
         L->ln1 = take(a, N * C * bf);
         L->ln1_mean = take(a, N * f);
         L->ln1_rstd = take(a, N * f);
         L->qkv = take(a, 3 * N * C * bf);
         L->atty = take(a, N * C * bf);
-        if (s->cudnn != NULL) L->stats = take(a, bh * s->T * f);
-        else L->att = take(a, bh * s->T * s->T * bf);
+        if (s->cudnn != NULL) L->stats = take(a, bh * s->layout.T * f);
+        else L->att = take(a, bh * s->layout.T * s->layout.T * bf);
         L->res2 = take(a, N * C * bf);
         L->ln2 = take(a, N * C * bf);
         L->ln2_mean = take(a, N * f);
@@ -52,7 +55,7 @@ static void layout_slot(const gt_stage *s, gt_cu_slot *t, gt_arena *a) {
         L->fch_gelu = take(a, 4 * N * C * bf);
         L->res3 = take(a, N * C * bf);
     }
-    if (s->is_last) {
+    if (s->layout.is_last) {
         t->lnf = take(a, N * C * bf);
         t->lnf_mean = take(a, N * f);
         t->lnf_rstd = take(a, N * f);
@@ -67,9 +70,9 @@ static void layout_slot(const gt_stage *s, gt_cu_slot *t, gt_arena *a) {
 
 int gt_cu_alloc_slot(gt_stage *s, gt_cu_slot *slot) {
     int rc = GT_OK;
-    size_t N = (size_t)s->B * s->T;
+    size_t N = (size_t)s->layout.B * s->layout.T;
     gt_arena a = {NULL, 0};
-    GT_CALLOC(slot->layers, s->nl > 0 ? s->nl : 1);
+    GT_CALLOC(slot->layers, s->layout.nl > 0 ? s->layout.nl : 1);
     layout_slot(s, slot, &a);
     CUDA_MALLOC(slot->block, a.used);
     a.base = slot->block;
@@ -90,7 +93,8 @@ void gt_cu_release_slot(gt_cu_slot *slot) {
 }
 
 static void layout_grads(const gt_stage *s, gt_cu_grads *g, gt_arena *a) {
-    size_t N = (size_t)s->B * s->T, C = (size_t)s->cfg.n_embd, bf = sizeof(gt_bf16);
+    size_t N = (size_t)s->layout.B * s->layout.T, C = (size_t)s->layout.cfg.n_embd;
+    size_t bf = sizeof(gt_bf16);
     for (int r = 0; r < g->n_resid; r++) g->dresid[r] = take(a, N * C * bf);
     for (int l = 0; l < g->n_layers; l++) {
         gt_cu_layer_grads *L = &g->layers[l];
@@ -100,14 +104,14 @@ static void layout_grads(const gt_stage *s, gt_cu_grads *g, gt_arena *a) {
         L->dqkv = take(a, 3 * N * C * bf);
         L->dfch = take(a, 4 * N * C * bf);
     }
-    if (s->is_last) g->dlnf = take(a, N * C * bf);
+    if (s->layout.is_last) g->dlnf = take(a, N * C * bf);
 }
 
 int gt_cu_alloc_grads(gt_stage *s, gt_cu_grads *g, int full) {
     int rc = GT_OK;
     gt_arena a = {NULL, 0};
-    g->n_layers = full ? s->nl : (s->nl > 0 ? 1 : 0);
-    g->n_resid = full ? s->nl + 1 : 2;
+    g->n_layers = full ? s->layout.nl : (s->layout.nl > 0 ? 1 : 0);
+    g->n_resid = full ? s->layout.nl + 1 : 2;
     GT_CALLOC(g->layers, g->n_layers > 0 ? g->n_layers : 1);
     GT_CALLOC(g->dresid, g->n_resid);
     layout_grads(s, g, &a);
@@ -223,7 +227,7 @@ static int batched(gt_stage *s, gt_bf16 *D, const gt_bf16 *A, const gt_bf16 *B, 
     g.m = m, g.n = n, g.k = k;
     g.transa = transa, g.transb = transb;
     g.lda = lda, g.ldb = ldb, g.ldd = ldd;
-    g.batch = s->B * s->cfg.n_head;
+    g.batch = s->layout.B * s->layout.cfg.n_head;
     g.stride_a = sa, g.stride_b = sb, g.stride_d = sd;
     return gt_matmul(&s->lt, &g, s->stream, NULL);
 }
@@ -233,7 +237,8 @@ static int batched(gt_stage *s, gt_bf16 *D, const gt_bf16 *A, const gt_bf16 *B, 
 
 static int attention_forward(gt_stage *s, gt_cu_layer *L) {
     int rc = GT_OK;
-    int B = s->B, T = s->T, NH = s->cfg.n_head, C = s->cfg.n_embd, hs = C / NH;
+    int B = s->layout.B, T = s->layout.T, NH = s->layout.cfg.n_head, C = s->layout.cfg.n_embd;
+    int hs = C / NH;
     size_t NC = (size_t)B * T * C;
 #ifdef GANTRY_HAVE_CUDNN
     if (s->cudnn != NULL) {
@@ -264,7 +269,8 @@ cleanup:
 /* dqkv (N,3C) from datty (N,C) */
 static int attention_backward(gt_stage *s, gt_cu_layer *L, gt_bf16 *dqkv, const gt_bf16 *datty) {
     int rc = GT_OK;
-    int B = s->B, T = s->T, NH = s->cfg.n_head, C = s->cfg.n_embd, hs = C / NH;
+    int B = s->layout.B, T = s->layout.T, NH = s->layout.cfg.n_head, C = s->layout.cfg.n_embd;
+    int hs = C / NH;
     size_t NC = (size_t)B * T * C;
 #ifdef GANTRY_HAVE_CUDNN
     if (s->cudnn != NULL) {
@@ -306,22 +312,8 @@ cleanup:
 
 static int check_slot(const gt_stage *s, int slot, int want_state, const char *fn) {
     int rc = GT_OK;
-    static const char *const states[] = {"free", "forward done", "input gradient done"};
-    if (s == NULL) GT_INPUT_FAIL("%s: stage is NULL", fn);
-    if (slot < 0 || slot >= s->n_slots)
-        GT_INPUT_FAIL("%s: slot %d out of range [0, %d)", fn, slot, s->n_slots);
-    if (s->slots[slot].state != want_state)
-        GT_FAIL(GT_ESTATE, "%s: slot %d is '%s', expected '%s'", fn, slot,
-                states[s->slots[slot].state], states[want_state]);
-cleanup:
-    return rc;
-}
-
-static int check_ids(const int32_t *ids, size_t N, int V, const char *what) {
-    int rc = GT_OK;
-    for (size_t i = 0; i < N; i++)
-        if (ids[i] < 0 || ids[i] >= V)
-            GT_INPUT_FAIL("%s[%zu] = %d is out of the vocabulary [0, %d)", what, i, (int)ids[i], V);
+    GT_CHECK(gt_stage_check_slot_index(gt_stage_layout_of(s), slot, fn));
+    GT_CHECK(gt_stage_check_slot_state(slot, s->slots[slot].state, want_state, fn));
 cleanup:
     return rc;
 }
@@ -355,23 +347,18 @@ int gt_stage_forward(gt_stage *s, int slot, const int32_t *tokens, const float *
                      float *x_out, const int32_t *targets, float *loss_out) {
     int rc = GT_OK;
     GT_CHECK(check_slot(s, slot, GT_SLOT_FREE, "gt_stage_forward"));
-    size_t N = (size_t)s->B * s->T;
-    int B = s->B, T = s->T, C = s->cfg.n_embd, V = s->cfg.vocab_size, n = (int)N;
+    size_t N = (size_t)s->layout.B * s->layout.T;
+    int B = s->layout.B, T = s->layout.T, C = s->layout.cfg.n_embd;
+    int V = s->layout.cfg.vocab_size, n = (int)N;
     gt_cu_slot *a = &s->slots[slot];
     const gt_bf16 *P = s->params16;
     cudaStream_t st = s->stream;
-    if (s->is_first && tokens == NULL) GT_INPUT_FAIL("gt_stage_forward: first stage needs tokens");
-    if (!s->is_first && x_in == NULL) GT_INPUT_FAIL("gt_stage_forward: x_in is NULL");
-    if (!s->is_last && x_out == NULL) GT_INPUT_FAIL("gt_stage_forward: x_out is NULL");
-    if (s->is_last && (targets == NULL || loss_out == NULL))
-        GT_INPUT_FAIL("gt_stage_forward: last stage needs targets and loss_out");
-    if (s->is_first) GT_CHECK(check_ids(tokens, N, V, "tokens"));
-    if (s->is_last) GT_CHECK(check_ids(targets, N, V, "targets"));
+    GT_CHECK(gt_stage_check_forward_args(&s->layout, tokens, x_in, x_out, targets, loss_out));
 
     /* host inputs -> pinned staging -> device (the previous upload of this slot is done) */
-    if (s->is_first || s->is_last) {
+    if (s->layout.is_first || s->layout.is_last) {
         CUDA_CHECK(cudaEventSynchronize(a->uploaded));
-        if (s->is_first) {
+        if (s->layout.is_first) {
             memcpy(a->staging, tokens, N * sizeof(int32_t));
             build_groups(tokens, N, a->staging + 2 * N, &a->n_groups);
             CUDA_CHECK(cudaMemcpyAsync(a->tokens, a->staging, N * sizeof(int32_t),
@@ -379,24 +366,24 @@ int gt_stage_forward(gt_stage *s, int slot, const int32_t *tokens, const float *
             CUDA_CHECK(cudaMemcpyAsync(a->groups, a->staging + 2 * N,
                                        (3 * N + 1) * sizeof(int32_t), cudaMemcpyHostToDevice, st));
         }
-        if (s->is_last) {
+        if (s->layout.is_last) {
             memcpy(a->staging + N, targets, N * sizeof(int32_t));
             CUDA_CHECK(cudaMemcpyAsync(a->targets, a->staging + N, N * sizeof(int32_t),
                                        cudaMemcpyHostToDevice, st));
         }
         CUDA_CHECK(cudaEventRecord(a->uploaded, st));
     }
-    if (s->is_first) {
-        CUDA_CHECK(gt_cu_encoder_forward(a->x0, a->tokens, P + s->tensors[0].offset,
-                                         P + s->tensors[1].offset, B, T, C, st));
+    if (s->layout.is_first) {
+        CUDA_CHECK(gt_cu_encoder_forward(a->x0, a->tokens, P + s->layout.tensors[0].offset,
+                                         P + s->layout.tensors[1].offset, B, T, C, st));
     } else {
         CUDA_CHECK(cudaMemcpyAsync(a->x0, x_in, N * C * sizeof(gt_bf16), cudaMemcpyDeviceToDevice,
                                    st));
     }
-    for (int l = 0; l < s->nl; l++) {
+    for (int l = 0; l < s->layout.nl; l++) {
         gt_cu_layer *L = &a->layers[l];
         const gt_bf16 *x = l == 0 ? a->x0 : a->layers[l - 1].res3;
-#define W(k) (P + gt_cu_tensor_offset(s, l, (k)))
+#define W(k) (P + gt_layer_tensor_offset(&s->layout, l, (k)))
         CUDA_CHECK(gt_cu_layernorm_forward(L->ln1, L->ln1_mean, L->ln1_rstd, x, W(GT_LN1_W),
                                            W(GT_LN1_B), n, C, st));
         GT_CHECK(linear_forward(s, L->qkv, L->ln1, W(GT_QKV_W), W(GT_QKV_B), NULL, n, C, 3 * C));
@@ -411,11 +398,11 @@ int gt_stage_forward(gt_stage *s, int slot, const int32_t *tokens, const float *
                                 n, 4 * C, C));
 #undef W
     }
-    const gt_bf16 *out = s->nl > 0 ? a->layers[s->nl - 1].res3 : a->x0;
-    if (s->is_last) {
-        const gt_bf16 *wte = P + s->tensors[0].offset;
-        const gt_bf16 *lnfw = P + s->tensors[s->num_tensors - 2].offset;
-        const gt_bf16 *lnfb = P + s->tensors[s->num_tensors - 1].offset;
+    const gt_bf16 *out = s->layout.nl > 0 ? a->layers[s->layout.nl - 1].res3 : a->x0;
+    if (s->layout.is_last) {
+        const gt_bf16 *wte = P + s->layout.tensors[0].offset;
+        const gt_bf16 *lnfw = P + s->layout.tensors[s->layout.num_tensors - 2].offset;
+        const gt_bf16 *lnfb = P + s->layout.tensors[s->layout.num_tensors - 1].offset;
         gt_matmul_args m;
         CUDA_CHECK(gt_cu_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, out, lnfw, lnfb, n,
                                            C, st));
@@ -455,13 +442,13 @@ static gt_bf16 *dresid(gt_cu_grads *g, int l) {
 
 static int layer_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int l) {
     int rc = GT_OK;
-    int n = s->B * s->T, C = s->cfg.n_embd;
+    int n = s->layout.B * s->layout.T, C = s->layout.cfg.n_embd;
     const gt_bf16 *P = s->params16;
     gt_cu_layer *L = &a->layers[l];
     gt_cu_layer_grads *G = layer_grads(g, l);
     const gt_bf16 *x = l == 0 ? a->x0 : a->layers[l - 1].res3;
     const gt_bf16 *dout = dresid(g, l + 1);
-#define W(k) (P + gt_cu_tensor_offset(s, l, (k)))
+#define W(k) (P + gt_layer_tensor_offset(&s->layout, l, (k)))
     GT_CHECK(linear_backward_input(s, G->dfch, dout, W(GT_FCPROJ_W), L->fch, n, 4 * C, C));
     GT_CHECK(linear_backward_input(s, G->dln2, G->dfch, W(GT_FC_W), NULL, n, C, 4 * C));
     CUDA_CHECK(gt_cu_layernorm_backward_input(G->dres2, dout, G->dln2, L->res2, L->ln2_mean,
@@ -478,13 +465,13 @@ cleanup:
 
 static int layer_backward_weight(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int l) {
     int rc = GT_OK;
-    int n = s->B * s->T, C = s->cfg.n_embd;
+    int n = s->layout.B * s->layout.T, C = s->layout.cfg.n_embd;
     float *Gb = s->buffers[GT_BUF_GRADS];
     gt_cu_layer *L = &a->layers[l];
     gt_cu_layer_grads *G = layer_grads(g, l);
     const gt_bf16 *x = l == 0 ? a->x0 : a->layers[l - 1].res3;
     const gt_bf16 *dout = dresid(g, l + 1);
-#define DW(k) (Gb + gt_cu_tensor_offset(s, l, (k)))
+#define DW(k) (Gb + gt_layer_tensor_offset(&s->layout, l, (k)))
     GT_CHECK(linear_backward_weight(s, DW(GT_FCPROJ_W), DW(GT_FCPROJ_B), dout, L->fch_gelu, n,
                                     4 * C, C));
     GT_CHECK(linear_backward_weight(s, DW(GT_FC_W), DW(GT_FC_B), G->dfch, L->ln2, n, C, 4 * C));
@@ -504,7 +491,8 @@ cleanup:
 
 static int head_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, float loss_scale) {
     int rc = GT_OK;
-    int n = s->B * s->T, C = s->cfg.n_embd, V = s->cfg.vocab_size, nl = s->nl;
+    int n = s->layout.B * s->layout.T, C = s->layout.cfg.n_embd;
+    int V = s->layout.cfg.vocab_size, nl = s->layout.nl;
     const gt_bf16 *P = s->params16;
     const gt_bf16 *out = nl > 0 ? a->layers[nl - 1].res3 : a->x0;
     gt_matmul_args m;
@@ -512,47 +500,48 @@ static int head_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, float
                                            n, V, s->stream));
     /* dlnf (N,C) = dlogits (N,V) @ wte (V,C): col-major (C,N) = wte (C,V) @ dl (V,N) */
     memset(&m, 0, sizeof(m));
-    m.D = g->dlnf, m.A = P + s->tensors[0].offset, m.B = a->logits;
+    m.D = g->dlnf, m.A = P + s->layout.tensors[0].offset, m.B = a->logits;
     m.m = C, m.n = n, m.k = V;
     m.lda = C, m.ldb = V, m.ldd = C;
     GT_CHECK(gt_matmul(&s->lt, &m, s->stream, NULL));
-    CUDA_CHECK(gt_cu_layernorm_backward_input(dresid(g, nl), NULL, g->dlnf, out, a->lnf_mean,
-                                              a->lnf_rstd, P + s->tensors[s->num_tensors - 2].offset,
-                                              n, C, s->stream));
+    CUDA_CHECK(gt_cu_layernorm_backward_input(
+        dresid(g, nl), NULL, g->dlnf, out, a->lnf_mean, a->lnf_rstd,
+        P + s->layout.tensors[s->layout.num_tensors - 2].offset, n, C, s->stream));
 cleanup:
     return rc;
 }
 
 static int head_backward_weight(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g) {
     int rc = GT_OK;
-    int n = s->B * s->T, C = s->cfg.n_embd, V = s->cfg.vocab_size, nl = s->nl;
+    int n = s->layout.B * s->layout.T, C = s->layout.cfg.n_embd;
+    int V = s->layout.cfg.vocab_size, nl = s->layout.nl;
     float *Gb = s->buffers[GT_BUF_GRADS];
     const gt_bf16 *out = nl > 0 ? a->layers[nl - 1].res3 : a->x0;
     gt_matmul_args m;
     /* dwte (V,C) += dlogits^T lnf: col-major (C,V) = lnf (C,N) @ dl^T (N,V) */
     memset(&m, 0, sizeof(m));
-    m.D = Gb + s->tensors[0].offset, m.Cin = m.D, m.beta = 1.0f, m.d_fp32 = 1;
+    m.D = Gb + s->layout.tensors[0].offset, m.Cin = m.D, m.beta = 1.0f, m.d_fp32 = 1;
     m.A = a->lnf, m.B = a->logits;
     m.m = C, m.n = V, m.k = n;
     m.transb = 1;
     m.lda = C, m.ldb = V, m.ldd = C;
     GT_CHECK(gt_matmul(&s->lt, &m, s->stream, NULL));
-    CUDA_CHECK(gt_cu_layernorm_backward_weight(Gb + s->tensors[s->num_tensors - 2].offset,
-                                               Gb + s->tensors[s->num_tensors - 1].offset,
-                                               g->dlnf, out, a->lnf_mean, a->lnf_rstd, n, C,
-                                               s->colsum, s->stream));
+    CUDA_CHECK(gt_cu_layernorm_backward_weight(
+        Gb + s->layout.tensors[s->layout.num_tensors - 2].offset,
+        Gb + s->layout.tensors[s->layout.num_tensors - 1].offset, g->dlnf, out, a->lnf_mean,
+        a->lnf_rstd, n, C, s->colsum, s->stream));
 cleanup:
     return rc;
 }
 
 static int encoder_backward(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g) {
     int rc = GT_OK;
-    size_t N = (size_t)s->B * s->T;
+    size_t N = (size_t)s->layout.B * s->layout.T;
     float *Gb = s->buffers[GT_BUF_GRADS];
-    CUDA_CHECK(gt_cu_encoder_backward(Gb + s->tensors[0].offset, Gb + s->tensors[1].offset,
-                                      dresid(g, 0), a->groups, a->groups + N,
-                                      a->groups + 2 * N + 1, a->n_groups, s->B, s->T,
-                                      s->cfg.n_embd, s->stream));
+    CUDA_CHECK(gt_cu_encoder_backward(Gb + s->layout.tensors[0].offset,
+                                      Gb + s->layout.tensors[1].offset, dresid(g, 0), a->groups,
+                                      a->groups + N, a->groups + 2 * N + 1, a->n_groups,
+                                      s->layout.B, s->layout.T, s->layout.cfg.n_embd, s->stream));
 cleanup:
     return rc;
 }
@@ -561,19 +550,19 @@ cleanup:
 static int run_backward(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, const float *dx_out,
                         float *dx_in, float loss_scale, int do_weight) {
     int rc = GT_OK;
-    size_t NCb = (size_t)s->B * s->T * s->cfg.n_embd * sizeof(gt_bf16);
-    if (s->is_last) {
+    size_t NCb = (size_t)s->layout.B * s->layout.T * s->layout.cfg.n_embd * sizeof(gt_bf16);
+    if (s->layout.is_last) {
         GT_CHECK(head_backward_input(s, a, g, loss_scale));
         if (do_weight) GT_CHECK(head_backward_weight(s, a, g));
     } else {
-        CUDA_CHECK(cudaMemcpyAsync(dresid(g, s->nl), dx_out, NCb, cudaMemcpyDeviceToDevice,
+        CUDA_CHECK(cudaMemcpyAsync(dresid(g, s->layout.nl), dx_out, NCb, cudaMemcpyDeviceToDevice,
                                    s->stream));
     }
-    for (int l = s->nl - 1; l >= 0; l--) {
+    for (int l = s->layout.nl - 1; l >= 0; l--) {
         GT_CHECK(layer_backward_input(s, a, g, l));
         if (do_weight) GT_CHECK(layer_backward_weight(s, a, g, l));
     }
-    if (!s->is_first)
+    if (!s->layout.is_first)
         CUDA_CHECK(cudaMemcpyAsync(dx_in, dresid(g, 0), NCb, cudaMemcpyDeviceToDevice,
                                    s->stream));
     else if (do_weight)
@@ -582,20 +571,11 @@ cleanup:
     return rc;
 }
 
-static int check_backward_args(const gt_stage *s, const float *dx_out, const float *dx_in,
-                               const char *fn) {
-    int rc = GT_OK;
-    if (!s->is_last && dx_out == NULL) GT_INPUT_FAIL("%s: dx_out is NULL on a non-last stage", fn);
-    if (!s->is_first && dx_in == NULL) GT_INPUT_FAIL("%s: dx_in is NULL on a non-first stage", fn);
-cleanup:
-    return rc;
-}
-
 int gt_stage_backward(gt_stage *s, int slot, const float *dx_out, float *dx_in,
                       float loss_scale) {
     int rc = GT_OK;
     GT_CHECK(check_slot(s, slot, GT_SLOT_FORWARD_DONE, "gt_stage_backward"));
-    GT_CHECK(check_backward_args(s, dx_out, dx_in, "gt_stage_backward"));
+    GT_CHECK(gt_stage_check_backward_args(&s->layout, dx_out, dx_in, "gt_stage_backward"));
     GT_CHECK(run_backward(s, &s->slots[slot], &s->shared_grads, dx_out, dx_in, loss_scale, 1));
     s->slots[slot].state = GT_SLOT_FREE;
 cleanup:
@@ -607,7 +587,7 @@ int gt_stage_backward_input(gt_stage *s, int slot, const float *dx_out, float *d
     int rc = GT_OK;
     gt_cu_grads *fresh = NULL;
     GT_CHECK(check_slot(s, slot, GT_SLOT_FORWARD_DONE, "gt_stage_backward_input"));
-    GT_CHECK(check_backward_args(s, dx_out, dx_in, "gt_stage_backward_input"));
+    GT_CHECK(gt_stage_check_backward_args(&s->layout, dx_out, dx_in, "gt_stage_backward_input"));
     if (s->slot_grads[slot] == NULL) {
         GT_CALLOC(fresh, 1);
         GT_CHECK(gt_cu_alloc_grads(s, fresh, 1));
@@ -628,9 +608,9 @@ int gt_stage_backward_weight(gt_stage *s, int slot) {
     {
         gt_cu_slot *a = &s->slots[slot];
         gt_cu_grads *g = s->slot_grads[slot];
-        if (s->is_last) GT_CHECK(head_backward_weight(s, a, g));
-        for (int l = s->nl - 1; l >= 0; l--) GT_CHECK(layer_backward_weight(s, a, g, l));
-        if (s->is_first) GT_CHECK(encoder_backward(s, a, g));
+        if (s->layout.is_last) GT_CHECK(head_backward_weight(s, a, g));
+        for (int l = s->layout.nl - 1; l >= 0; l--) GT_CHECK(layer_backward_weight(s, a, g, l));
+        if (s->layout.is_first) GT_CHECK(encoder_backward(s, a, g));
     }
     s->slots[slot].state = GT_SLOT_FREE;
 cleanup:

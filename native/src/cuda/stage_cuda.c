@@ -1,10 +1,11 @@
 /*
- * stage_cuda.c — the CUDA backend's gt_stage: creation (tensor table, device buffers, AdamW
- * segments, attention choice), free, accessors, the backend functions of stage.h (API v2) and
- * the optimizer (zero grad, gradient sum of squares, AdamW, clip coefficient, LR schedule).
+ * stage_cuda.c — the CUDA backend's gt_stage: creation (device buffers, AdamW segments,
+ * attention choice), free, the backend functions of stage.h (API v2), gt_stage_save and the
+ * optimizer (zero grad, gradient sum of squares, AdamW, clip coefficient, LR schedule).
  *
- * The tensor table and validation follow stage.c exactly (same names, order and offsets), so
- * checkpoints and the executor's wte range are identical across backends.
+ * The tensor table, validation, accessors, argument checks and gt_stage_load are the CPU
+ * build's (stage_layout.c, stage_checks.c, stage_io.c), so checkpoints and the executor's wte
+ * range are identical across backends.
  */
 #include <math.h>
 #include <stdio.h>
@@ -14,57 +15,10 @@
 #include "common.h"
 #include "cuda/cuda_check.h"
 #include "cuda/stage_cuda.h"
+#include "safetensors.h"
+#include "stage_checks.h"
 
-#define GT_NAME_MAX 64
 #define GT_LT_WORKSPACE (32u << 20)
-
-static const char *const gt_layer_tensor_names[GT_TENSORS_PER_LAYER] = {
-    "ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
-    "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
-    "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"};
-
-static void add_tensor(gt_stage *s, const char *name, int ndim, int64_t d0, int64_t d1) {
-    gt_tensor_info *t = &s->tensors[s->num_tensors];
-    char *storage = s->names + (size_t)s->num_tensors * GT_NAME_MAX;
-    snprintf(storage, GT_NAME_MAX, "%s", name);
-    t->name = storage;
-    t->ndim = ndim;
-    t->shape[0] = d0;
-    t->shape[1] = ndim == 2 ? d1 : 0;
-    t->numel = (size_t)d0 * (size_t)(ndim == 2 ? d1 : 1);
-    t->offset = s->num_params;
-    t->decay = ndim == 2;
-    s->num_params += t->numel;
-    s->num_tensors++;
-}
-
-static int build_tensor_table(gt_stage *s) {
-    int rc = GT_OK;
-    int64_t V = s->cfg.vocab_size, C = s->cfg.n_embd, maxT = s->cfg.max_seq_len;
-    int count = s->has_wte + s->has_wpe + s->nl * GT_TENSORS_PER_LAYER + (s->is_last ? 2 : 0);
-    GT_CALLOC(s->tensors, count);
-    GT_CALLOC(s->names, (size_t)count * GT_NAME_MAX);
-    if (s->has_wte) add_tensor(s, s->is_first ? "transformer.wte.weight" : "lm_head.weight", 2, V, C);
-    if (s->has_wpe) add_tensor(s, "transformer.wpe.weight", 2, maxT, C);
-    s->layer_tensor0 = s->num_tensors;
-    for (int l = 0; l < s->nl; l++) {
-        const int64_t shapes[GT_TENSORS_PER_LAYER][2] = {
-            {C, 0}, {C, 0}, {C, 3 * C}, {3 * C, 0}, {C, C}, {C, 0},
-            {C, 0}, {C, 0}, {C, 4 * C}, {4 * C, 0}, {4 * C, C}, {C, 0}};
-        for (int k = 0; k < GT_TENSORS_PER_LAYER; k++) {
-            char name[GT_NAME_MAX];
-            snprintf(name, sizeof(name), "transformer.h.%d.%s", s->layer_begin + l,
-                     gt_layer_tensor_names[k]);
-            add_tensor(s, name, shapes[k][1] ? 2 : 1, shapes[k][0], shapes[k][1]);
-        }
-    }
-    if (s->is_last) {
-        add_tensor(s, "transformer.ln_f.weight", 1, C, 0);
-        add_tensor(s, "transformer.ln_f.bias", 1, C, 0);
-    }
-cleanup:
-    return rc;
-}
 
 /* AdamW segments: maximal runs of consecutive tensors with the same decay flag. */
 static int build_segments(gt_stage *s) {
@@ -72,10 +26,10 @@ static int build_segments(gt_stage *s) {
     uint64_t *ends = NULL;
     uint8_t *decay = NULL;
     int n = 0;
-    GT_CALLOC(ends, s->num_tensors);
-    GT_CALLOC(decay, s->num_tensors);
-    for (int i = 0; i < s->num_tensors; i++) {
-        const gt_tensor_info *t = &s->tensors[i];
+    GT_CALLOC(ends, s->layout.num_tensors);
+    GT_CALLOC(decay, s->layout.num_tensors);
+    for (int i = 0; i < s->layout.num_tensors; i++) {
+        const gt_tensor_info *t = &s->layout.tensors[i];
         if (n > 0 && decay[n - 1] == (uint8_t)t->decay) {
             ends[n - 1] = t->offset + t->numel;
         } else {
@@ -95,39 +49,15 @@ cleanup:
     return rc;
 }
 
-static int validate_create(const gt_config *cfg, int layer_begin, int layer_end, int is_first,
-                           int is_last, int B, int T, int n_slots) {
+/* The CUDA kernels' limits beyond gt_stage_check_config. */
+static int check_cuda_config(const gt_config *cfg) {
     int rc = GT_OK;
-    if (cfg == NULL) GT_INPUT_FAIL("stage config: missing (NULL)");
-    if (cfg->vocab_size < 1 || cfg->max_seq_len < 1 || cfg->n_layer < 1 || cfg->n_head < 1 ||
-        cfg->n_embd < 1)
-        GT_INPUT_FAIL("stage config: vocab_size (%d), max_seq_len (%d), n_layer (%d), n_head (%d)"
-                      " and n_embd (%d) must all be >= 1",
-                      cfg->vocab_size, cfg->max_seq_len, cfg->n_layer, cfg->n_head, cfg->n_embd);
-    if (cfg->n_embd % cfg->n_head != 0)
-        GT_INPUT_FAIL("stage config: n_embd (%d) is not divisible by n_head (%d)", cfg->n_embd,
-                      cfg->n_head);
     if (cfg->n_embd % 8 != 0)
         GT_INPUT_FAIL("stage config: n_embd (%d) must be a multiple of 8 on the cuda backend "
                       "(16-byte aligned bf16 rows for cuBLASLt)", cfg->n_embd);
     if (cfg->vocab_size % 8 != 0)
         GT_INPUT_FAIL("stage config: vocab_size (%d) must be a multiple of 8 on the cuda backend "
                       "(pad it, e.g. 50257 -> 50304)", cfg->vocab_size);
-    if (layer_begin < 0 || layer_end < layer_begin || layer_end > cfg->n_layer)
-        GT_INPUT_FAIL("stage: layer range [%d, %d) is not within [0, n_layer=%d)", layer_begin,
-                      layer_end, cfg->n_layer);
-    if (layer_begin == layer_end && !is_first && !is_last)
-        GT_INPUT_FAIL("stage: empty layer range [%d, %d) on a middle stage", layer_begin,
-                      layer_end);
-    if (is_first && layer_begin != 0)
-        GT_INPUT_FAIL("stage: the first stage must start at layer 0 (got %d)", layer_begin);
-    if (is_last && layer_end != cfg->n_layer)
-        GT_INPUT_FAIL("stage: the last stage must end at n_layer=%d (got %d)", cfg->n_layer,
-                      layer_end);
-    if (B < 1 || T < 1 || T > cfg->max_seq_len)
-        GT_INPUT_FAIL("stage: micro-batch B=%d, T=%d not allowed (need B >= 1, 1 <= T <= "
-                      "max_seq_len=%d)", B, T, cfg->max_seq_len);
-    if (n_slots < 1) GT_INPUT_FAIL("stage: n_slots=%d not allowed (need >= 1)", n_slots);
 cleanup:
     return rc;
 }
@@ -142,11 +72,11 @@ static int choose_attention(gt_stage *s, char *why, size_t why_len) {
     if (env != NULL && strcmp(env, "reference") != 0 && strcmp(env, "cudnn") != 0)
         GT_INPUT_FAIL("GANTRY_ATTENTION='%s' is not allowed (allowed: cudnn, reference)", env);
     if (env == NULL || strcmp(env, "cudnn") == 0) {
-        int hs = s->cfg.n_embd / s->cfg.n_head;
+        int hs = s->layout.cfg.n_embd / s->layout.cfg.n_head;
         if (gt_cudnn_attn_create(&s->cudnn, why, why_len) != 0) {
             s->cudnn = NULL;
-        } else if (!gt_cudnn_attn_supported(s->cudnn, s->B, s->T, s->cfg.n_head, hs, why,
-                                            why_len)) {
+        } else if (!gt_cudnn_attn_supported(s->cudnn, s->layout.B, s->layout.T,
+                                            s->layout.cfg.n_head, hs, why, why_len)) {
             gt_cudnn_attn_destroy(s->cudnn);
             s->cudnn = NULL;
             if (env != NULL) GT_FAIL(GT_ESTATE, "GANTRY_ATTENTION=cudnn: %s", why);
@@ -169,28 +99,21 @@ int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is
     char why[256];
     if (out == NULL) GT_INPUT_FAIL("gt_stage_create: out is NULL");
     *out = NULL;
-    GT_CHECK(validate_create(cfg, layer_begin, layer_end, is_first, is_last, B, T, n_slots));
+    GT_CHECK(gt_stage_check_config(cfg));
+    GT_CHECK(check_cuda_config(cfg));
+    GT_CHECK(gt_stage_check_placement(cfg, layer_begin, layer_end, is_first, is_last, B, T,
+                                      n_slots));
     GT_CALLOC(s, 1);
-    s->cfg = *cfg;
-    s->layer_begin = layer_begin;
-    s->layer_end = layer_end;
-    s->nl = layer_end - layer_begin;
-    s->is_first = is_first != 0;
-    s->is_last = is_last != 0;
-    s->has_wte = s->is_first || s->is_last;
-    s->has_wpe = s->is_first;
-    s->B = B;
-    s->T = T;
-    s->n_slots = n_slots;
+    GT_CHECK(gt_stage_layout_init(&s->layout, cfg, layer_begin, layer_end, is_first, is_last, B,
+                                  T, n_slots));
     s->stream = 0;
     s->gelu_fused = s->dgelu_fused = 1;
-    GT_CHECK(build_tensor_table(s));
     for (int i = 0; i < 4; i++) {
-        CUDA_MALLOC(s->buffers[i], s->num_params * sizeof(float));
-        CUDA_CHECK(cudaMemset(s->buffers[i], 0, s->num_params * sizeof(float)));
+        CUDA_MALLOC(s->buffers[i], s->layout.num_params * sizeof(float));
+        CUDA_CHECK(cudaMemset(s->buffers[i], 0, s->layout.num_params * sizeof(float)));
     }
-    CUDA_MALLOC(s->params16, s->num_params * sizeof(gt_bf16));
-    CUDA_CHECK(cudaMemset(s->params16, 0, s->num_params * sizeof(gt_bf16)));
+    CUDA_MALLOC(s->params16, s->layout.num_params * sizeof(gt_bf16));
+    CUDA_CHECK(cudaMemset(s->params16, 0, s->layout.num_params * sizeof(gt_bf16)));
     GT_CHECK(build_segments(s));
     GT_CHECK(gt_lt_create(&s->lt, GT_LT_WORKSPACE));
     GT_CHECK(choose_attention(s, why, sizeof(why)));
@@ -202,7 +125,7 @@ int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is
         CUDA_MALLOC(s->loss, sizeof(float));
         CUDA_CHECK(cudaMallocHost((void **)&s->host_loss, sizeof(float)));
         CUDA_CHECK(cudaMallocHost((void **)&s->host_sq, sizeof(double)));
-        if (s->cudnn == NULL && s->nl > 0) {
+        if (s->cudnn == NULL && s->layout.nl > 0) {
             size_t scores = (size_t)B * cfg->n_head * T * T;
             CUDA_MALLOC(s->ref_qkv, 4 * N * C * sizeof(gt_bf16));
             CUDA_MALLOC(s->ref_scores, 2 * scores * sizeof(gt_bf16));
@@ -225,9 +148,9 @@ void gt_stage_free(gt_stage *s) {
     if (s == NULL) return;
     cudaDeviceSynchronize();
     if (s->slots != NULL)
-        for (int i = 0; i < s->n_slots; i++) gt_cu_release_slot(&s->slots[i]);
+        for (int i = 0; i < s->layout.n_slots; i++) gt_cu_release_slot(&s->slots[i]);
     if (s->slot_grads != NULL)
-        for (int i = 0; i < s->n_slots; i++) {
+        for (int i = 0; i < s->layout.n_slots; i++) {
             if (s->slot_grads[i] != NULL) gt_cu_release_grads(s->slot_grads[i]);
             free(s->slot_grads[i]);
         }
@@ -250,8 +173,7 @@ void gt_stage_free(gt_stage *s) {
     gt_cudnn_attn_destroy(s->cudnn);
 #endif
     gt_lt_destroy(&s->lt);
-    free(s->tensors);
-    free(s->names);
+    gt_stage_layout_release(&s->layout);
     free(s);
 }
 
@@ -261,22 +183,6 @@ void gt_stage_free(gt_stage *s) {
 float *gt_stage_buffer(gt_stage *s, gt_buffer which) {
     if (s == NULL || (int)which < 0 || (int)which > 3) return NULL;
     return s->buffers[which];
-}
-
-size_t gt_stage_num_params(const gt_stage *s) { return s ? s->num_params : 0; }
-
-int gt_stage_wte_range(const gt_stage *s, size_t *offset, size_t *count) {
-    int has = s != NULL && s->has_wte;
-    if (offset) *offset = has ? s->tensors[0].offset : 0;
-    if (count) *count = has ? s->tensors[0].numel : 0;
-    return has;
-}
-
-int gt_stage_num_tensors(const gt_stage *s) { return s ? s->num_tensors : 0; }
-
-const gt_tensor_info *gt_stage_tensor(const gt_stage *s, int i) {
-    if (s == NULL || i < 0 || i >= s->num_tensors) return NULL;
-    return &s->tensors[i];
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -292,7 +198,9 @@ int gt_stage_activation_dtype(const gt_stage *s) {
 }
 
 size_t gt_stage_activation_bytes(const gt_stage *s) {
-    return s ? (size_t)s->B * (size_t)s->T * (size_t)s->cfg.n_embd * sizeof(gt_bf16) : 0;
+    if (s == NULL) return 0;
+    return (size_t)s->layout.B * (size_t)s->layout.T * (size_t)s->layout.cfg.n_embd *
+           sizeof(gt_bf16);
 }
 
 int gt_stage_alloc_activation(const gt_stage *s, void **out) {
@@ -342,22 +250,11 @@ cleanup:
     return rc;
 }
 
-static int check_range(const gt_stage *s, gt_buffer which, size_t offset, size_t count,
-                       const void *host, const char *fn) {
-    int rc = GT_OK;
-    if (s == NULL || host == NULL) GT_INPUT_FAIL("%s: stage or host pointer is NULL", fn);
-    if ((int)which < 0 || (int)which > 3) GT_INPUT_FAIL("%s: bad buffer %d", fn, (int)which);
-    if (offset > s->num_params || count > s->num_params - offset)
-        GT_INPUT_FAIL("%s: range [%zu, %zu) is outside the buffer of %zu elements", fn, offset,
-                      offset + count, s->num_params);
-cleanup:
-    return rc;
-}
-
 int gt_stage_read_buffer(gt_stage *s, gt_buffer which, size_t offset, size_t count,
                          float *host_dst) {
     int rc = GT_OK;
-    GT_CHECK(check_range(s, which, offset, count, host_dst, "gt_stage_read_buffer"));
+    GT_CHECK(gt_stage_check_range(gt_stage_layout_of(s), which, offset, count, host_dst,
+                                  "gt_stage_read_buffer"));
     CUDA_CHECK(cudaMemcpyAsync(host_dst, s->buffers[which] + offset, count * sizeof(float),
                                cudaMemcpyDeviceToHost, s->stream));
     CUDA_CHECK(cudaStreamSynchronize(s->stream));
@@ -368,7 +265,8 @@ cleanup:
 int gt_stage_write_buffer(gt_stage *s, gt_buffer which, size_t offset, size_t count,
                           const float *host_src) {
     int rc = GT_OK;
-    GT_CHECK(check_range(s, which, offset, count, host_src, "gt_stage_write_buffer"));
+    GT_CHECK(gt_stage_check_range(gt_stage_layout_of(s), which, offset, count, host_src,
+                                  "gt_stage_write_buffer"));
     CUDA_CHECK(cudaMemcpyAsync(s->buffers[which] + offset, host_src, count * sizeof(float),
                                cudaMemcpyHostToDevice, s->stream));
     if (which == GT_BUF_PARAMS)
@@ -379,10 +277,26 @@ cleanup:
     return rc;
 }
 
+/* Stages the device buffer in host memory, then writes it (safetensors.h). */
+int gt_stage_save(const gt_stage *s, const char *path, gt_buffer which) {
+    int rc = GT_OK;
+    float *staging = NULL;
+    if (s == NULL || path == NULL) GT_INPUT_FAIL("gt_stage_save: stage or path is NULL");
+    if ((int)which < 0 || (int)which > 3) GT_INPUT_FAIL("gt_stage_save: bad buffer %d", which);
+    GT_CALLOC(staging, s->layout.num_params);
+    CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    CUDA_CHECK(cudaMemcpy(staging, s->buffers[which], s->layout.num_params * sizeof(float),
+                          cudaMemcpyDeviceToHost));
+    GT_CHECK(gt_st_write_f32(path, s->layout.tensors, s->layout.num_tensors, staging));
+cleanup:
+    free(staging);
+    return rc;
+}
+
 int gt_stage_params_updated(gt_stage *s) {
     int rc = GT_OK;
     if (s == NULL) GT_INPUT_FAIL("gt_stage_params_updated: stage is NULL");
-    CUDA_CHECK(gt_cu_f32_to_bf16(s->params16, s->buffers[GT_BUF_PARAMS], s->num_params,
+    CUDA_CHECK(gt_cu_f32_to_bf16(s->params16, s->buffers[GT_BUF_PARAMS], s->layout.num_params,
                                  s->stream));
 cleanup:
     return rc;
@@ -394,7 +308,7 @@ cleanup:
 int gt_stage_zero_grad(gt_stage *s) {
     int rc = GT_OK;
     if (s == NULL) GT_INPUT_FAIL("gt_stage_zero_grad: stage is NULL");
-    CUDA_CHECK(cudaMemsetAsync(s->buffers[GT_BUF_GRADS], 0, s->num_params * sizeof(float),
+    CUDA_CHECK(cudaMemsetAsync(s->buffers[GT_BUF_GRADS], 0, s->layout.num_params * sizeof(float),
                                s->stream));
 cleanup:
     return rc;
@@ -403,9 +317,9 @@ cleanup:
 int gt_stage_grad_sq_sum(const gt_stage *s, int include_wte, double *out) {
     int rc = GT_OK;
     if (s == NULL || out == NULL) GT_INPUT_FAIL("gt_stage_grad_sq_sum: stage or out is NULL");
-    size_t begin = (s->has_wte && !include_wte) ? s->tensors[0].numel : 0;
+    size_t begin = (s->layout.has_wte && !include_wte) ? s->layout.tensors[0].numel : 0;
     CUDA_CHECK(gt_cu_sq_sum(s->sq, s->sq + 1, s->buffers[GT_BUF_GRADS] + begin,
-                            s->num_params - begin, s->stream));
+                            s->layout.num_params - begin, s->stream));
     CUDA_CHECK(cudaMemcpyAsync(s->host_sq, s->sq, sizeof(double), cudaMemcpyDeviceToHost,
                                s->stream));
     CUDA_CHECK(cudaStreamSynchronize(s->stream));
@@ -436,7 +350,7 @@ int gt_stage_adamw_step(gt_stage *s, float lr, float beta1, float beta2, float e
         a.one_minus_beta2 = (float)(1.0 - (double)beta2);
         CUDA_CHECK(gt_cu_adamw(s->buffers[GT_BUF_PARAMS], s->params16, s->buffers[GT_BUF_GRADS],
                                s->buffers[GT_BUF_ADAM_M], s->buffers[GT_BUF_ADAM_V],
-                               s->num_params, s->seg_end, s->seg_decay, s->n_segments, a,
+                               s->layout.num_params, s->seg_end, s->seg_decay, s->n_segments, a,
                                s->stream));
     }
 cleanup:

@@ -1,7 +1,8 @@
 /*
  * stage_cuda.h — the gt_stage struct of the CUDA backend, shared by stage_cuda.c (create, free,
- * buffers), compute_cuda.c (forward / backward), optim_cuda.c (AdamW, norms, schedule) and
- * stage_io_cuda.c (safetensors). Not part of the public API.
+ * buffers, optimizer, save) and compute_cuda.c (forward / backward). Its backend-independent
+ * part (layers, geometry, tensor table) is the gt_stage_layout of stage_layout.h, the same as
+ * the CPU build's. Not part of the public API.
  *
  * Memory: parameters, gradients and AdamW moments are fp32 device buffers in the stage.h layout;
  * params16 is their bf16 copy used by every kernel (refreshed by AdamW, load and writes).
@@ -18,13 +19,7 @@
 #include "cuda/kernels.h"
 #include "cuda/matmul.h"
 #include "gantry/stage.h"
-
-/* Tensors of one transformer block, in buffer order (as stage_internal.h). */
-enum {
-    GT_LN1_W, GT_LN1_B, GT_QKV_W, GT_QKV_B, GT_ATTPROJ_W, GT_ATTPROJ_B,
-    GT_LN2_W, GT_LN2_B, GT_FC_W, GT_FC_B, GT_FCPROJ_W, GT_FCPROJ_B,
-    GT_TENSORS_PER_LAYER
-};
+#include "stage_layout.h"
 
 /* Forward activations of one local layer (N = B*T). */
 typedef struct {
@@ -58,8 +53,6 @@ typedef struct {
     int state;                 /* GT_SLOT_* */
 } gt_cu_slot;
 
-enum { GT_SLOT_FREE = 0, GT_SLOT_FORWARD_DONE = 1, GT_SLOT_INPUT_GRAD_DONE = 2 };
-
 /* Activation gradients of one local layer. */
 typedef struct {
     gt_bf16 *dres2, *dln1, *dln2; /* (N,C) */
@@ -78,15 +71,7 @@ typedef struct {
 } gt_cu_grads;
 
 struct gt_stage {
-    gt_config cfg;
-    int layer_begin, layer_end, nl;
-    int is_first, is_last;
-    int B, T, n_slots;
-
-    gt_tensor_info *tensors;
-    char *names;
-    int num_tensors, layer_tensor0, has_wte, has_wpe;
-    size_t num_params;
+    gt_stage_layout layout;    /* first: see gt_stage_layout_of */
 
     float *buffers[4];         /* device fp32 */
     gt_bf16 *params16;         /* device bf16 copy of the parameters */
@@ -115,9 +100,7 @@ struct gt_stage {
     gt_bf16 *ref_scores;       /* reference attention: 2 * (B,NH,T,T) */
 };
 
-static inline size_t gt_cu_tensor_offset(const struct gt_stage *s, int l, int k) {
-    return s->tensors[s->layer_tensor0 + l * GT_TENSORS_PER_LAYER + k].offset;
-}
+_Static_assert(offsetof(struct gt_stage, layout) == 0, "gt_stage_layout_of needs layout first");
 
 /* compute_cuda.c */
 int gt_cu_alloc_slot(struct gt_stage *s, gt_cu_slot *slot);
