@@ -1,11 +1,13 @@
 /*
- * optim.c — gradient zeroing, the gradient sum of squares for global-norm clipping, AdamW
- * (matching torch.optim.AdamW's single-tensor path) and the learning-rate schedule.
+ * optim.c — the CPU build's gradient zeroing, gradient sum of squares for global-norm clipping
+ * and AdamW (matching torch.optim.AdamW's single-tensor path). The scalar math both builds share
+ * (AdamW's per-step scalars, clip coefficient, learning-rate schedule) is in optim_common.c.
  */
 #include <math.h>
 #include <string.h>
 
 #include "common.h"
+#include "optim_common.h"
 #include "stage_internal.h"
 
 int gt_stage_zero_grad(gt_stage *s) {
@@ -46,13 +48,9 @@ int gt_stage_adamw_step(gt_stage *s, float lr, float beta1, float beta2, float e
     if (step_t < 1) GT_INPUT_FAIL("gt_stage_adamw_step: step_t=%d (must be >= 1)", step_t);
     float *P = s->buffers[GT_BUF_PARAMS], *G = s->buffers[GT_BUF_GRADS];
     float *M = s->buffers[GT_BUF_ADAM_M], *Vb = s->buffers[GT_BUF_ADAM_V];
-    /* as torch: bias corrections in double (Python floats), applied as fp32 scalars */
-    double bias_correction1 = 1.0 - pow((double)beta1, step_t);
-    double bias_correction2 = 1.0 - pow((double)beta2, step_t);
-    float step_size = (float)((double)lr / bias_correction1);
-    float bc2_sqrt = (float)sqrt(bias_correction2);
-    float one_minus_beta1 = (float)(1.0 - (double)beta1);
-    float one_minus_beta2 = (float)(1.0 - (double)beta2);
+    const gt_adamw_scalars k = gt_adamw_scalars_at(lr, beta1, beta2, step_t);
+    const float step_size = k.step_size, bc2_sqrt = k.bc2_sqrt;
+    const float one_minus_beta1 = k.one_minus_beta1, one_minus_beta2 = k.one_minus_beta2;
     for (int ti = 0; ti < s->layout.num_tensors; ti++) {
         const gt_tensor_info *t = &s->layout.tensors[ti];
         float decay_factor = t->decay ? (float)(1.0 - (double)lr * weight_decay) : 1.0f;
@@ -72,21 +70,4 @@ int gt_stage_adamw_step(gt_stage *s, float lr, float beta1, float beta2, float e
     }
 cleanup:
     return rc;
-}
-
-float gt_clip_coef(double total_norm, double max_norm) {
-    double coef = max_norm / (total_norm + 1e-6);
-    return (float)(coef < 1.0 ? coef : 1.0);
-}
-
-double gt_lr_at(gt_lr_kind kind, int step, double max_lr, double min_lr, int warmup_steps,
-                int total_steps) {
-    if (step < warmup_steps) return max_lr * (double)(step + 1) / (double)warmup_steps;
-    if (kind == GT_LR_CONSTANT) return max_lr;
-    int decay_steps = total_steps - warmup_steps;
-    double ratio = decay_steps > 0 ? (double)(step - warmup_steps) / (double)decay_steps : 1.0;
-    if (ratio < 0.0) ratio = 0.0;
-    if (ratio > 1.0) ratio = 1.0;
-    double coeff = 0.5 * (1.0 + cos(M_PI * ratio));
-    return min_lr + coeff * (max_lr - min_lr);
 }

@@ -1,13 +1,12 @@
 /*
  * stage_cuda.c — the CUDA backend's gt_stage: creation (device buffers, AdamW segments,
  * attention choice), free, the backend functions of stage.h (API v2), gt_stage_save and the
- * optimizer (zero grad, gradient sum of squares, AdamW, clip coefficient, LR schedule).
+ * optimizer (zero grad, gradient sum of squares, AdamW).
  *
- * The tensor table, validation, accessors, argument checks and gt_stage_load are the CPU
- * build's (stage_layout.c, stage_checks.c, stage_io.c), so checkpoints and the executor's wte
- * range are identical across backends.
+ * The tensor table, validation, accessors, argument checks, gt_stage_load and the optimizer's
+ * scalar math are the CPU build's (stage_layout.c, stage_checks.c, stage_io.c, optim_common.c),
+ * so checkpoints and the executor's wte range are identical across backends.
  */
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +14,7 @@
 #include "common.h"
 #include "cuda/cuda_check.h"
 #include "cuda/stage_cuda.h"
+#include "optim_common.h"
 #include "safetensors.h"
 #include "stage_checks.h"
 
@@ -334,9 +334,7 @@ int gt_stage_adamw_step(gt_stage *s, float lr, float beta1, float beta2, float e
     if (s == NULL) GT_INPUT_FAIL("gt_stage_adamw_step: stage is NULL");
     if (step_t < 1) GT_INPUT_FAIL("gt_stage_adamw_step: step_t=%d (must be >= 1)", step_t);
     {
-        /* as torch: bias corrections in double, applied as fp32 scalars (see optim.c) */
-        double bias_correction1 = 1.0 - pow((double)beta1, step_t);
-        double bias_correction2 = 1.0 - pow((double)beta2, step_t);
+        const gt_adamw_scalars k = gt_adamw_scalars_at(lr, beta1, beta2, step_t);
         gt_cu_adamw_args a;
         a.lr = lr;
         a.beta1 = beta1;
@@ -344,10 +342,10 @@ int gt_stage_adamw_step(gt_stage *s, float lr, float beta1, float beta2, float e
         a.eps = eps;
         a.weight_decay = weight_decay;
         a.grad_scale = grad_scale;
-        a.step_size = (float)((double)lr / bias_correction1);
-        a.bc2_sqrt = (float)sqrt(bias_correction2);
-        a.one_minus_beta1 = (float)(1.0 - (double)beta1);
-        a.one_minus_beta2 = (float)(1.0 - (double)beta2);
+        a.step_size = k.step_size;
+        a.bc2_sqrt = k.bc2_sqrt;
+        a.one_minus_beta1 = k.one_minus_beta1;
+        a.one_minus_beta2 = k.one_minus_beta2;
         CUDA_CHECK(gt_cu_adamw(s->buffers[GT_BUF_PARAMS], s->params16, s->buffers[GT_BUF_GRADS],
                                s->buffers[GT_BUF_ADAM_M], s->buffers[GT_BUF_ADAM_V],
                                s->layout.num_params, s->seg_end, s->seg_decay, s->n_segments, a,
@@ -355,22 +353,4 @@ int gt_stage_adamw_step(gt_stage *s, float lr, float beta1, float beta2, float e
     }
 cleanup:
     return rc;
-}
-
-/* Same formulas as optim.c (the CPU build's copy). */
-float gt_clip_coef(double total_norm, double max_norm) {
-    double coef = max_norm / (total_norm + 1e-6);
-    return (float)(coef < 1.0 ? coef : 1.0);
-}
-
-double gt_lr_at(gt_lr_kind kind, int step, double max_lr, double min_lr, int warmup_steps,
-                int total_steps) {
-    if (step < warmup_steps) return max_lr * (double)(step + 1) / (double)warmup_steps;
-    if (kind == GT_LR_CONSTANT) return max_lr;
-    int decay_steps = total_steps - warmup_steps;
-    double ratio = decay_steps > 0 ? (double)(step - warmup_steps) / (double)decay_steps : 1.0;
-    if (ratio < 0.0) ratio = 0.0;
-    if (ratio > 1.0) ratio = 1.0;
-    double coeff = 0.5 * (1.0 + cos(M_PI * ratio));
-    return min_lr + coeff * (max_lr - min_lr);
 }
