@@ -4,7 +4,8 @@
  * Point-to-point: MPI_Isend / MPI_Irecv on the pipe communicator, posted in the order of the
  * schedule table, completed by MPI_Wait on the request the table names. Collectives: MPI
  * all-reduce / reduce / bcast on communicators split once at creation. Every MPI call goes
- * through MPI_CHECK, which records the MPI error string and file:line.
+ * through MPI_CHECK, which records the MPI error string and file:line. The world dup, the pipe
+ * communicator and the host-scalar collectives are comm_host.c's (shared with comm_nccl.c).
  */
 #include <mpi.h>
 #include <stdint.h>
@@ -12,12 +13,11 @@
 #include <string.h>
 
 #include "comm.h"
+#include "comm_host.h"
 #include "common.h"
 
 struct gt_comm {
-    int pp, dp, pipe_rank, replica;
-    MPI_Comm world;   /* dup of the caller's world */
-    MPI_Comm pipe;    /* ranks of this replica, rank = pipeline rank */
+    gt_comm_host host; /* first: layout, world, pipe (comm_host.c) */
     MPI_Comm dp_comm; /* ranks of this pipeline position, rank = replica */
     MPI_Comm node;    /* dp ranks on this node */
     MPI_Comm leaders; /* node leaders of dp_comm (MPI_COMM_NULL on non-leaders) */
@@ -26,16 +26,7 @@ struct gt_comm {
     int n_reqs;
 };
 
-#define MPI_CHECK(call)                                                                       \
-    do {                                                                                      \
-        int mpi_rc_ = (call);                                                                 \
-        if (mpi_rc_ != MPI_SUCCESS) {                                                         \
-            char mpi_msg_[MPI_MAX_ERROR_STRING];                                              \
-            int mpi_len_ = 0;                                                                 \
-            MPI_Error_string(mpi_rc_, mpi_msg_, &mpi_len_);                                   \
-            GT_FAIL(GT_ESTATE, "%s failed: %s", #call, mpi_msg_);                             \
-        }                                                                                     \
-    } while (0)
+_Static_assert(offsetof(struct gt_comm, host) == 0, "comm_host.c needs the host part first");
 
 static void free_comm(MPI_Comm *c) {
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
@@ -69,27 +60,18 @@ int gt_comm_create(int world_fint, int pp, int dp, int pipe_rank, int replica, i
     (void)id_len;
     gt_comm *c = NULL;
     *out = NULL;
-    if (pp < 1 || dp < 1 || pipe_rank < 0 || pipe_rank >= pp || replica < 0 || replica >= dp)
-        GT_FAIL(GT_EINPUT, "bad layout: pp=%d dp=%d pipe_rank=%d replica=%d", pp, dp, pipe_rank,
-                replica);
+    GT_CHECK(gt_comm_check_layout(pp, dp, pipe_rank, replica));
     GT_CALLOC(c, 1);
-    c->pp = pp, c->dp = dp, c->pipe_rank = pipe_rank, c->replica = replica;
-    c->world = c->pipe = c->dp_comm = c->node = c->leaders = c->tied = MPI_COMM_NULL;
-    MPI_CHECK(MPI_Comm_dup(MPI_Comm_f2c((MPI_Fint)world_fint), &c->world));
-    int world_size = 0;
-    MPI_CHECK(MPI_Comm_size(c->world, &world_size));
-    if (world_size != pp * dp)
-        GT_FAIL(GT_EINPUT, "pp(%d) * dp(%d) = %d but the MPI world has %d ranks", pp, dp,
-                pp * dp, world_size);
-    MPI_CHECK(MPI_Comm_split(c->world, replica, pipe_rank, &c->pipe));
-    MPI_CHECK(MPI_Comm_split(c->world, pipe_rank, replica, &c->dp_comm));
+    c->dp_comm = c->node = c->leaders = c->tied = MPI_COMM_NULL;
+    GT_CHECK(gt_comm_host_init(&c->host, world_fint, pp, dp, pipe_rank, replica));
+    MPI_CHECK(MPI_Comm_split(c->host.world, pipe_rank, replica, &c->dp_comm));
     MPI_CHECK(MPI_Comm_split(c->dp_comm, node_id, replica, &c->node));
     int node_rank = 0;
     MPI_CHECK(MPI_Comm_rank(c->node, &node_rank));
     MPI_CHECK(MPI_Comm_split(c->dp_comm, node_rank == 0 ? 0 : MPI_UNDEFINED, replica,
                              &c->leaders));
-    int in_tied = pp > 1 && (pipe_rank == 0 || pipe_rank == pp - 1);
-    MPI_CHECK(MPI_Comm_split(c->world, in_tied ? replica : MPI_UNDEFINED, pipe_rank, &c->tied));
+    int tied_color = gt_comm_in_tied(pp, pipe_rank) ? replica : MPI_UNDEFINED;
+    MPI_CHECK(MPI_Comm_split(c->host.world, tied_color, pipe_rank, &c->tied));
     *out = c;
     c = NULL;
 cleanup:
@@ -106,8 +88,7 @@ void gt_comm_free(gt_comm *c) {
     free_comm(&c->leaders);
     free_comm(&c->node);
     free_comm(&c->dp_comm);
-    free_comm(&c->pipe);
-    free_comm(&c->world);
+    gt_comm_host_release(&c->host);
     free(c);
 }
 
@@ -127,7 +108,8 @@ static int check_p2p(gt_comm *c, int req, int peer, size_t bytes) {
     int rc = GT_OK;
     if (req < 0 || req >= c->n_reqs) GT_FAIL(GT_ESTATE, "request %d out of range", req);
     if (c->reqs[req] != MPI_REQUEST_NULL) GT_FAIL(GT_ESTATE, "request %d still active", req);
-    if (peer < 0 || peer >= c->pp) GT_FAIL(GT_ESTATE, "peer %d out of range (pp=%d)", peer, c->pp);
+    if (peer < 0 || peer >= c->host.pp)
+        GT_FAIL(GT_ESTATE, "peer %d out of range (pp=%d)", peer, c->host.pp);
     if (bytes > INT32_MAX) GT_FAIL(GT_ESTATE, "message of %zu bytes is too large", bytes);
 cleanup:
     return rc;
@@ -136,7 +118,7 @@ cleanup:
 int gt_comm_isend(gt_comm *c, int req, int peer, int kind, const void *buf, size_t bytes) {
     int rc = GT_OK;
     GT_CHECK(check_p2p(c, req, peer, bytes));
-    MPI_CHECK(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, kind, c->pipe, &c->reqs[req]));
+    MPI_CHECK(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, kind, c->host.pipe, &c->reqs[req]));
 cleanup:
     return rc;
 }
@@ -144,7 +126,7 @@ cleanup:
 int gt_comm_irecv(gt_comm *c, int req, int peer, int kind, void *buf, size_t bytes) {
     int rc = GT_OK;
     GT_CHECK(check_p2p(c, req, peer, bytes));
-    MPI_CHECK(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, kind, c->pipe, &c->reqs[req]));
+    MPI_CHECK(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, kind, c->host.pipe, &c->reqs[req]));
 cleanup:
     return rc;
 }
@@ -166,7 +148,7 @@ cleanup:
 
 int gt_comm_allreduce_dp(gt_comm *c, float *buf, size_t count) {
     int rc = GT_OK;
-    if (c->dp == 1) return GT_OK;
+    if (c->host.dp == 1) return GT_OK;
     for (size_t off = 0; off < count; off += GT_MPI_CHUNK) {
         int n = (int)(count - off < GT_MPI_CHUNK ? count - off : GT_MPI_CHUNK);
         float *p = buf + off;
@@ -193,29 +175,3 @@ int gt_comm_allreduce_tied(gt_comm *c, float *buf, size_t count) {
 cleanup:
     return rc;
 }
-
-int gt_comm_allreduce_pipe_double(gt_comm *c, double *value) {
-    int rc = GT_OK;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, value, 1, MPI_DOUBLE, MPI_SUM, c->pipe));
-cleanup:
-    return rc;
-}
-
-int gt_comm_allreduce_world_double(gt_comm *c, double *value) {
-    int rc = GT_OK;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, value, 1, MPI_DOUBLE, MPI_SUM, c->world));
-cleanup:
-    return rc;
-}
-
-int gt_comm_barrier(gt_comm *c) {
-    int rc = GT_OK;
-    MPI_CHECK(MPI_Barrier(c->world));
-cleanup:
-    return rc;
-}
-
-int gt_comm_pp(const gt_comm *c) { return c->pp; }
-int gt_comm_dp(const gt_comm *c) { return c->dp; }
-int gt_comm_pipe_rank(const gt_comm *c) { return c->pipe_rank; }
-int gt_comm_replica(const gt_comm *c) { return c->replica; }

@@ -25,7 +25,8 @@
  * scalars (loss, norm) use MPI.
  *
  * Every CUDA / NCCL / MPI call is checked; failures carry the call, the library's message and
- * file:line.
+ * file:line. The world dup, the pipe communicator and the host-scalar collectives are
+ * comm_host.c's (shared with comm_mpi.c).
  */
 #include <cuda_runtime_api.h>
 #include <mpi.h>
@@ -35,6 +36,7 @@
 #include <string.h>
 
 #include "comm.h"
+#include "comm_host.h"
 #include "common.h"
 #include "cuda/cuda_check.h"
 
@@ -45,25 +47,13 @@
             GT_FAIL(GT_ESTATE, "%s failed: %s", #call, ncclGetErrorString(nccl_rc_));         \
     } while (0)
 
-#define MPI_CHECK(call)                                                                       \
-    do {                                                                                      \
-        int mpi_rc_ = (call);                                                                 \
-        if (mpi_rc_ != MPI_SUCCESS) {                                                         \
-            char mpi_msg_[MPI_MAX_ERROR_STRING];                                              \
-            int mpi_len_ = 0;                                                                 \
-            MPI_Error_string(mpi_rc_, mpi_msg_, &mpi_len_);                                   \
-            GT_FAIL(GT_ESTATE, "%s failed: %s", #call, mpi_msg_);                             \
-        }                                                                                     \
-    } while (0)
-
 /* The edges a rank uses (index into edge[] / streams[]). */
 enum { GT_EDGE_ACT_OUT = 0, GT_EDGE_ACT_IN = 1, GT_EDGE_GRAD_OUT = 2, GT_EDGE_GRAD_IN = 3,
        GT_N_EDGES = 4 };
 
 struct gt_comm {
-    int pp, dp, pipe_rank, replica, device;
-    MPI_Comm world;              /* dup of the caller's world (host scalars) */
-    MPI_Comm pipe;               /* this replica's ranks, rank = pipeline rank */
+    gt_comm_host host;           /* first: layout, world, pipe (comm_host.c) */
+    int device;
     ncclComm_t nworld, ntied, ndp;
     ncclComm_t edge[GT_N_EDGES]; /* NULL where unused (pp == 1) */
     cudaStream_t compute;
@@ -74,6 +64,8 @@ struct gt_comm {
     int n_reqs;
     void *scratch;               /* device: 1 byte for the connection warm-up */
 };
+
+_Static_assert(offsetof(struct gt_comm, host) == 0, "comm_host.c needs the host part first");
 
 const char *gt_comm_backend(void) { return "nccl"; }
 
@@ -120,7 +112,7 @@ cleanup:
 /* Splits the edge communicators (rounds in the same order on every rank). */
 static int split_edges(gt_comm *c) {
     int rc = GT_OK;
-    const int pp = c->pp, p = c->pipe_rank;
+    const int pp = c->host.pp, p = c->host.pipe_rank;
     const int n_rounds = pp % 2 == 1 ? 3 : 2;
     for (int k = 0; k < 2; k++) {
         int kind = k == 0 ? GT_MSG_ACT : GT_MSG_GRAD;
@@ -131,9 +123,9 @@ static int split_edges(gt_comm *c) {
         for (int r = 0; r < n_rounds; r++) {
             int color = NCCL_SPLIT_NOCOLOR, key = 0, slot = -1;
             if (edge_round(p, pp) == r) {
-                color = c->replica * pp + p, key = 0, slot = out_slot;
+                color = c->host.replica * pp + p, key = 0, slot = out_slot;
             } else if (edge_round(in_sender, pp) == r) {
-                color = c->replica * pp + in_sender, key = 1, slot = in_slot;
+                color = c->host.replica * pp + in_sender, key = 1, slot = in_slot;
             }
             ncclComm_t made = NULL;
             NCCL_CHECK(ncclCommSplit(c->nworld, color, key, &made, NULL));
@@ -146,9 +138,9 @@ cleanup:
 
 /* The edge slot (GT_EDGE_*) this rank holds for the edge of `kind` sent by `sender`, or -1. */
 static int edge_slot(const gt_comm *c, int kind, int sender) {
-    int receiver = edge_receiver(kind, sender, c->pp);
-    if (c->pipe_rank == sender) return kind == GT_MSG_ACT ? GT_EDGE_ACT_OUT : GT_EDGE_GRAD_OUT;
-    if (c->pipe_rank == receiver) return kind == GT_MSG_ACT ? GT_EDGE_ACT_IN : GT_EDGE_GRAD_IN;
+    int receiver = edge_receiver(kind, sender, c->host.pp);
+    if (c->host.pipe_rank == sender) return kind == GT_MSG_ACT ? GT_EDGE_ACT_OUT : GT_EDGE_GRAD_OUT;
+    if (c->host.pipe_rank == receiver) return kind == GT_MSG_ACT ? GT_EDGE_ACT_IN : GT_EDGE_GRAD_IN;
     return -1;
 }
 
@@ -157,7 +149,7 @@ static int edge_slot(const gt_comm *c, int kind, int sender) {
  * unfinished edge of that order always has both of its ranks at it. */
 static int warm_up_edges(gt_comm *c) {
     int rc = GT_OK;
-    const int pp = c->pp;
+    const int pp = c->host.pp;
     for (int k = 0; k < 2; k++) {
         int kind = k == 0 ? GT_MSG_ACT : GT_MSG_GRAD;
         for (int sender = 0; sender < pp; sender++) {
@@ -181,24 +173,16 @@ int gt_comm_create(int world_fint, int pp, int dp, int pipe_rank, int replica, i
     ncclUniqueId uid;
     int world_rank = 0, world_size = 0, lo = 0, hi = 0;
     *out = NULL;
-    if (pp < 1 || dp < 1 || pipe_rank < 0 || pipe_rank >= pp || replica < 0 || replica >= dp)
-        GT_FAIL(GT_EINPUT, "bad layout: pp=%d dp=%d pipe_rank=%d replica=%d", pp, dp, pipe_rank,
-                replica);
+    GT_CHECK(gt_comm_check_layout(pp, dp, pipe_rank, replica));
     if (id == NULL || id_len != sizeof(uid))
         GT_INPUT_FAIL("gt_comm_create: the NCCL build needs the %zu-byte id of world rank 0 "
                       "(got %zu bytes)", sizeof(uid), id == NULL ? (size_t)0 : id_len);
     memcpy(&uid, id, sizeof(uid));
     GT_CALLOC(c, 1);
-    c->pp = pp, c->dp = dp, c->pipe_rank = pipe_rank, c->replica = replica;
-    c->world = c->pipe = MPI_COMM_NULL;
-    MPI_CHECK(MPI_Comm_dup(MPI_Comm_f2c((MPI_Fint)world_fint), &c->world));
-    MPI_CHECK(MPI_Comm_rank(c->world, &world_rank));
-    MPI_CHECK(MPI_Comm_size(c->world, &world_size));
-    if (world_size != pp * dp)
-        GT_FAIL(GT_EINPUT, "pp(%d) * dp(%d) = %d but the MPI world has %d ranks", pp, dp,
-                pp * dp, world_size);
-    MPI_CHECK(MPI_Comm_split(c->world, replica, pipe_rank, &c->pipe));
-    GT_CHECK(pick_device(c->world, node_id, &c->device));
+    GT_CHECK(gt_comm_host_init(&c->host, world_fint, pp, dp, pipe_rank, replica));
+    MPI_CHECK(MPI_Comm_rank(c->host.world, &world_rank));
+    MPI_CHECK(MPI_Comm_size(c->host.world, &world_size));
+    GT_CHECK(pick_device(c->host.world, node_id, &c->device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&c->compute, cudaStreamNonBlocking));
     CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
     for (int e = 0; e < GT_N_EDGES; e++)
@@ -207,7 +191,7 @@ int gt_comm_create(int world_fint, int pp, int dp, int pipe_rank, int replica, i
     CUDA_MALLOC(c->scratch, 16);
     NCCL_CHECK(ncclCommInitRank(&c->nworld, world_size, uid, world_rank));
     {
-        int in_tied = pp > 1 && (pipe_rank == 0 || pipe_rank == pp - 1);
+        int in_tied = gt_comm_in_tied(pp, pipe_rank);
         ncclComm_t made = NULL;
         if (pp > 1) {
             NCCL_CHECK(ncclCommSplit(c->nworld, in_tied ? replica : NCCL_SPLIT_NOCOLOR,
@@ -263,8 +247,8 @@ void gt_comm_free(gt_comm *c) {
         if (c->done[i] != NULL) cudaEventDestroy(c->done[i]);
     free(c->done);
     free(c->edge_of);
-    for (int k = 0; k < 2 && c->pp > 1; k++) {
-        for (int sender = 0; sender < c->pp; sender++) {
+    for (int k = 0; k < 2 && c->host.pp > 1; k++) {
+        for (int sender = 0; sender < c->host.pp; sender++) {
             int slot = edge_slot(c, k == 0 ? GT_MSG_ACT : GT_MSG_GRAD, sender);
             if (slot >= 0 && c->edge[slot] != NULL) {
                 ncclCommDestroy(c->edge[slot]);
@@ -280,8 +264,7 @@ void gt_comm_free(gt_comm *c) {
     for (int e = 0; e < GT_N_EDGES; e++)
         if (c->streams[e] != NULL) cudaStreamDestroy(c->streams[e]);
     if (c->compute != NULL) cudaStreamDestroy(c->compute);
-    if (c->pipe != MPI_COMM_NULL) MPI_Comm_free(&c->pipe);
-    if (c->world != MPI_COMM_NULL) MPI_Comm_free(&c->world);
+    gt_comm_host_release(&c->host);
     free(c);
 }
 
@@ -313,10 +296,10 @@ static int p2p_edge(gt_comm *c, int req, int peer, int kind, int is_send, int *e
     int rc = GT_OK;
     if (req < 0 || req >= c->n_reqs) GT_FAIL(GT_ESTATE, "request %d out of range", req);
     if (c->edge_of[req] >= 0) GT_FAIL(GT_ESTATE, "request %d still active", req);
-    if (c->pp < 2) GT_FAIL(GT_ESTATE, "send/recv with pp=1");
+    if (c->host.pp < 2) GT_FAIL(GT_ESTATE, "send/recv with pp=1");
     if (kind != GT_MSG_ACT && kind != GT_MSG_GRAD) GT_FAIL(GT_ESTATE, "bad message kind %d", kind);
     {
-        int p = c->pipe_rank, pp = c->pp;
+        int p = c->host.pipe_rank, pp = c->host.pp;
         int expected = is_send ? edge_receiver(kind, p, pp)
                                : (kind == GT_MSG_ACT ? (p - 1 + pp) % pp : (p + 1) % pp);
         if (peer != expected)
@@ -399,29 +382,3 @@ int gt_comm_allreduce_tied(gt_comm *c, float *buf, size_t count) {
 cleanup:
     return rc;
 }
-
-int gt_comm_allreduce_pipe_double(gt_comm *c, double *value) {
-    int rc = GT_OK;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, value, 1, MPI_DOUBLE, MPI_SUM, c->pipe));
-cleanup:
-    return rc;
-}
-
-int gt_comm_allreduce_world_double(gt_comm *c, double *value) {
-    int rc = GT_OK;
-    MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, value, 1, MPI_DOUBLE, MPI_SUM, c->world));
-cleanup:
-    return rc;
-}
-
-int gt_comm_barrier(gt_comm *c) {
-    int rc = GT_OK;
-    MPI_CHECK(MPI_Barrier(c->world));
-cleanup:
-    return rc;
-}
-
-int gt_comm_pp(const gt_comm *c) { return c->pp; }
-int gt_comm_dp(const gt_comm *c) { return c->dp; }
-int gt_comm_pipe_rank(const gt_comm *c) { return c->pipe_rank; }
-int gt_comm_replica(const gt_comm *c) { return c->replica; }
