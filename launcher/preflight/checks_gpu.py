@@ -50,6 +50,33 @@ def _fail(
     )
 
 
+def _gpu_of(line: str) -> str:
+    """The "GPU<n>" a finding line starts with ("GPU1: remap pending=Yes" -> "GPU1")."""
+    return line.split(":")[0]
+
+
+def _conclude(
+    cid: str,
+    expected: str,
+    evidence: str,
+    *,
+    fails: list[str],
+    fail_action: str,
+    fail_detail: Callable[[str], str],
+    warns: list[str] | None = None,
+    warn_action: str = "",
+    warn_detail: str = "",
+    ok: str,
+) -> CheckResult:
+    """FAIL listing every failure (its drain detail made from the first), else WARN listing every
+    warning, else PASS observing ``ok``: the last step of the per-GPU checks."""
+    if fails:
+        return _fail(cid, fails, expected, evidence, fail_action, fail_detail(fails[0]))
+    if warns:
+        return _fail(cid, warns, expected, evidence, warn_action, warn_detail, status="WARN")
+    return passed(cid, ok, expected, evidence)
+
+
 def check_inventory(facts: NodeFacts, exp: Expectations, th: Thresholds) -> CheckResult:
     """GPU count, model and driver against the site (and consistent across GPUs)."""
     cid, inv = "gpu.inventory", facts.gpu
@@ -126,27 +153,18 @@ def check_ecc(facts: NodeFacts, exp: Expectations, th: Thresholds) -> CheckResul
         f"volatile uncorrectable <= {th.ecc_volatile_uncorrectable_max:g}, no SRAM threshold, "
         f"no pending repair; correctable <= {th.ecc_volatile_correctable_warn:g}"
     )
-    evidence = facts.gpu.evidence + " (ecc_errors)"
-    if fails:
-        return _fail(
-            cid,
-            fails,
-            expected,
-            evidence,
-            "reset the GPU (nvidia-smi -r) or reboot; RMA if it recurs",
-            fails[0].split(":")[0] + "-" + fails[0].split(": ")[1].split("=")[0],
-        )
-    if warns:
-        return _fail(
-            cid,
-            warns,
-            expected,
-            evidence,
-            "watch the counters; schedule a reset",
-            "ecc",
-            status="WARN",
-        )
-    return passed(cid, f"{len(facts.gpu.gpus)} GPUs: no uncorrectable errors", expected, evidence)
+    return _conclude(
+        cid,
+        expected,
+        facts.gpu.evidence + " (ecc_errors)",
+        fails=fails,
+        fail_action="reset the GPU (nvidia-smi -r) or reboot; RMA if it recurs",
+        fail_detail=lambda first: _gpu_of(first) + "-" + first.split(": ")[1].split("=")[0],
+        warns=warns,
+        warn_action="watch the counters; schedule a reset",
+        warn_detail="ecc",
+        ok=f"{len(facts.gpu.gpus)} GPUs: no uncorrectable errors",
+    )
 
 
 def check_row_remap(facts: NodeFacts, exp: Expectations, th: Thresholds) -> CheckResult:
@@ -168,27 +186,23 @@ def check_row_remap(facts: NodeFacts, exp: Expectations, th: Thresholds) -> Chec
         "pending=No, failure=No, remapped uncorrectable rows <= "
         f"{th.remapped_rows_uncorrectable_warn:g}"
     )
-    evidence = facts.gpu.evidence + " (remapped_rows)"
-    if fails:
-        first = fails[0]
-        kind = "pending" if "pending" in first else "failure"
-        action = (
+    pending_first = bool(fails) and "pending" in fails[0]
+    return _conclude(
+        cid,
+        expected,
+        facts.gpu.evidence + " (remapped_rows)",
+        fails=fails,
+        fail_action=(
             "reset the GPU (nvidia-smi -r) or reboot so the remap takes effect"
-            if kind == "pending"
+            if pending_first
             else "RMA the GPU: it is out of spare rows"
-        )
-        return _fail(cid, fails, expected, evidence, action, f"{first.split(':')[0]}-{kind}")
-    if warns:
-        return _fail(
-            cid,
-            warns,
-            expected,
-            evidence,
-            "plan an RMA: spare rows running out",
-            "rows",
-            status="WARN",
-        )
-    return passed(cid, "no pending or failed remaps", expected, evidence)
+        ),
+        fail_detail=lambda first: f"{_gpu_of(first)}-{'pending' if pending_first else 'failure'}",
+        warns=warns,
+        warn_action="plan an RMA: spare rows running out",
+        warn_detail="rows",
+        ok="no pending or failed remaps",
+    )
 
 
 def check_xid(facts: NodeFacts, exp: Expectations, th: Thresholds) -> CheckResult:
@@ -278,7 +292,7 @@ def check_nvlink(facts: NodeFacts, exp: Expectations, th: Thresholds) -> CheckRe
             expected,
             inv.evidence,
             "reseat/reset: a degraded NVLink slows every collective; reboot, then RMA",
-            bad[0].split(":")[0] + "-link-down",
+            _gpu_of(bad[0]) + "-link-down",
         )
     total = sum(sum(nv.link_active.values()) for nv in inv.nvlinks)
     return passed(cid, f"{total} links active on {len(inv.gpus)} GPUs", expected, inv.evidence)
@@ -331,21 +345,20 @@ def check_clocks(facts: NodeFacts, exp: Expectations, th: Thresholds) -> CheckRe
         if g.clock_events.get("sw_thermal_slowdown"):
             warns.append(f"GPU{g.index}: sw_thermal_slowdown active")
     expected = "no HW slowdown, HW thermal slowdown, HW power brake; no SW thermal slowdown"
-    evidence = facts.gpu.evidence + " (clocks_event_reasons)"
-    if fails:
-        return _fail(
-            cid,
-            fails,
-            expected,
-            evidence,
-            "check cooling and power delivery (PSU, power brake signal)",
-            fails[0].split(":")[0]
-            + "-"
-            + fails[0].split(": ")[1].split(",")[0].replace(" active", ""),
-        )
-    if warns:
-        return _fail(cid, warns, expected, evidence, "check airflow", "sw-thermal", status="WARN")
-    return passed(cid, "no HW clock events active", expected, evidence)
+    return _conclude(
+        cid,
+        expected,
+        facts.gpu.evidence + " (clocks_event_reasons)",
+        fails=fails,
+        fail_action="check cooling and power delivery (PSU, power brake signal)",
+        fail_detail=lambda first: (
+            _gpu_of(first) + "-" + first.split(": ")[1].split(",")[0].replace(" active", "")
+        ),
+        warns=warns,
+        warn_action="check airflow",
+        warn_detail="sw-thermal",
+        ok="no HW clock events active",
+    )
 
 
 def check_temperature(facts: NodeFacts, exp: Expectations, th: Thresholds) -> CheckResult:
@@ -370,19 +383,18 @@ def check_temperature(facts: NodeFacts, exp: Expectations, th: Thresholds) -> Ch
         f"core < {th.gpu_temp_warn_c:g} C (fail {th.gpu_temp_fail_c:g}), "
         f"HBM < {th.gpu_mem_temp_warn_c:g} C (fail {th.gpu_mem_temp_fail_c:g})"
     )
-    evidence = facts.gpu.evidence + " (temperature)"
-    if fails:
-        return _fail(
-            cid,
-            fails,
-            expected,
-            evidence,
-            "check cooling (fans, coolant, airflow)",
-            fails[0].split(":")[0] + "-hot",
-        )
-    if warns:
-        return _fail(cid, warns, expected, evidence, "check cooling", "warm", status="WARN")
-    return passed(cid, "; ".join(seen), expected, evidence)
+    return _conclude(
+        cid,
+        expected,
+        facts.gpu.evidence + " (temperature)",
+        fails=fails,
+        fail_action="check cooling (fans, coolant, airflow)",
+        fail_detail=lambda first: _gpu_of(first) + "-hot",
+        warns=warns,
+        warn_action="check cooling",
+        warn_detail="warm",
+        ok="; ".join(seen),
+    )
 
 
 def check_power(facts: NodeFacts, exp: Expectations, th: Thresholds) -> CheckResult:
@@ -399,17 +411,15 @@ def check_power(facts: NodeFacts, exp: Expectations, th: Thresholds) -> CheckRes
             default = g.default_power_limit_w
             fails.append(f"GPU{g.index}: limit {g.power_limit_w:g} W of default {default:g} W")
     expected = f"enforced limit >= {th.power_limit_min_ratio:g} x default limit"
-    evidence = facts.gpu.evidence + " (power readings)"
-    if fails:
-        return _fail(
-            cid,
-            fails,
-            expected,
-            evidence,
-            "restore the power limit (nvidia-smi -pl) or check the PSU/BMC capping",
-            fails[0].split(":")[0] + "-capped",
-        )
-    return passed(cid, "; ".join(seen), expected, evidence)
+    return _conclude(
+        cid,
+        expected,
+        facts.gpu.evidence + " (power readings)",
+        fails=fails,
+        fail_action="restore the power limit (nvidia-smi -pl) or check the PSU/BMC capping",
+        fail_detail=lambda first: _gpu_of(first) + "-capped",
+        ok="; ".join(seen),
+    )
 
 
 def check_pcie(facts: NodeFacts, exp: Expectations, th: Thresholds) -> CheckResult:
@@ -427,27 +437,18 @@ def check_pcie(facts: NodeFacts, exp: Expectations, th: Thresholds) -> CheckResu
         if gen is not None and gen < th.pcie_gen_min:
             warns.append(f"GPU{g.index}: gen {gen} (max {_na(g.pcie_gen_max)})")
     expected = f"width >= x{th.pcie_width_min:g} and = max; gen >= {th.pcie_gen_min:g}"
-    evidence = facts.gpu.evidence + " (pci_gpu_link_info)"
-    if fails:
-        return _fail(
-            cid,
-            fails,
-            expected,
-            evidence,
-            "reseat the GPU/riser; check the slot",
-            fails[0].split(":")[0] + "-width",
-        )
-    if warns:
-        return _fail(
-            cid,
-            warns,
-            expected,
-            evidence,
-            "idle GPUs may downshift; if it persists under load, reseat",
-            "gen",
-            status="WARN",
-        )
-    return passed(cid, "; ".join(seen), expected, evidence)
+    return _conclude(
+        cid,
+        expected,
+        facts.gpu.evidence + " (pci_gpu_link_info)",
+        fails=fails,
+        fail_action="reseat the GPU/riser; check the slot",
+        fail_detail=lambda first: _gpu_of(first) + "-width",
+        warns=warns,
+        warn_action="idle GPUs may downshift; if it persists under load, reseat",
+        warn_detail="gen",
+        ok="; ".join(seen),
+    )
 
 
 def check_recovery(facts: NodeFacts, exp: Expectations, th: Thresholds) -> CheckResult:
@@ -463,27 +464,18 @@ def check_recovery(facts: NodeFacts, exp: Expectations, th: Thresholds) -> Check
         if g.persistence_mode is False:
             warns.append(f"GPU{g.index}: persistence mode off")
     expected = "recovery action None; persistence mode on"
-    evidence = facts.gpu.evidence + " (gpu_recovery_action, persistence_mode)"
-    if fails:
-        return _fail(
-            cid,
-            fails,
-            expected,
-            evidence,
-            "do what the driver asks (reset/reboot)",
-            fails[0].split(":")[0] + "-" + fails[0].rsplit(" ", 1)[-1],
-        )
-    if warns:
-        return _fail(
-            cid,
-            warns,
-            expected,
-            evidence,
-            "enable persistence (nvidia-persistenced)",
-            "persistence",
-            status="WARN",
-        )
-    return passed(cid, "no recovery action requested", expected, evidence)
+    return _conclude(
+        cid,
+        expected,
+        facts.gpu.evidence + " (gpu_recovery_action, persistence_mode)",
+        fails=fails,
+        fail_action="do what the driver asks (reset/reboot)",
+        fail_detail=lambda first: _gpu_of(first) + "-" + first.rsplit(" ", 1)[-1],
+        warns=warns,
+        warn_action="enable persistence (nvidia-persistenced)",
+        warn_detail="persistence",
+        ok="no recovery action requested",
+    )
 
 
 GPU_CHECKS: tuple[GpuCheck, ...] = (
