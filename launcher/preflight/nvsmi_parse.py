@@ -364,41 +364,48 @@ _LINK_SPEED = re.compile(r"^\s*Link (\d+):\s*(.*?)\s*$")
 _LINK_ERROR = re.compile(r"^\s*Link (\d+):\s*([A-Za-z ]+?) Errors?:\s*(\S+)\s*$")
 
 
+def _gpu_sections(text: str) -> dict[int, list[str]]:
+    """The lines under each ``GPU n:`` header of ``nvlink`` output, by GPU in order of first
+    appearance (a GPU whose header has no lines maps to []; lines before any header are dropped).
+    """
+    sections: dict[int, list[str]] = {}
+    gpu: int | None = None
+    for line in text.splitlines():
+        head = _GPU_LINE.match(line)
+        if head:
+            gpu = int(head.group(1))
+            sections.setdefault(gpu, [])
+        elif gpu is not None:
+            sections[gpu].append(line)
+    return sections
+
+
 def parse_nvlink(status_text: str, errors_text: str = "") -> list[NvlinkFacts]:
     """Parse ``nvidia-smi nvlink -s`` (speeds, ``<inactive>``) and ``nvlink -e`` (counters)."""
     active: dict[int, dict[int, bool]] = {}
     speeds: dict[int, dict[int, float]] = {}
     errors: dict[int, dict[int, dict[str, int]]] = {}
-    gpu: int | None = None
-    for line in status_text.splitlines():
-        head = _GPU_LINE.match(line)
-        if head:
-            gpu = int(head.group(1))
-            active.setdefault(gpu, {})
-            speeds.setdefault(gpu, {})
-            continue
-        link = _LINK_SPEED.match(line)
-        if link and gpu is not None:
-            value = link.group(2)
-            number = int(link.group(1))
-            up = "inactive" not in value.lower() and "down" not in value.lower()
-            active[gpu][number] = up
-            speed = to_float(value) if up else None
-            if speed is not None:
-                speeds[gpu][number] = speed
-    gpu = None
-    for line in errors_text.splitlines():
-        head = _GPU_LINE.match(line)
-        if head:
-            gpu = int(head.group(1))
-            errors.setdefault(gpu, {})
-            continue
-        err = _LINK_ERROR.match(line)
-        if err and gpu is not None:
-            count = to_int(err.group(3))
-            if count is not None:
-                name = err.group(2).strip().lower().replace(" ", "_")
-                errors[gpu].setdefault(int(err.group(1)), {})[name] = count
+    for gpu, lines in _gpu_sections(status_text).items():
+        active[gpu], speeds[gpu] = {}, {}
+        for line in lines:
+            link = _LINK_SPEED.match(line)
+            if link:
+                value = link.group(2)
+                number = int(link.group(1))
+                up = "inactive" not in value.lower() and "down" not in value.lower()
+                active[gpu][number] = up
+                speed = to_float(value) if up else None
+                if speed is not None:
+                    speeds[gpu][number] = speed
+    for gpu, lines in _gpu_sections(errors_text).items():
+        errors[gpu] = {}
+        for line in lines:
+            err = _LINK_ERROR.match(line)
+            if err:
+                count = to_int(err.group(3))
+                if count is not None:
+                    name = err.group(2).strip().lower().replace(" ", "_")
+                    errors[gpu].setdefault(int(err.group(1)), {})[name] = count
     return [
         NvlinkFacts(
             gpu_index=g,
