@@ -14,7 +14,8 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from launcher.preflight.result import CheckResult, skipped, token
@@ -51,6 +52,43 @@ def _broken(cid: str, out: ToolOutput, expected: str) -> CheckResult:
     )
 
 
+@dataclass(frozen=True)
+class _Rule:
+    """One way an active test fails, in the order the check judges them."""
+
+    findings: list[str]
+    """What breaks the rule ("GPU1: 3 wrong elements"), one line each; empty: the rule holds."""
+    action: str
+    """What an operator should do when it is broken."""
+    detail: str
+    """Drain detail; ``{gpu}`` stands for the GPU the first finding names."""
+
+
+def _judge(
+    cid: str, expected: str, evidence: str, duration_s: float, ok: str, rules: Sequence[_Rule]
+) -> CheckResult:
+    """FAIL by the first broken rule (observed: its findings), else PASS observing ``ok``."""
+    for rule in rules:
+        if rule.findings:
+            gpu = rule.findings[0].split(":")[0]
+            return CheckResult(
+                cid,
+                "FAIL",
+                "; ".join(rule.findings),
+                expected,
+                evidence,
+                rule.action,
+                detail=token(rule.detail.format(gpu=gpu)),
+                duration_s=duration_s,
+            )
+    return CheckResult(cid, "PASS", ok, expected, evidence, duration_s=duration_s)
+
+
+def _broken_if(condition: bool, observed: str) -> list[str]:
+    """The findings of a rule over one measurement: [observed] when it breaks the rule."""
+    return [observed] if condition else []
+
+
 def gpu_compute_checks(th: Thresholds, env: Mapping[str, str] | None) -> list[CheckResult]:
     """gpu.gemm and gpu.membw from one child process."""
     exp_gemm = f"exact checksum on every GPU; bf16 GEMM >= {th.gemm_tflops_min:g} TFLOP/s"
@@ -70,49 +108,31 @@ def gpu_compute_checks(th: Thresholds, env: Mapping[str, str] | None) -> list[Ch
     seen = "; ".join(f"GPU{g['index']} {g['tflops_bf16']:.0f} TFLOP/s" for g in gpus)
     evidence = f"{ACTIVE_MODULE} gpu_compute (torch, {len(gpus)} GPUs)"
     half = out.duration_s / 2
-    if wrong:
-        gemm = CheckResult(
-            "gpu.gemm",
-            "FAIL",
-            "; ".join(wrong),
-            exp_gemm,
-            evidence,
-            "silent data corruption: drain and RMA the GPU",
-            detail=token(wrong[0].split(":")[0] + "-checksum"),
-            duration_s=half,
-        )
-    elif slow:
-        gemm = CheckResult(
-            "gpu.gemm",
-            "FAIL",
-            "; ".join(slow),
-            exp_gemm,
-            evidence,
-            "check clocks/power/thermals (gpu.clocks, gpu.power)",
-            detail=token(slow[0].split(":")[0] + "-slow"),
-            duration_s=half,
-        )
-    else:
-        gemm = CheckResult("gpu.gemm", "PASS", seen, exp_gemm, evidence, duration_s=half)
+    gemm = _judge(
+        "gpu.gemm",
+        exp_gemm,
+        evidence,
+        half,
+        seen,
+        (
+            _Rule(wrong, "silent data corruption: drain and RMA the GPU", "{gpu}-checksum"),
+            _Rule(slow, "check clocks/power/thermals (gpu.clocks, gpu.power)", "{gpu}-slow"),
+        ),
+    )
     lows = [
         f"GPU{g['index']}: {g['membw_gbps']:.0f} GB/s"
         for g in gpus
         if g["membw_gbps"] < th.membw_gbps_min
     ]
     bw_seen = "; ".join(f"GPU{g['index']} {g['membw_gbps']:.0f} GB/s" for g in gpus)
-    if lows:
-        membw = CheckResult(
-            "gpu.membw",
-            "FAIL",
-            "; ".join(lows),
-            exp_bw,
-            evidence,
-            "HBM degraded or clocks capped: reset, then RMA",
-            detail=token(lows[0].split(":")[0] + "-slow"),
-            duration_s=half,
-        )
-    else:
-        membw = CheckResult("gpu.membw", "PASS", bw_seen, exp_bw, evidence, duration_s=half)
+    membw = _judge(
+        "gpu.membw",
+        exp_bw,
+        evidence,
+        half,
+        bw_seen,
+        (_Rule(lows, "HBM degraded or clocks capped: reset, then RMA", "{gpu}-slow"),),
+    )
     return [gemm, membw]
 
 
@@ -133,19 +153,21 @@ def gpu_nccl_check(th: Thresholds, env: Mapping[str, str] | None) -> CheckResult
     )
     evidence = f"{ACTIVE_MODULE} gpu_nccl (torch.distributed NCCL, {data['world']} GPUs)"
     slow = [k for k, v in p2p.items() if v < th.nccl_p2p_gbps_min]
-    if data["busbw_gbps"] < th.nccl_allreduce_busbw_gbps_min or slow:
-        detail = f"gpu{slow[0]}-p2p-slow" if slow else "allreduce-slow"
-        return CheckResult(
-            "gpu.nccl",
-            "FAIL",
-            observed,
-            expected,
-            evidence,
-            "check NVLink (gpu.nvlink) and NCCL topology (nvidia-smi topo -m)",
-            detail=detail,
-            duration_s=out.duration_s,
-        )
-    return CheckResult("gpu.nccl", "PASS", observed, expected, evidence, duration_s=out.duration_s)
+    too_slow = data["busbw_gbps"] < th.nccl_allreduce_busbw_gbps_min or bool(slow)
+    return _judge(
+        "gpu.nccl",
+        expected,
+        evidence,
+        out.duration_s,
+        observed,
+        (
+            _Rule(
+                _broken_if(too_slow, observed),
+                "check NVLink (gpu.nvlink) and NCCL topology (nvidia-smi topo -m)",
+                f"gpu{slow[0]}-p2p-slow" if slow else "allreduce-slow",
+            ),
+        ),
+    )
 
 
 def cpu_gemm_check(th: Thresholds, env: Mapping[str, str] | None) -> CheckResult:
@@ -156,29 +178,25 @@ def cpu_gemm_check(th: Thresholds, env: Mapping[str, str] | None) -> CheckResult
         return _broken("cpu.gemm", out, expected)
     observed = f"{data['mismatches']} wrong elements, {data['gflops']:.1f} GFLOP/s"
     evidence = f"{ACTIVE_MODULE} cpu_gemm (numpy float64 vs int64 product)"
-    if data["mismatches"]:
-        return CheckResult(
-            "cpu.gemm",
-            "FAIL",
-            observed,
-            expected,
-            evidence,
-            "CPU/memory corruption: run memtest, check the BMC",
-            detail="checksum",
-            duration_s=out.duration_s,
-        )
-    if data["gflops"] < th.cpu_gemm_gflops_min:
-        return CheckResult(
-            "cpu.gemm",
-            "FAIL",
-            observed,
-            expected,
-            evidence,
-            "CPU throttled or overloaded: check frequency and load",
-            detail="slow",
-            duration_s=out.duration_s,
-        )
-    return CheckResult("cpu.gemm", "PASS", observed, expected, evidence, duration_s=out.duration_s)
+    return _judge(
+        "cpu.gemm",
+        expected,
+        evidence,
+        out.duration_s,
+        observed,
+        (
+            _Rule(
+                _broken_if(bool(data["mismatches"]), observed),
+                "CPU/memory corruption: run memtest, check the BMC",
+                "checksum",
+            ),
+            _Rule(
+                _broken_if(data["gflops"] < th.cpu_gemm_gflops_min, observed),
+                "CPU throttled or overloaded: check frequency and load",
+                "slow",
+            ),
+        ),
+    )
 
 
 def mpi_ping_check(
@@ -211,15 +229,17 @@ def mpi_ping_check(
     observed = f"{data['ranks']} ranks, round trip {data['rtt_us']:.1f} us"
     evidence = f"{mpirun} -np 2 python -m {ACTIVE_MODULE} mpi_ping"
     took = time.monotonic() - start
-    if data["rtt_us"] > th.mpi_ping_us_max:
-        return CheckResult(
-            "mpi.ping",
-            "FAIL",
-            observed,
-            expected,
-            evidence,
-            "check the MPI transport settings (mpi.env)",
-            detail="slow",
-            duration_s=took,
-        )
-    return CheckResult("mpi.ping", "PASS", observed, expected, evidence, duration_s=took)
+    return _judge(
+        "mpi.ping",
+        expected,
+        evidence,
+        took,
+        observed,
+        (
+            _Rule(
+                _broken_if(data["rtt_us"] > th.mpi_ping_us_max, observed),
+                "check the MPI transport settings (mpi.env)",
+                "slow",
+            ),
+        ),
+    )
