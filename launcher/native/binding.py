@@ -1,9 +1,13 @@
 """ctypes binding of the native stage API (``native/include/gantry/stage.h``).
 
-``NativeLibrary`` loads ``libgantry_native.so``; ``NativeStage`` wraps one ``gt_stage``: numpy
-views of its parameter/gradient/optimizer buffers, forward/backward of micro-batches, AdamW and
-safetensors I/O. A failing C call raises :class:`UserInputError` (bad input: file, tensor,
-shape; exit 2) or :class:`NativeError` with the library's message.
+``NativeLibrary`` loads ``libgantry_native.so`` (either backend) with the signatures of the whole
+stage API; ``BaseStage`` owns one ``gt_stage`` and holds what every wrapper shares (creation,
+tensor table, wte range, load, zero_grad, norms, weight-gradient half); ``NativeStage`` adds
+numpy views of the CPU build's host buffers, forward/backward of micro-batches, AdamW and save
+(``cuda_stage.CudaStage`` adds the CUDA build's device activations). ``tensor_table``,
+``read_buffer`` and ``write_buffer`` serve stages the pipeline owns too. A failing C call raises
+:class:`UserInputError` (bad input: file, tensor, shape; exit 2) or :class:`NativeError` with
+the library's message.
 """
 
 from __future__ import annotations
@@ -142,6 +146,21 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     ),
     "gt_shard_write": (ctypes.c_int, [ctypes.c_char_p, _P(ctypes.c_uint16), ctypes.c_size_t]),
     "gt_free": (None, [ctypes.c_void_p]),
+    # backend functions (API version 2): both builds have them
+    "gt_backend_name": (ctypes.c_char_p, []),
+    "gt_backend_memory": (ctypes.c_int, [_P(ctypes.c_size_t), _P(ctypes.c_size_t)]),
+    "gt_stage_backend_info": (ctypes.c_char_p, [ctypes.c_void_p]),
+    "gt_stage_activation_dtype": (ctypes.c_int, [ctypes.c_void_p]),
+    "gt_stage_activation_bytes": (ctypes.c_size_t, [ctypes.c_void_p]),
+    "gt_stage_set_stream": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p]),
+    "gt_stage_synchronize": (ctypes.c_int, [ctypes.c_void_p]),
+    "gt_stage_read_buffer": (
+        ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, _f32p]
+    ),
+    "gt_stage_write_buffer": (
+        ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, _f32p]
+    ),
+    "gt_stage_params_updated": (ctypes.c_int, [ctypes.c_void_p]),
 }
 
 
@@ -220,12 +239,46 @@ def _i32(array: IntArray | None, shape: tuple[int, ...], what: str) -> Any:
     return array.ctypes.data_as(_i32p)
 
 
-class NativeStage:
-    """One pipeline stage (``gt_stage``); close it (or use ``with``) to free its memory.
+def tensor_table(lib: NativeLibrary, handle: Any) -> list[TensorInfo]:
+    """The tensor table of the stage behind ``handle``, in buffer order."""
+    infos = []
+    for index in range(lib.lib.gt_stage_num_tensors(handle)):
+        info = lib.lib.gt_stage_tensor(handle, index).contents
+        infos.append(TensorInfo(
+            name=info.name.decode(),
+            shape=tuple(int(info.shape[d]) for d in range(info.ndim)),
+            offset=int(info.offset),
+            numel=int(info.numel),
+            decay=bool(info.decay),
+        ))
+    return infos
 
-    Numpy views returned by :meth:`buffer` and :meth:`tensor_view` share the stage's memory and
-    must not be used after :meth:`close`.
+
+def read_buffer(lib: NativeLibrary, handle: Any, which: Buffer, num_params: int) -> FloatArray:
+    """A host copy of one whole buffer (host or device memory alike)."""
+    out = np.empty(num_params, dtype=np.float32)
+    lib.check(lib.lib.gt_stage_read_buffer(handle, int(which), 0, num_params,
+                                           out.ctypes.data_as(_f32p)))
+    return out
+
+
+def write_buffer(lib: NativeLibrary, handle: Any, which: Buffer, offset: int,
+                 values: FloatArray) -> None:
+    """Copies float32 ``values`` into buffer ``which`` at element ``offset``."""
+    flat = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+    lib.check(lib.lib.gt_stage_write_buffer(handle, int(which), offset, flat.size,
+                                            flat.ctypes.data_as(_f32p)))
+
+
+class BaseStage:
+    """One ``gt_stage`` this object owns (either backend); close it (or use ``with``) to free it.
+
+    Holds what does not depend on where activations live: the tensor table, the wte range,
+    loading, zeroing and norms of the gradients and the weight-gradient half of the backward.
     """
+
+    _KIND = "native"
+    """Names the stage in the used-after-close error."""
 
     def __init__(
         self,
@@ -254,13 +307,61 @@ class NativeStage:
                                           ctypes.byref(handle)))
         self._handle = handle
         self.num_params = int(lib.lib.gt_stage_num_params(handle))
-        self.tensors = [self._tensor_info(i) for i in range(lib.lib.gt_stage_num_tensors(handle))]
+        self.tensors = tensor_table(lib, handle)
 
     # lifetime -------------------------------------------------------------------------------
     def close(self) -> None:
         if self._handle is not None:
             self.lib.lib.gt_stage_free(self._handle)
             self._handle = None
+
+    def __del__(self) -> None:
+        self.close()
+
+    @property
+    def handle(self) -> ctypes.c_void_p:
+        if self._handle is None:
+            raise NativeError(f"{self._KIND} stage used after close()")
+        return self._handle
+
+    # buffers --------------------------------------------------------------------------------
+    def _tensor_named(self, name: str) -> TensorInfo:
+        for info in self.tensors:
+            if info.name == name:
+                return info
+        raise KeyError(name)
+
+    def wte_range(self) -> tuple[int, int] | None:
+        """(offset, count) of the wte copy within every buffer, or None."""
+        offset, count = ctypes.c_size_t(), ctypes.c_size_t()
+        has = self.lib.lib.gt_stage_wte_range(self.handle, ctypes.byref(offset),
+                                              ctypes.byref(count))
+        return (int(offset.value), int(count.value)) if has else None
+
+    def load(self, path: Path, which: Buffer = Buffer.PARAMS) -> None:
+        self.lib.check(self.lib.lib.gt_stage_load(self.handle, str(path).encode(), int(which)))
+
+    # backward and gradients -----------------------------------------------------------------
+    def backward_weight(self, slot: int) -> None:
+        """Weight-gradient half of the backward (zero-bubble W); frees the slot."""
+        self.lib.check(self.lib.lib.gt_stage_backward_weight(self.handle, slot))
+
+    def zero_grad(self) -> None:
+        self.lib.check(self.lib.lib.gt_stage_zero_grad(self.handle))
+
+    def grad_sq_sum(self, include_wte: bool = True) -> float:
+        out = ctypes.c_double()
+        self.lib.check(self.lib.lib.gt_stage_grad_sq_sum(self.handle, int(include_wte),
+                                                         ctypes.byref(out)))
+        return float(out.value)
+
+
+class NativeStage(BaseStage):
+    """A CPU-build stage with numpy views of its host buffers.
+
+    Numpy views returned by :meth:`buffer` and :meth:`tensor_view` share the stage's memory and
+    must not be used after :meth:`close`.
+    """
 
     def __enter__(self) -> NativeStage:
         return self
@@ -271,26 +372,7 @@ class NativeStage:
     ) -> None:
         self.close()
 
-    def __del__(self) -> None:
-        self.close()
-
-    @property
-    def handle(self) -> ctypes.c_void_p:
-        if self._handle is None:
-            raise NativeError("native stage used after close()")
-        return self._handle
-
     # buffers --------------------------------------------------------------------------------
-    def _tensor_info(self, index: int) -> TensorInfo:
-        info = self.lib.lib.gt_stage_tensor(self._handle, index).contents
-        return TensorInfo(
-            name=info.name.decode(),
-            shape=tuple(int(info.shape[d]) for d in range(info.ndim)),
-            offset=int(info.offset),
-            numel=int(info.numel),
-            decay=bool(info.decay),
-        )
-
     def buffer(self, which: Buffer) -> FloatArray:
         """A numpy view of the whole buffer (num_params float32)."""
         ptr = self.lib.lib.gt_stage_buffer(self.handle, int(which))
@@ -298,18 +380,8 @@ class NativeStage:
 
     def tensor_view(self, which: Buffer, name: str) -> FloatArray:
         """A numpy view of one tensor of a buffer, shaped."""
-        for info in self.tensors:
-            if info.name == name:
-                flat = self.buffer(which)[info.offset : info.offset + info.numel]
-                return flat.reshape(info.shape)
-        raise KeyError(name)
-
-    def wte_range(self) -> tuple[int, int] | None:
-        """(offset, count) of the wte copy within every buffer, or None."""
-        offset, count = ctypes.c_size_t(), ctypes.c_size_t()
-        has = self.lib.lib.gt_stage_wte_range(self.handle, ctypes.byref(offset),
-                                              ctypes.byref(count))
-        return (int(offset.value), int(count.value)) if has else None
+        info = self._tensor_named(name)
+        return self.buffer(which)[info.offset : info.offset + info.numel].reshape(info.shape)
 
     # compute --------------------------------------------------------------------------------
     def _act_shape(self) -> tuple[int, int, int]:
@@ -361,20 +433,7 @@ class NativeStage:
         """Input-gradient half of the backward (zero-bubble B); keeps the slot."""
         return self._backward_call("gt_stage_backward_input", slot, dx_out, loss_scale)
 
-    def backward_weight(self, slot: int) -> None:
-        """Weight-gradient half of the backward (zero-bubble W); frees the slot."""
-        self.lib.check(self.lib.lib.gt_stage_backward_weight(self.handle, slot))
-
     # optimizer ------------------------------------------------------------------------------
-    def zero_grad(self) -> None:
-        self.lib.check(self.lib.lib.gt_stage_zero_grad(self.handle))
-
-    def grad_sq_sum(self, include_wte: bool = True) -> float:
-        out = ctypes.c_double()
-        self.lib.check(self.lib.lib.gt_stage_grad_sq_sum(self.handle, int(include_wte),
-                                                         ctypes.byref(out)))
-        return float(out.value)
-
     def adamw_step(
         self, *, lr: float, beta1: float, beta2: float, eps: float, weight_decay: float,
         step: int, grad_scale: float = 1.0,
@@ -383,8 +442,5 @@ class NativeStage:
             self.handle, lr, beta1, beta2, eps, weight_decay, step, grad_scale))
 
     # I/O ------------------------------------------------------------------------------------
-    def load(self, path: Path, which: Buffer = Buffer.PARAMS) -> None:
-        self.lib.check(self.lib.lib.gt_stage_load(self.handle, str(path).encode(), int(which)))
-
     def save(self, path: Path, which: Buffer = Buffer.PARAMS) -> None:
         self.lib.check(self.lib.lib.gt_stage_save(self.handle, str(path).encode(), int(which)))

@@ -13,7 +13,15 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from launcher.native.binding import Buffer, NativeLibrary, TensorInfo, _Config
+from launcher.native.binding import (
+    Buffer,
+    NativeLibrary,
+    TensorInfo,
+    _Config,
+    read_buffer,
+    tensor_table,
+    write_buffer,
+)
 from launcher.native.model_config import GPTConfig
 
 _P = ctypes.POINTER
@@ -55,8 +63,8 @@ class TraceEvent(ctypes.Structure):
 COMM_ID_BYTES = 128
 """Size of the communicator bootstrap id (``GT_COMM_ID_BYTES``, an ncclUniqueId)."""
 
+# the pipeline and comm functions (the stage API's are set by NativeLibrary)
 _SIGNATURES = {
-    "gt_backend_name": (ctypes.c_char_p, []),
     "gt_comm_backend": (ctypes.c_char_p, []),
     "gt_comm_unique_id": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]),
     "gt_comm_create": (
@@ -64,16 +72,6 @@ _SIGNATURES = {
         [ctypes.c_int] * 6 + [ctypes.c_char_p, ctypes.c_size_t, _P(ctypes.c_void_p)],
     ),
     "gt_comm_mpi_create": (ctypes.c_int, [ctypes.c_int] * 6 + [_P(ctypes.c_void_p)]),
-    "gt_stage_read_buffer": (
-        ctypes.c_int,
-        [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, _P(ctypes.c_float)],
-    ),
-    "gt_stage_write_buffer": (
-        ctypes.c_int,
-        [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, _P(ctypes.c_float)],
-    ),
-    "gt_backend_memory": (ctypes.c_int, [_P(ctypes.c_size_t), _P(ctypes.c_size_t)]),
-    "gt_stage_backend_info": (ctypes.c_char_p, [ctypes.c_void_p]),
     "gt_comm_free": (None, [ctypes.c_void_p]),
     "gt_pipeline_create": (
         ctypes.c_int,
@@ -138,16 +136,11 @@ class Chunk:
 
     def read(self, which: Buffer) -> npt.NDArray[np.float32]:
         """A host copy of one whole buffer."""
-        out = np.empty(self.num_params, dtype=np.float32)
-        self.lib.check(self.lib.lib.gt_stage_read_buffer(
-            self.handle, int(which), 0, self.num_params, out.ctypes.data_as(_P(ctypes.c_float))))
-        return out
+        return read_buffer(self.lib, self.handle, which, self.num_params)
 
     def write(self, which: Buffer, offset: int, values: npt.NDArray[np.float32]) -> None:
         """Copies float32 ``values`` into buffer ``which`` at element ``offset``."""
-        flat = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
-        self.lib.check(self.lib.lib.gt_stage_write_buffer(
-            self.handle, int(which), offset, flat.size, flat.ctypes.data_as(_P(ctypes.c_float))))
+        write_buffer(self.lib, self.handle, which, offset, values)
 
     def load(self, path: Path, which: Buffer = Buffer.PARAMS) -> None:
         self.lib.check(self.lib.lib.gt_stage_load(self.handle, str(path).encode(), int(which)))
@@ -180,14 +173,7 @@ class Pipeline:
         self.chunks: list[Chunk] = []
         for c in range(lib.lib.gt_pipeline_num_chunks(handle)):
             stage = int(lib.lib.gt_pipeline_chunk(handle, c))
-            count = lib.lib.gt_stage_num_tensors(stage)
-            infos = []
-            for i in range(count):
-                info = lib.lib.gt_stage_tensor(stage, i).contents
-                infos.append(TensorInfo(info.name.decode(),
-                                        tuple(int(info.shape[d]) for d in range(info.ndim)),
-                                        int(info.offset), int(info.numel), bool(info.decay)))
-            self.chunks.append(Chunk(lib, stage, c * pp + pipe_rank, infos,
+            self.chunks.append(Chunk(lib, stage, c * pp + pipe_rank, tensor_table(lib, stage),
                                      int(lib.lib.gt_stage_num_params(stage))))
 
     def step(self, actions: npt.NDArray[np.int32], tokens: npt.NDArray[np.int32],
