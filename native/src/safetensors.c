@@ -57,6 +57,30 @@ static char peek(json_cursor *j) {
     return j->pos < j->len ? j->text[j->pos] : 0;
 }
 
+/* Opens an array or object: consumes `open`; *empty = 1 (and the `close` consumed too) when
+ * nothing is inside. */
+static int open_container(json_cursor *j, char open, char close, int *empty) {
+    int rc = GT_OK;
+    *empty = 0;
+    GT_CHECK(expect(j, open));
+    if (peek(j) == close) {
+        j->pos++;
+        *empty = 1;
+    }
+cleanup:
+    return rc;
+}
+
+/* After an item of an array or object: consumes ',' (another item follows) or `close`
+ * (*done = 1); anything else is the error `what` at that character. */
+static int next_item(json_cursor *j, char close, const char *what, int *done) {
+    char c = peek(j);
+    *done = c == close;
+    if (c != close && c != ',') return json_error(j, what);
+    j->pos++;
+    return GT_OK;
+}
+
 /* Parses a JSON string into a malloc'ed UTF-8 C string. */
 static int parse_string(json_cursor *j, char **out) {
     int rc = GT_OK;
@@ -153,26 +177,16 @@ static int parse_uint(json_cursor *j, uint64_t *out) {
 /* Parses [int, int, ...] with at most `max` items. */
 static int parse_uint_array(json_cursor *j, uint64_t *items, int max, int *count) {
     int rc = GT_OK;
+    int done = 0;
     *count = 0;
-    GT_CHECK(expect(j, '['));
-    if (peek(j) == ']') {
-        j->pos++;
-        goto cleanup;
-    }
-    for (;;) {
+    GT_CHECK(open_container(j, '[', ']', &done));
+    while (!done) {
         if (*count >= max) {
             rc = json_error(j, "too many array items");
             goto cleanup;
         }
         GT_CHECK(parse_uint(j, &items[(*count)++]));
-        char c = peek(j);
-        j->pos++;
-        if (c == ']') break;
-        if (c != ',') {
-            j->pos--;
-            rc = json_error(j, "expected ',' or ']'");
-            goto cleanup;
-        }
+        GT_CHECK(next_item(j, ']', "expected ',' or ']'", &done));
     }
 cleanup:
     return rc;
@@ -181,26 +195,16 @@ cleanup:
 static int parse_metadata(json_cursor *j) {
     int rc = GT_OK;
     char *key = NULL, *value = NULL;
-    GT_CHECK(expect(j, '{'));
-    if (peek(j) == '}') {
-        j->pos++;
-        goto cleanup;
-    }
-    for (;;) {
+    int done = 0;
+    GT_CHECK(open_container(j, '{', '}', &done));
+    while (!done) {
         GT_CHECK(parse_string(j, &key));
         GT_CHECK(expect(j, ':'));
         GT_CHECK(parse_string(j, &value));
         free(key);
         free(value);
         key = value = NULL;
-        char c = peek(j);
-        j->pos++;
-        if (c == '}') break;
-        if (c != ',') {
-            j->pos--;
-            rc = json_error(j, "expected ',' or '}' in __metadata__");
-            goto cleanup;
-        }
+        GT_CHECK(next_item(j, '}', "expected ',' or '}' in __metadata__", &done));
     }
 cleanup:
     free(key);
@@ -211,9 +215,9 @@ cleanup:
 static int parse_tensor(json_cursor *j, gt_st_entry *e) {
     int rc = GT_OK;
     char *key = NULL, *dtype = NULL;
-    int have_dtype = 0, have_shape = 0, have_offsets = 0;
-    GT_CHECK(expect(j, '{'));
-    for (;;) {
+    int have_dtype = 0, have_shape = 0, have_offsets = 0, done = 0;
+    GT_CHECK(expect(j, '{')); /* no empty tensor object: it lacks dtype, shape, data_offsets */
+    while (!done) {
         GT_CHECK(parse_string(j, &key));
         GT_CHECK(expect(j, ':'));
         if (strcmp(key, "dtype") == 0 && !have_dtype) {
@@ -247,14 +251,7 @@ static int parse_tensor(json_cursor *j, gt_st_entry *e) {
         }
         free(key);
         key = NULL;
-        char c = peek(j);
-        j->pos++;
-        if (c == '}') break;
-        if (c != ',') {
-            j->pos--;
-            rc = json_error(j, "expected ',' or '}'");
-            goto cleanup;
-        }
+        GT_CHECK(next_item(j, '}', "expected ',' or '}'", &done));
     }
     if (!have_dtype || !have_shape || !have_offsets)
         rc = gt_set_error(GT_EINPUT, "%s: invalid safetensors header: tensor '%s' lacks dtype, "
@@ -278,46 +275,35 @@ static int dtype_size(const char *dtype) {
 static int parse_header(json_cursor *j, gt_st_file *f) {
     int rc = GT_OK;
     char *key = NULL;
-    int cap = 0;
-    GT_CHECK(expect(j, '{'));
-    if (peek(j) == '}') {
-        j->pos++;
-    } else {
-        for (;;) {
-            GT_CHECK(parse_string(j, &key));
-            GT_CHECK(expect(j, ':'));
-            if (strcmp(key, "__metadata__") == 0) {
-                GT_CHECK(parse_metadata(j));
-                free(key);
-            } else {
-                if (gt_st_find(f, key) != NULL) {
-                    rc = gt_set_error(GT_EINPUT, "%s: invalid safetensors header: tensor '%s' "
-                                      "appears twice", j->path, key);
-                    goto cleanup;
-                }
-                if (f->num_entries == cap) {
-                    int new_cap = cap ? 2 * cap : 64;
-                    gt_st_entry *grown = realloc(f->entries, (size_t)new_cap * sizeof(*grown));
-                    if (grown == NULL) GT_FAIL(GT_ENOMEM, "out of memory parsing %s", j->path);
-                    f->entries = grown;
-                    cap = new_cap;
-                }
-                gt_st_entry *e = &f->entries[f->num_entries++];
-                memset(e, 0, sizeof(*e));
-                e->name = key; /* owned by the entry from here on */
-                key = NULL;
-                GT_CHECK(parse_tensor(j, e));
-            }
-            key = NULL;
-            char c = peek(j);
-            j->pos++;
-            if (c == '}') break;
-            if (c != ',') {
-                j->pos--;
-                rc = json_error(j, "expected ',' or '}'");
+    int cap = 0, done = 0;
+    GT_CHECK(open_container(j, '{', '}', &done));
+    while (!done) {
+        GT_CHECK(parse_string(j, &key));
+        GT_CHECK(expect(j, ':'));
+        if (strcmp(key, "__metadata__") == 0) {
+            GT_CHECK(parse_metadata(j));
+            free(key);
+        } else {
+            if (gt_st_find(f, key) != NULL) {
+                rc = gt_set_error(GT_EINPUT, "%s: invalid safetensors header: tensor '%s' "
+                                  "appears twice", j->path, key);
                 goto cleanup;
             }
+            if (f->num_entries == cap) {
+                int new_cap = cap ? 2 * cap : 64;
+                gt_st_entry *grown = realloc(f->entries, (size_t)new_cap * sizeof(*grown));
+                if (grown == NULL) GT_FAIL(GT_ENOMEM, "out of memory parsing %s", j->path);
+                f->entries = grown;
+                cap = new_cap;
+            }
+            gt_st_entry *e = &f->entries[f->num_entries++];
+            memset(e, 0, sizeof(*e));
+            e->name = key; /* owned by the entry from here on */
+            key = NULL;
+            GT_CHECK(parse_tensor(j, e));
         }
+        key = NULL;
+        GT_CHECK(next_item(j, '}', "expected ',' or '}'", &done));
     }
     skip_ws(j);
     if (j->pos != j->len) rc = json_error(j, "trailing bytes after the header object");
