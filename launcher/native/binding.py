@@ -217,26 +217,24 @@ class NativeLibrary:
             self.lib.gt_free(data)
 
 
-def _f32(array: FloatArray | None, shape: tuple[int, ...], what: str) -> Any:
+def _array_ptr(array: Any, dtype: type, shape: tuple[int, ...], what: str, ptr_type: Any) -> Any:
+    """The C pointer of a C-contiguous ``dtype`` array of ``shape`` (None for None)."""
     if array is None:
         return None
-    if array.dtype != np.float32 or array.shape != shape or not array.flags.c_contiguous:
+    if array.dtype != dtype or array.shape != shape or not array.flags.c_contiguous:
         raise UserInputError(
-            f"{what}: expected a C-contiguous float32 array of shape {shape}, "
+            f"{what}: expected a C-contiguous {np.dtype(dtype).name} array of shape {shape}, "
             f"got {array.dtype} {array.shape}"
         )
-    return array.ctypes.data_as(_f32p)
+    return array.ctypes.data_as(ptr_type)
+
+
+def _f32(array: FloatArray | None, shape: tuple[int, ...], what: str) -> Any:
+    return _array_ptr(array, np.float32, shape, what, _f32p)
 
 
 def _i32(array: IntArray | None, shape: tuple[int, ...], what: str) -> Any:
-    if array is None:
-        return None
-    if array.dtype != np.int32 or array.shape != shape or not array.flags.c_contiguous:
-        raise UserInputError(
-            f"{what}: expected a C-contiguous int32 array of shape {shape}, "
-            f"got {array.dtype} {array.shape}"
-        )
-    return array.ctypes.data_as(_i32p)
+    return _array_ptr(array, np.int32, shape, what, _i32p)
 
 
 def tensor_table(lib: NativeLibrary, handle: Any) -> list[TensorInfo]:
