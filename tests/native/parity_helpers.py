@@ -9,6 +9,7 @@ import torch
 
 from launcher.native.binding import Buffer, NativeLibrary, NativeStage
 from launcher.native.model_config import GPTConfig
+from launcher.reference import gpt2_torch as ref
 
 TOLERANCE = 1e-5
 """Largest allowed relative error ||native - torch|| / ||torch|| per tensor."""
@@ -18,6 +19,16 @@ def rel_err(native: np.ndarray, reference: np.ndarray) -> float:
     diff = np.linalg.norm((native.astype(np.float64) - reference.astype(np.float64)).ravel())
     scale = np.linalg.norm(reference.astype(np.float64).ravel())
     return float(diff / max(scale, 1e-30))
+
+
+def saved_model(
+    config: GPTConfig, tmp_path: Path, seed: int, *, randomize_all: bool = False
+) -> tuple[ref.GPT2, Path]:
+    """A reference model made with ``seed``, and its weights saved as tmp_path/w.safetensors."""
+    model = ref.make_model(config, seed=seed, randomize_all=randomize_all)
+    weights = tmp_path / "w.safetensors"
+    ref.save_weights(model, weights)
+    return model, weights
 
 
 def make_batch(config: GPTConfig, batch: int, seq_len: int, seed: int) -> tuple[

@@ -15,6 +15,7 @@ from launcher.errors import UserInputError
 from launcher.native.binding import NativeLibrary
 from launcher.native.model_config import GPTConfig
 from launcher.reference import gpt2_torch as ref
+from tests.native.parity_helpers import saved_model
 
 CONFIG = GPTConfig(vocab_size=257, max_seq_len=16, n_layer=4, n_head=2, n_embd=32)
 
@@ -29,9 +30,7 @@ def check_args(build: Path, weights: Path, shard: Path, *extra: str) -> list[str
 def test_check_executable_loss_equals_torch(
     native_build_dir: Path, tmp_path: Path, stages: str
 ) -> None:
-    model = ref.make_model(CONFIG, seed=9, randomize_all=True)
-    weights = tmp_path / "w.safetensors"
-    ref.save_weights(model, weights)
+    model, weights = saved_model(CONFIG, tmp_path, seed=9, randomize_all=True)
     tokens = np.frombuffer(b"the quick brown fox jumps over the lazy dog " * 3, dtype=np.uint8)
     shard = tmp_path / "train_000000.bin"
     write_shard(shard, tokens.astype(np.uint16))

@@ -19,6 +19,7 @@ from tests.native.parity_helpers import (
     make_batch,
     make_chain,
     rel_err,
+    saved_model,
     stage_bounds,
     sync_tied_wte,
     torch_batch,
@@ -43,9 +44,7 @@ def test_clip_coef_matches_torch(native_lib: NativeLibrary) -> None:
 
 
 def test_adamw_step_equals_torch_per_tensor(native_lib: NativeLibrary, tmp_path: Path) -> None:
-    model = ref.make_model(CONFIG, seed=31, randomize_all=True)
-    weights = tmp_path / "w.safetensors"
-    ref.save_weights(model, weights)
+    model, weights = saved_model(CONFIG, tmp_path, seed=31, randomize_all=True)
     tokens, targets = make_batch(CONFIG, batch=2, seq_len=16, seed=32)
     settings = ref.TrainSettings(weight_decay=0.1, beta2=0.95)
     optimizer = ref.make_optimizer(model, settings)
@@ -118,9 +117,7 @@ def native_train(
 def test_ten_steps_loss_trajectory_matches_torch(
     native_lib: NativeLibrary, tmp_path: Path, n_stages: int
 ) -> None:
-    model = ref.make_model(CONFIG, seed=41)
-    weights = tmp_path / "w.safetensors"
-    ref.save_weights(model, weights)
+    model, weights = saved_model(CONFIG, tmp_path, seed=41)
     # two batches in turn: a model this small can learn them, so the loss falls
     batches = [make_batch(CONFIG, batch=2, seq_len=16, seed=100 + i % 2) for i in range(10)]
     # max_lr high enough and clip low enough that clipping and the schedule both matter

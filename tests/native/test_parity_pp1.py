@@ -16,6 +16,7 @@ from tests.native.parity_helpers import (
     make_batch,
     make_chain,
     rel_err,
+    saved_model,
     torch_batch,
 )
 
@@ -26,9 +27,7 @@ CONFIG = GPTConfig(vocab_size=128, max_seq_len=16, n_layer=3, n_head=4, n_embd=3
 def test_loss_and_every_gradient_match_torch(
     native_lib: NativeLibrary, tmp_path: Path, split: bool
 ) -> None:
-    model = ref.make_model(CONFIG, seed=1, randomize_all=True)
-    weights = tmp_path / "w.safetensors"
-    ref.save_weights(model, weights)
+    model, weights = saved_model(CONFIG, tmp_path, seed=1, randomize_all=True)
     tokens, targets = make_batch(CONFIG, batch=2, seq_len=16, seed=2)
     ref_loss, ref_grads = ref.loss_and_grads(model, *torch_batch(tokens, targets))
 
@@ -45,9 +44,7 @@ def test_loss_and_every_gradient_match_torch(
 
 def test_gradients_accumulate_over_micro_batches(native_lib: NativeLibrary, tmp_path: Path) -> None:
     """Two micro-batches with loss_scale 1/2 give the gradient of the mean of both losses."""
-    model = ref.make_model(CONFIG, seed=3, randomize_all=True)
-    weights = tmp_path / "w.safetensors"
-    ref.save_weights(model, weights)
+    model, weights = saved_model(CONFIG, tmp_path, seed=3, randomize_all=True)
     batches = [make_batch(CONFIG, batch=2, seq_len=16, seed=s) for s in (4, 5)]
     model.zero_grad(set_to_none=True)
     total = sum(model(*torch_batch(t, y)) for t, y in batches) / 2

@@ -18,6 +18,7 @@ from tests.native.parity_helpers import (
     make_batch,
     make_chain,
     rel_err,
+    saved_model,
     stage_bounds,
     sync_tied_wte,
     torch_batch,
@@ -30,9 +31,7 @@ CONFIG = GPTConfig(vocab_size=96, max_seq_len=16, n_layer=4, n_head=4, n_embd=32
 def test_stage_chain_equals_single_stage(
     native_lib: NativeLibrary, tmp_path: Path, n_stages: int
 ) -> None:
-    model = ref.make_model(CONFIG, seed=11, randomize_all=True)
-    weights = tmp_path / "w.safetensors"
-    ref.save_weights(model, weights)
+    _, weights = saved_model(CONFIG, tmp_path, seed=11, randomize_all=True)
     tokens, targets = make_batch(CONFIG, batch=2, seq_len=16, seed=12)
 
     single = make_chain(native_lib, CONFIG, [(0, CONFIG.n_layer)], 2, 16, weights)
@@ -59,9 +58,7 @@ def test_stage_chain_equals_single_stage(
 
 
 def test_stage_tensor_tables_partition_the_model(native_lib: NativeLibrary, tmp_path: Path) -> None:
-    model = ref.make_model(CONFIG, seed=1)
-    weights = tmp_path / "w.safetensors"
-    ref.save_weights(model, weights)
+    model, weights = saved_model(CONFIG, tmp_path, seed=1)
     chain = make_chain(native_lib, CONFIG, stage_bounds(4, 3), 2, 16, weights)
     names = [info.name for stage in chain for info in stage.tensors]
     assert names.count("lm_head.weight") == 1
@@ -89,9 +86,7 @@ def test_stage_tensor_tables_partition_the_model(native_lib: NativeLibrary, tmp_
 def test_odd_shapes_match_torch_across_stages(
     native_lib: NativeLibrary, tmp_path: Path, config: GPTConfig, seq_len: int
 ) -> None:
-    model = ref.make_model(config, seed=21, randomize_all=True)
-    weights = tmp_path / "w.safetensors"
-    ref.save_weights(model, weights)
+    model, weights = saved_model(config, tmp_path, seed=21, randomize_all=True)
     tokens, targets = make_batch(config, batch=3, seq_len=seq_len, seed=22)
     ref_loss, ref_grads = ref.loss_and_grads(model, *torch_batch(tokens, targets))
     chain = make_chain(native_lib, config, stage_bounds(config.n_layer, 2), 3, seq_len, weights)
@@ -108,9 +103,7 @@ def test_stages_without_layers_hold_only_embedding_and_head(
 ) -> None:
     """An embedding-only first stage and a head-only last stage still match the full model."""
     config = GPTConfig(vocab_size=64, max_seq_len=8, n_layer=2, n_head=2, n_embd=16)
-    model = ref.make_model(config, seed=5, randomize_all=True)
-    weights = tmp_path / "w.safetensors"
-    ref.save_weights(model, weights)
+    model, weights = saved_model(config, tmp_path, seed=5, randomize_all=True)
     tokens, targets = make_batch(config, batch=2, seq_len=8, seed=6)
     ref_loss, ref_grads = ref.loss_and_grads(model, *torch_batch(tokens, targets))
     chain = make_chain(native_lib, config, [(0, 0), (0, 2), (2, 2)], 2, 8, weights)
