@@ -21,6 +21,7 @@ from launcher.errors import UserInputError
 from topology import hostlists
 from topology.document import BlockDecl, SwitchDecl, TopologyDoc
 from topology.model import Topology
+from topology.source_file import read_source
 
 _SWITCH_KEYS = ("Nodes", "Switches", "LinkSpeed")
 _BLOCK_KEYS = ("Nodes",)
@@ -28,13 +29,7 @@ _BLOCK_KEYS = ("Nodes",)
 
 def load_topology_conf(path: Path) -> TopologyDoc:
     """Read and parse a topology.conf file."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserInputError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise UserInputError(f"{path}: cannot read ({err})") from None
-    return parse_topology_conf(text, str(path))
+    return parse_topology_conf(read_source(path), str(path))
 
 
 def _logical_lines(text: str) -> list[tuple[int, str]]:

@@ -35,17 +35,12 @@ from launcher.errors import UserInputError
 from topology import hostlists
 from topology.document import BlockDecl, SwitchDecl, TopologyDoc
 from topology.model import Topology
+from topology.source_file import read_source
 
 
 def load_topology_yaml(path: Path, name: str | None = None) -> TopologyDoc:
     """Read and parse a topology.yaml file (see :func:`parse_topology_yaml`)."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserInputError(f"{path}: no such file") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise UserInputError(f"{path}: cannot read ({err})") from None
-    return parse_topology_yaml(text, str(path), name)
+    return parse_topology_yaml(read_source(path), str(path), name)
 
 
 class _Reader:
