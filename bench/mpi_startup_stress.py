@@ -137,6 +137,7 @@ def main() -> int:
         resource.setrlimit(resource.RLIMIT_CORE, (resource.RLIM_INFINITY, resource.RLIM_INFINITY))
 
     results: list[dict[str, Any]] = []
+    started = time.strftime("%Y-%m-%d %H:%M")
     with start_embedded_cluster() as cluster:
         env = {k: v for k, v in cluster.env.items() if k not in args.unset}
         env.update(extra_env)
@@ -163,7 +164,7 @@ def main() -> int:
                 if args.stop_after and failures >= args.stop_after:
                     break
     summary = {
-        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "date": started,
         "host": platform.node(),
         "cpus": os.cpu_count(),
         "loadavg_end": os.getloadavg(),
