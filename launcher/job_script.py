@@ -19,6 +19,7 @@ from launcher.sbatch_render import (
     Placement,
     PreflightStep,
     ScriptInputs,
+    Shell,
     env_pairs,
     render_script,
 )
@@ -49,17 +50,45 @@ def layout_line(request: JobRequest) -> str:
             f"{request.ranks_per_node} rank{'s' if request.ranks_per_node > 1 else ''}{spare}")
 
 
-def train_argv(request: JobRequest, job_dir: Path, gantry: Sequence[str]) -> tuple[str, ...]:
-    """What every rank runs: the job's command, else ``gantry train <job dir>/spec.yaml``."""
+#: The attempt directory of the running script (runs/<job id>-<restart>), as shell text.
+ATTEMPT_DIR = Shell('"$attempt_dir"')
+#: The rank-order file of a planned job, in its job directory.
+RANK_ORDER_FILE = "rank_order.json"
+
+
+def train_argv(request: JobRequest, job_dir: Path, gantry: Sequence[str],
+               library: Path | None = None, rank_order: bool = False) -> tuple[str, ...]:
+    """What every rank runs: the job's command, else ``gantry train``.
+
+    ``gantry train <job dir>/spec.yaml --run-dir <attempt dir>`` (metrics and trace per
+    attempt; relative checkpoint dirs land in the job directory), the native library built
+    for the site at submit (``--lib``; ``--site`` when not known), and the placement's
+    ``--rank-order`` when the nodes were planned.
+    """
     if request.spec.command:
         return tuple(request.spec.command)
-    return (*gantry, "train", str(job_dir / "spec.yaml"), "--site", str(request.site.path))
+    argv: list[str] = [*gantry, "train", str(job_dir / "spec.yaml"), "--run-dir", ATTEMPT_DIR]
+    if library is not None:
+        argv += ["--lib", str(library)]
+    else:
+        argv += ["--site", str(request.site.path)]
+    if rank_order:
+        argv += ["--rank-order", str(job_dir / RANK_ORDER_FILE)]
+    return tuple(argv)
+
+
+def restart_argv(request: JobRequest) -> tuple[str, ...]:
+    """Added to ``gantry train`` on restarts: continue from the newest checkpoint."""
+    if request.spec.command or request.spec.checkpoint.dir is None:
+        return ()
+    return ("--resume",)
 
 
 def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,
                   placement: Placement | None = None,
                   gantry: Sequence[str] | None = None,
-                  extra_env: Sequence[tuple[str, str]] | None = None) -> ScriptInputs:
+                  extra_env: Sequence[tuple[str, str]] | None = None,
+                  library: Path | None = None) -> ScriptInputs:
     """The template inputs for ``request`` running from ``job_dir``."""
     gantry = tuple(gantry) if gantry is not None else gantry_argv()
     site = request.site.config
@@ -89,8 +118,10 @@ def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,
                       site.nccl.env, spec.env),
         placement=placement, preflight=preflight,
         launch=LaunchStep(launcher=site.mpi.launcher, srun_mpi=site.mpi.srun_mpi,
-                          argv=train_argv(request, job_dir, gantry),
-                          container_image=spec.resources.container_image),
+                          argv=train_argv(request, job_dir, gantry, library,
+                                          rank_order=bool(placement.nodes)),
+                          container_image=spec.resources.container_image,
+                          restart_argv=restart_argv(request)),
     )
 
 
@@ -105,8 +136,10 @@ def template_location(request: JobRequest) -> tuple[str, Path]:
 
 def render_job(request: JobRequest, job_dir: Path, submit_dir: Path,
                placement: Placement | None = None, gantry: Sequence[str] | None = None,
-               extra_env: Sequence[tuple[str, str]] | None = None) -> str:
+               extra_env: Sequence[tuple[str, str]] | None = None,
+               library: Path | None = None) -> str:
     """The batch script text of ``request``."""
     name, directory = template_location(request)
-    inputs = script_inputs(request, job_dir, submit_dir, placement, gantry, extra_env)
+    inputs = script_inputs(request, job_dir, submit_dir, placement, gantry, extra_env,
+                           library)
     return render_script(inputs, name, directory)

@@ -81,8 +81,9 @@ def run(spec: JobSpec, opts: TrainOptions) -> int:
     rank, size = world.Get_rank(), world.Get_size()
     par, model = spec.parallelism, spec.model
     error: GantryError | None = None
+    names = world.allgather(node_name())
     try:
-        order = read_rank_order(opts.rank_order, size) if opts.rank_order else None
+        order = read_rank_order(opts.rank_order, size, names) if opts.rank_order else None
         layout = make_layout(rank, size, par.pp, par.dp, order)
         table = generate(par.schedule, par.pp, par.micro_batches, par.virtual_stages)
         ranges = split_layers(model.n_layer, par.pp * par.virtual_stages, model.n_embd,
@@ -92,7 +93,6 @@ def run(spec: JobSpec, opts: TrainOptions) -> int:
     except GantryError as err:
         error = err
     _agree(world, error)
-    names = world.allgather(node_name())
     node_id = sorted(set(names), key=names.index).index(names[rank])
     config = GPTConfig(model.vocab_size, model.seq_len, model.n_layer, model.n_head,
                        model.n_embd)
