@@ -27,11 +27,17 @@ from launcher.native.model_config import GPTConfig
 from launcher.reference.gpt2_torch import TrainSettings, make_model, save_weights, train
 from launcher.train.data import global_batch
 from tests.embedded_cluster import EmbeddedCluster
-from tests.integration.pipeline_helpers import ODD_MODEL, TRAIN
+from tests.integration.pipeline_helpers import ODD_MODEL
 
 pytestmark = pytest.mark.slow
 
 STEPS = 6
+SEED = 7
+SETTINGS = TrainSettings(max_lr=1.0e-3, min_lr=1.0e-4, warmup_steps=3, total_steps=STEPS,
+                         cosine=True, weight_decay=0.1, grad_clip=1.0)
+TRAIN = {"steps": STEPS, "lr": SETTINGS.max_lr, "lr_schedule": "cosine",
+         "warmup_steps": SETTINGS.warmup_steps, "min_lr": SETTINGS.min_lr,
+         "weight_decay": SETTINGS.weight_decay, "grad_clip": SETTINGS.grad_clip, "seed": SEED}
 
 
 @pytest.fixture(scope="module")
@@ -63,14 +69,10 @@ def reference_losses(n_micro: int, batch: int, weights: Path) -> list[float]:
     batches = []
     for step in range(STEPS):
         inputs, targets = global_batch(step, n_micro, batch, cfg.max_seq_len, cfg.vocab_size,
-                                       TRAIN["seed"])
+                                       SEED)
         batches.append((torch.from_numpy(inputs.reshape(-1, cfg.max_seq_len)).long(),
                         torch.from_numpy(targets.reshape(-1, cfg.max_seq_len)).long()))
-    settings = TrainSettings(max_lr=TRAIN["lr"], min_lr=TRAIN["min_lr"],
-                             warmup_steps=TRAIN["warmup_steps"], total_steps=STEPS,
-                             cosine=True, weight_decay=TRAIN["weight_decay"],
-                             grad_clip=TRAIN["grad_clip"])
-    return [loss for loss, _ in train(model, batches, settings)]
+    return [loss for loss, _ in train(model, batches, SETTINGS)]
 
 
 def write_job(directory: Path, name: str, pp: int, dp: int, m: int, spares: int) -> Path:
@@ -81,7 +83,7 @@ def write_job(directory: Path, name: str, pp: int, dp: int, m: int, spares: int)
         "model": ODD_MODEL,
         "parallelism": {"pp": pp, "dp": dp, "schedule": "1f1b", "micro_batches": m,
                         "micro_batch_size": 2},
-        "train": {**TRAIN, "steps": STEPS, "init_weights": "init.safetensors"},
+        "train": {**TRAIN, "init_weights": "init.safetensors"},
         "resources": {"nodes": pp * dp, "spares": spares, "time_limit": "00:10:00"},
         "checkpoint": {"dir": "checkpoints", "interval": 2, "keep": 2},
         "policy": {"preflight_level": "off"},
