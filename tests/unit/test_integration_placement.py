@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -130,9 +131,9 @@ def test_rank_order_file_of_node_names(tmp_path: Path) -> None:
 
 
 def test_job_dir_spec_makes_input_paths_absolute(tmp_path: Path) -> None:
-    raw = {"name": "a", "train": {"init_weights": "w.safetensors", "data": "/d/*.bin",
-                                  "steps": 3},
-           "checkpoint": {"dir": "ckpt"}}
+    raw: dict[str, Any] = {
+        "name": "a", "checkpoint": {"dir": "ckpt"},
+        "train": {"init_weights": "w.safetensors", "data": "/d/*.bin", "steps": 3}}
     out = portable_spec(raw, tmp_path)
     assert out["train"] == {"init_weights": str(tmp_path / "w.safetensors"),
                             "data": "/d/*.bin", "steps": 3}
