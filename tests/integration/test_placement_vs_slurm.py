@@ -204,3 +204,19 @@ def test_busy_cluster_leaves_the_choice_to_slurm(cluster: EmbeddedCluster,
     assert "#SBATCH --exclude=n6\n" in script and "--nodelist=" not in script.split("set -u")[0]
     info = cluster.job(submitted["job_id"])
     assert info.state == "PENDING", info
+
+
+def test_render_reads_the_site_cluster_without_slurm_conf(cluster: EmbeddedCluster,
+                                                          tmp_path: Path) -> None:
+    """An embedded site's own slurm.conf is used when SLURM_CONF is unset."""
+    set_state(cluster, "one-per-leaf-busy")  # n1, n3, n5 busy: n7+n8 share a leaf
+    job = job_file(tmp_path, 2, 0, 2, 1)
+    env = {k: v for k, v in cluster.env.items() if k != "SLURM_CONF"}
+    env["GANTRY_JOBS_DIR"] = str(tmp_path / "jobs")
+    result = subprocess.run([sys.executable, "-m", "launcher", "render", str(job), "--site",
+                             str(cluster.site_path)], capture_output=True, text=True,
+                            cwd=tmp_path, env=env, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert "#SBATCH --nodelist=n[7-8]\n#SBATCH --switches=1@10:00\n" in result.stdout
+    assert "launch_nodes=n7,n8\n" in result.stdout  # preflight off: the planned nodes train
+    assert result.stderr == ""
