@@ -4,8 +4,8 @@ Default order: world ranks in node order, replica-major (ranks r*pp .. r*pp+pp-1
 replica r, so pipeline neighbours sit on neighbouring ranks). A rank-order file overrides
 it: a YAML/JSON list of world ranks in layout order, or of node names in layout order (the
 placement's, written by `gantry submit`; spares that replaced planned nodes take their
-place). The node of a rank is SLURMD_NODENAME (or GANTRY_NODE_NAME, else the host name): on the embedded cluster all
-"nodes" share one host, so shared-memory grouping would be wrong.
+place). The node of a rank is SLURMD_NODENAME (or GANTRY_NODE_NAME, else the host name):
+on the embedded cluster all "nodes" share one host, so shared-memory grouping would be wrong.
 """
 
 from __future__ import annotations
