@@ -62,8 +62,9 @@ def train_argv(request: JobRequest, job_dir: Path, gantry: Sequence[str],
 
     ``gantry train <job dir>/spec.yaml --run-dir <attempt dir>`` (metrics and trace per
     attempt; relative checkpoint dirs land in the job directory), the native library built
-    for the site at submit (``--lib``; ``--site`` when not known), and the placement's
-    ``--rank-order`` when the nodes were planned.
+    for the site at submit (``--lib``; ``--site`` when not known), the placement's
+    ``--rank-order`` when the nodes were planned, and ``--resume``: every attempt continues
+    from the newest complete checkpoint (none on a first attempt in a fresh job directory).
     """
     if request.spec.command:
         return tuple(request.spec.command)
@@ -74,14 +75,7 @@ def train_argv(request: JobRequest, job_dir: Path, gantry: Sequence[str],
         argv += ["--site", str(request.site.path)]
     if rank_order:
         argv += ["--rank-order", str(job_dir / RANK_ORDER_FILE)]
-    return tuple(argv)
-
-
-def restart_argv(request: JobRequest) -> tuple[str, ...]:
-    """Added to ``gantry train`` on restarts: continue from the newest checkpoint."""
-    if request.spec.command or request.spec.checkpoint.dir is None:
-        return ()
-    return ("--resume",)
+    return (*argv, "--resume")
 
 
 def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,
@@ -94,10 +88,11 @@ def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,
     site = request.site.config
     spec = request.spec
     preflight = None
+    site_args = ("--site", str(request.site.path))
     if spec.policy.preflight_level != "off":
         preflight = PreflightStep(level=spec.policy.preflight_level,
-                                  check_argv=(*gantry, *PREFLIGHT_CHECK),
-                                  gate_argv=(*gantry, *PREFLIGHT_GATE))
+                                  check_argv=(*gantry, *PREFLIGHT_CHECK, *site_args),
+                                  gate_argv=(*gantry, *PREFLIGHT_GATE, *site_args))
     placement = placement or Placement()
     if site.slurm.sbatch_options:
         placement = Placement(
@@ -120,8 +115,7 @@ def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,
         launch=LaunchStep(launcher=site.mpi.launcher, srun_mpi=site.mpi.srun_mpi,
                           argv=train_argv(request, job_dir, gantry, library,
                                           rank_order=bool(placement.nodes)),
-                          container_image=spec.resources.container_image,
-                          restart_argv=restart_argv(request)),
+                          container_image=spec.resources.container_image),
     )
 
 

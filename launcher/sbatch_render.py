@@ -128,8 +128,6 @@ class LaunchStep:
     """srun --mpi plugin."""
     container_image: str | None = None
     """pyxis --container-image for the step (srun only)."""
-    restart_argv: tuple[str, ...] = ()
-    """Arguments appended on restarts (SLURM_RESTART_COUNT > 0), e.g. ("--resume",)."""
 
 
 @dataclass(frozen=True)

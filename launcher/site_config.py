@@ -61,10 +61,22 @@ class SlurmSection:
     """Batch script template: a name in sbatch_templates/, or a path relative to the site file."""
     sbatch_options: list[str] = field(default_factory=list)
     """Extra #SBATCH options for every job of the site, e.g. ["--exclusive"]."""
+    slurmd_timeout_s: int = 60
+    """Embedded: SlurmdTimeout (a node whose slurmd stops answering is DOWN after this long;
+    its jobs are requeued or killed)."""
+    cred_expire_s: int | None = None
+    """Embedded: AuthInfo cred_expire, the job credential lifetime; a requeued job also waits
+    cred_expire + 1 s before it starts again. None: Slurm's default (120 s)."""
 
     def validate(self) -> None:
         _check_port("controller_port", self.controller_port)
         _check_port("slurmd_port_base", self.slurmd_port_base)
+        if self.slurmd_timeout_s < 5:
+            raise FieldError("slurmd_timeout_s",
+                             f"{self.slurmd_timeout_s} is not allowed (expected >= 5 s)")
+        if self.cred_expire_s is not None and self.cred_expire_s < 5:
+            raise FieldError("cred_expire_s",
+                             f"{self.cred_expire_s} is not allowed (expected >= 5 s)")
 
 
 @dataclass(frozen=True)
@@ -188,15 +200,114 @@ class BuildSection:
             raise FieldError("cuda_archs", "backend 'cuda' needs at least one architecture")
 
 
+DEFAULT_XID_FAIL_CODES = [
+    48, 62, 63, 64, 74, 79, 92, 94, 95, 109, 119, 120, 123, 136, 140, 143, 154,
+]
+"""Xids that mean the GPU (not the application) is broken: DBE, row-remap events, NVLink,
+fallen off the bus, high SBE rate, contained/uncontained ECC, GSP errors, recovery actions."""
+
+
 @dataclass(frozen=True)
 class PreflightSection:
-    """Per-site preflight settings: default level and thresholds by check id."""
+    """Per-site preflight settings: level, thresholds, what to check, how to drain."""
 
     level: Literal["quick", "standard", "deep"] = "quick"
     thresholds: dict[str, float] = field(default_factory=dict)
-    """Overrides of the default thresholds, by name (see docs/site-config.md)."""
+    """Overrides of the default thresholds, by name (see docs/preflight.md)."""
     drain: bool = True
     """Drain nodes that fail (with a `gantry:` reason)."""
+    driver_version: str | None = None
+    """Required GPU driver version (None: any, but all GPUs must agree)."""
+    disk_paths: list[str] = field(default_factory=lambda: ["/tmp"])
+    """Directories whose free space is checked (checkpoint, scratch); $VARS are expanded."""
+    required_mounts: list[str] = field(default_factory=list)
+    """Mount points that must be mounted (e.g. /scratch, /home)."""
+    xid_fail_codes: list[int] = field(default_factory=lambda: list(DEFAULT_XID_FAIL_CODES))
+    """Xids that fail the node; any other Xid in the window warns."""
+    state_dir: str | None = None
+    """Where drain history and counter baselines live (shared by all nodes on real sites).
+    Default: $GANTRY_STATE_DIR, else <slurm.run_dir or /tmp/gantry-<cluster_name>>/preflight."""
+    resume_after_passes: int = 3
+    """Resume a node gantry drained after this many consecutive clean runs."""
+    max_drain_fraction: float = 0.1
+    """Never drain more than this fraction of the cluster (at least 1 node) per window."""
+    drain_window_s: int = 3600
+    """The rate-limit window in seconds."""
+    gate_timeout_s: float = 300.0
+    """How long the gate waits for all nodes' verdicts."""
+
+    def validate(self) -> None:
+        from launcher.preflight.thresholds import check_threshold_names
+
+        check_threshold_names(self.thresholds)
+        if self.resume_after_passes < 1:
+            raise FieldError(
+                "resume_after_passes",
+                f"{self.resume_after_passes} is not allowed (expected an integer >= 1)",
+            )
+        if not 0.0 < self.max_drain_fraction <= 1.0:
+            raise FieldError(
+                "max_drain_fraction",
+                f"{self.max_drain_fraction} is not allowed (expected a number in (0, 1])",
+            )
+        if self.drain_window_s < 0:
+            raise FieldError(
+                "drain_window_s", f"{self.drain_window_s} is not allowed (expected >= 0)"
+            )
+
+
+def check_env_mapping(path: str, env: dict[str, str]) -> None:
+    """Variable names as for mpi.env, and one-line values: such entries can be written to
+    the KEY=VALUE files the Slurm plugins read."""
+    for key, value in env.items():
+        if not _ENV_NAME.fullmatch(key):
+            raise FieldError(
+                path,
+                f"{key!r} is not allowed as a variable name (expected letters, digits "
+                "and _, not starting with a digit)",
+            )
+        if "\n" in value or "\r" in value or "\0" in value:
+            raise FieldError(f"{path}.{key}", f"{value!r} is not allowed (expected one line)")
+
+
+@dataclass(frozen=True)
+class PluginsSection:
+    """gantry's Slurm plugin suite on this site, written by `gantry site install-plugins`:
+    the SPANK plugin (--gantry-preflight, --gantry-env), Prolog/Epilog/HealthCheckProgram."""
+
+    enabled: bool = False
+    """Install the suite; an embedded cluster then loads it (PlugStackConfig=, Prolog=, ...)."""
+    prefix: str | None = None
+    """Install directory (relative to the site file). Default: <run dir>/plugins for an
+    embedded site; a real site passes --prefix or sets this."""
+    spank: bool = True
+    """Build the SPANK plugin and write plugstack.conf."""
+    prolog: bool = True
+    """Prolog= runs `gantry preflight --drain` before every job."""
+    epilog: bool = True
+    """Epilog= runs a quick `gantry preflight --drain` after every job."""
+    health_check: bool = True
+    """HealthCheckProgram= runs a quick `gantry preflight --drain` periodically."""
+    health_check_interval_s: int = 300
+    """HealthCheckInterval= in seconds."""
+    preflight_timeout_s: int = 120
+    """The SPANK plugin's watchdog on `gantry preflight` (1..3600 s)."""
+    preflight_env: dict[str, str] = field(default_factory=dict)
+    """Extra environment for the node checks the suite runs, e.g. tool paths
+    (GANTRY_NVIDIA_SMI=/opt/nvidia/bin/nvidia-smi); never the user's job environment."""
+
+    def validate(self) -> None:
+        if not 1 <= self.preflight_timeout_s <= 3600:
+            raise FieldError(
+                "preflight_timeout_s",
+                f"{self.preflight_timeout_s} is not allowed (expected seconds in 1..3600)",
+            )
+        if self.health_check_interval_s < 1:
+            raise FieldError(
+                "health_check_interval_s",
+                f"{self.health_check_interval_s} is not allowed (expected seconds >= 1)",
+            )
+        check_env_mapping("preflight_env", self.preflight_env)
 
 
 @dataclass(frozen=True)
@@ -212,6 +323,7 @@ class SiteConfig:
     nccl: NcclSection = field(default_factory=NcclSection)
     build: BuildSection = field(default_factory=BuildSection)
     preflight: PreflightSection = field(default_factory=PreflightSection)
+    plugins: PluginsSection = field(default_factory=PluginsSection)
 
     def validate(self) -> None:
         known = set(self.nodes.node_list())

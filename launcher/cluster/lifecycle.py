@@ -21,6 +21,7 @@ from launcher.cluster.ports import busy_ports
 from launcher.cluster.render import RenderedConfig, check_supported, node_ports, render_all
 from launcher.cluster.versions import SlurmFeatures, detect_version, features_for
 from launcher.errors import GantryError, UserInputError
+from launcher.plugins import install as plugin_install
 from launcher.site_config import LoadedSite
 
 _BROKEN_STATES = ("drain", "inval", "fail")
@@ -106,7 +107,8 @@ def make_plan(site: LoadedSite) -> ClusterPlan:
             f"munge and cannot enter {blocked} (mode {mode}); expected a directory every "
             "user can traverse, e.g. under /tmp"
         )
-    rendered = render_all(config, layout, features, daemon_user(), topology_text)
+    plugin_lines = plugin_install.embedded_slurm_conf_lines(site)
+    rendered = render_all(config, layout, features, daemon_user(), topology_text, plugin_lines)
     return ClusterPlan(site, layout, features, rendered, node_ports(config))
 
 
@@ -291,6 +293,8 @@ def up(site: LoadedSite, timeout: float = 60.0) -> UpResult:
     _check_ports(plan)
     started = time.monotonic()
     _write_configs(plan)
+    if plan.site.config.plugins.enabled:  # build + write the suite slurm.conf points at
+        plugin_install.perform_install(plugin_install.plan_install(plan.site))
     try:
         _start_all(plan, timeout)
     except BaseException:

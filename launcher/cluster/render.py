@@ -7,6 +7,7 @@ choices come from `versions.SlurmFeatures`, never from version numbers here.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from launcher.cluster.layout import RunLayout
@@ -82,7 +83,11 @@ def render_topology_conf(site: SiteConfig, file_text: str | None = None) -> str 
 
 
 def render_slurm_conf(
-    site: SiteConfig, layout: RunLayout, features: SlurmFeatures, daemon_user: str
+    site: SiteConfig,
+    layout: RunLayout,
+    features: SlurmFeatures,
+    daemon_user: str,
+    plugin_lines: Sequence[str] = (),
 ) -> str:
     """slurm.conf for an embedded site: one slurmd per node on this host, all state under
     the run dir, munge through gantry's own munged socket."""
@@ -96,7 +101,8 @@ def render_slurm_conf(
         f"SlurmUser={daemon_user}",
         f"SlurmdUser={daemon_user}",
         "AuthType=auth/munge",
-        f"AuthInfo=socket={layout.munge_socket}",
+        f"AuthInfo=socket={layout.munge_socket}"
+        + ("" if slurm.cred_expire_s is None else f",cred_expire={slurm.cred_expire_s}"),
         "CredType=cred/munge",
         "",
         "# Everything lives under the run dir; %n is the emulated node's name.",
@@ -119,7 +125,7 @@ def render_slurm_conf(
         "# Drained nodes stay drained; a node that was DOWN returns when its slurmd registers.",
         "ReturnToService=2",
         "SlurmctldTimeout=60",
-        "SlurmdTimeout=60",
+        f"SlurmdTimeout={slurm.slurmd_timeout_s}",
         "MessageTimeout=10",
         "InactiveLimit=0",
         "KillWait=5",
@@ -133,6 +139,9 @@ def render_slurm_conf(
     plugin = _TOPOLOGY_PLUGINS.get(site.topology.plugin)
     if plugin is not None:
         lines.append(f"TopologyPlugin={plugin}")
+    if plugin_lines:
+        lines += ["", "# gantry's plugin suite (plugins.enabled; `gantry site install-plugins`)."]
+        lines += list(plugin_lines)
     lines += ["", f"# {len(node_ports(site))} emulated nodes, one slurmd each (slurmd -N <name>)."]
     for node, port in node_ports(site).items():
         lines.append(
@@ -153,9 +162,11 @@ def render_all(
     features: SlurmFeatures,
     daemon_user: str,
     topology_file_text: str | None = None,
+    plugin_lines: Sequence[str] = (),
 ) -> RenderedConfig:
-    """Both config files of an embedded cluster."""
+    """Both config files of an embedded cluster; ``plugin_lines``: the slurm.conf lines of
+    gantry's plugin suite when the site enables it."""
     return RenderedConfig(
-        slurm_conf=render_slurm_conf(site, layout, features, daemon_user),
+        slurm_conf=render_slurm_conf(site, layout, features, daemon_user, plugin_lines),
         topology_conf=render_topology_conf(site, topology_file_text),
     )

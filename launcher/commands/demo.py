@@ -45,6 +45,8 @@ def _demo(args: argparse.Namespace) -> int:
             f"--nodes: {args.nodes} is not allowed (expected 1..{node_count}, the nodes of "
             f"{site.path})"
         )
+    if args.timeout <= 0:
+        raise UserInputError(f"--timeout: {args.timeout} is not allowed (expected seconds > 0)")
     console = make_console()
     up = lifecycle.up(site)
     layout = up.plan.layout
@@ -86,7 +88,11 @@ def _demo(args: argparse.Namespace) -> int:
     if submitted.returncode != 0:
         raise GantryError(f"sbatch {script} failed: {submitted.stderr.strip()}")
     job_id = submitted.stdout.strip().split(";")[0]
-    info = jobs.wait_for_job(layout, job_id, timeout=args.timeout)
+    try:
+        info = jobs.wait_for_job(layout, job_id, timeout=args.timeout)
+    except GantryError as err:
+        client.run(layout, "scancel", [job_id])
+        raise GantryError(f"demo {err}; cancelled it (output so far: {output})") from None
     seconds = time.monotonic() - started
     text = output.read_text(errors="replace") if output.exists() else ""
     result = _parse_result(text)

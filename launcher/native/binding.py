@@ -53,7 +53,7 @@ class LrKind(IntEnum):
 
 
 class _Config(ctypes.Structure):
-    _fields_ = [  # noqa: RUF012 (ctypes API)
+    _fields_ = [
         ("vocab_size", ctypes.c_int),
         ("max_seq_len", ctypes.c_int),
         ("n_layer", ctypes.c_int),
@@ -63,7 +63,7 @@ class _Config(ctypes.Structure):
 
 
 class _TensorInfo(ctypes.Structure):
-    _fields_ = [  # noqa: RUF012 (ctypes API)
+    _fields_ = [
         ("name", ctypes.c_char_p),
         ("ndim", ctypes.c_int),
         ("shape", ctypes.c_int64 * 2),
@@ -240,6 +240,7 @@ class NativeStage:
         seq_len: int,
         n_slots: int = 1,
     ) -> None:
+        self._handle: ctypes.c_void_p | None = None
         self.lib = lib
         self.config = config
         self.layer_begin, self.layer_end = layer_begin, layer_end
@@ -251,7 +252,7 @@ class NativeStage:
         lib.check(lib.lib.gt_stage_create(ctypes.byref(cfg), layer_begin, layer_end,
                                           int(is_first), int(is_last), batch, seq_len, n_slots,
                                           ctypes.byref(handle)))
-        self._handle: ctypes.c_void_p | None = handle
+        self._handle = handle
         self.num_params = int(lib.lib.gt_stage_num_params(handle))
         self.tensors = [self._tensor_info(i) for i in range(lib.lib.gt_stage_num_tensors(handle))]
 

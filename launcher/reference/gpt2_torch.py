@@ -30,9 +30,8 @@ class Conv1D(nn.Module):
         self.bias = nn.Parameter(torch.zeros(out_features))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight).reshape(
-            *x.shape[:-1], -1
-        )
+        out = torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight)
+        return out.reshape(*x.shape[:-1], -1)
 
 
 class Attention(nn.Module):
@@ -84,7 +83,19 @@ class Block(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln_1(x))
-        return x + self.mlp(self.ln_2(x))
+        out: torch.Tensor = x + self.mlp(self.ln_2(x))
+        return out
+
+
+class Transformer(nn.Module):
+    """The ``transformer.*`` part of HF's GPT2LMHeadModel: embeddings, blocks, ln_f."""
+
+    def __init__(self, config: GPTConfig) -> None:
+        super().__init__()
+        self.wte = nn.Embedding(config.vocab_size, config.n_embd)
+        self.wpe = nn.Embedding(config.max_seq_len, config.n_embd)
+        self.h = nn.ModuleList([Block(config) for _ in range(config.n_layer)])
+        self.ln_f = nn.LayerNorm(config.n_embd, eps=1e-5)
 
 
 class GPT2(nn.Module):
@@ -93,23 +104,17 @@ class GPT2(nn.Module):
     def __init__(self, config: GPTConfig) -> None:
         super().__init__()
         self.config = config
-        self.transformer = nn.ModuleDict(
-            {
-                "wte": nn.Embedding(config.vocab_size, config.n_embd),
-                "wpe": nn.Embedding(config.max_seq_len, config.n_embd),
-                "h": nn.ModuleList([Block(config) for _ in range(config.n_layer)]),
-                "ln_f": nn.LayerNorm(config.n_embd, eps=1e-5),
-            }
-        )
+        self.transformer = Transformer(config)
 
     def forward(self, tokens: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
         _, T = tokens.shape
+        t = self.transformer
         pos = torch.arange(T, device=tokens.device)
-        x = self.transformer["wte"](tokens) + self.transformer["wpe"](pos)
-        for block in self.transformer["h"]:
+        x = t.wte(tokens) + t.wpe(pos)
+        for block in t.h:
             x = block(x)
-        x = self.transformer["ln_f"](x)
-        logits = x @ self.transformer["wte"].weight.t()
+        x = t.ln_f(x)
+        logits = x @ t.wte.weight.t()
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
@@ -121,7 +126,7 @@ def init_weights(model: GPT2, seed: int, *, randomize_all: bool = False) -> None
     proj_std = 0.02 / math.sqrt(2 * model.config.n_layer)
     with torch.no_grad():
         for name, param in model.named_parameters():
-            if name.endswith("ln_1.weight") or name.endswith("ln_2.weight") or "ln_f.weight" in name:
+            if name.endswith(("ln_1.weight", "ln_2.weight", "ln_f.weight")):
                 param.fill_(1.0)
                 if randomize_all:
                     param.add_(torch.randn(param.shape, generator=gen) * 0.1)

@@ -242,7 +242,7 @@ int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is
     size_t N = (size_t)B * T, C = (size_t)cfg->n_embd;
     GT_CALLOC(s->scratch_datty, N * C);
     GT_CALLOC(s->scratch_colsum, (size_t)GT_COLSUM_CHUNKS * 4 * C);
-    GT_CALLOC(s->scratch_att, (size_t)B * cfg->n_head * T);
+    GT_CALLOC(s->scratch_att, (size_t)T * T);
     *out = s;
     s = NULL;
 cleanup:

@@ -75,7 +75,7 @@ struct gt_stage {
 
     float *scratch_datty;    /* (N,C) */
     float *scratch_colsum;   /* GT_COLSUM_CHUNKS * 4C */
-    float *scratch_att;      /* B*NH*T */
+    float *scratch_att;      /* (T,T) attention backward */
 };
 
 /* Pointer to tensor k (GT_LN1_W..) of local layer l in buffer `buf`. */

@@ -147,7 +147,10 @@ def test_cluster_env_drives_plain_slurm_tools(embedded_cluster: EmbeddedCluster)
 
 def test_demo_runs_allreduce_on_four_nodes(embedded_cluster: EmbeddedCluster) -> None:
     c = embedded_cluster
-    result = c.gantry("demo", "--site", str(c.site_path), "--json")
+    try:
+        result = c.gantry("demo", "--site", str(c.site_path), "--json")
+    finally:
+        c.cancel_all()
     assert result.returncode == 0, result.stderr
     summary = json.loads(result.stdout)
     assert summary["ok"] is True

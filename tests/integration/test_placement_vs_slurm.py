@@ -31,6 +31,8 @@ from topology import hostlists
 from topology.site_topology import site_topology
 
 GANTRY_DRAIN_REASON = "gantry:test:held-out-by-placement-test"
+#: A job that holds its nodes until cancelled (output discarded, not left in the cwd).
+HOLD = ("--output=/dev/null", "--wrap=sleep 600")
 
 # name -> (exclusive holds, one-CPU holds, drained by gantry)
 STATES: dict[str, tuple[list[str], list[str], list[str]]] = {
@@ -99,11 +101,11 @@ def set_state(cluster: EmbeddedCluster, name: str) -> dict[str, str]:
     exclusive, partial, drained = STATES[name]
     wanted: dict[str, str] = {}
     for node in exclusive:
-        cluster.sbatch("--exclusive", "-N1", f"--nodelist={node}", "--wrap=sleep 600")
+        cluster.sbatch("--exclusive", "-N1", f"--nodelist={node}", *HOLD)
         wanted[node] = "allocated"
     for node in partial:
         cluster.sbatch("-N1", "-n1", "--cpus-per-task=1", f"--nodelist={node}",
-                       "--wrap=sleep 600")
+                       *HOLD)
         wanted[node] = "mixed"
     for node in drained:
         cluster.run("scontrol", "update", f"NodeName={node}", "State=DRAIN",
@@ -152,7 +154,7 @@ def test_placement_spans_no_more_switches_than_slurm(cluster: EmbeddedCluster, t
         assert len(planned["spanned"]) == len(leaves_of(cluster, chosen))
 
         # Slurm's own choice for the same request, in the same state.
-        probe = cluster.sbatch(f"--nodes={total}", "--ntasks-per-node=1", "--wrap=sleep 600")
+        probe = cluster.sbatch(f"--nodes={total}", "--ntasks-per-node=1", *HOLD)
         slurm_nodes = allocated_nodes(cluster, probe)
         release(cluster, probe, slurm_nodes, before)
         slurm_span = len(leaves_of(cluster, slurm_nodes))
@@ -188,7 +190,7 @@ def test_busy_cluster_leaves_the_choice_to_slurm(cluster: EmbeddedCluster,
     leaf switches an idle cluster needs, and never uses the node gantry drained."""
     before = set_state(cluster, "mixed-and-drained")
     for node in ("n1", "n2", "n3", "n5"):
-        cluster.sbatch("--exclusive", "-N1", f"--nodelist={node}", "--wrap=sleep 600")
+        cluster.sbatch("--exclusive", "-N1", f"--nodelist={node}", *HOLD)
     wait_nodes(cluster, {n: "allocated" for n in ("n1", "n2", "n3", "n5")})
     assert before["n6"] == "drained"
     job = job_file(tmp_path, 4, 0, 2, 2)

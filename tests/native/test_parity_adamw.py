@@ -55,15 +55,16 @@ def test_adamw_step_equals_torch_per_tensor(native_lib: NativeLibrary, tmp_path:
         lr = 1e-3 * step
         model.zero_grad(set_to_none=True)
         model(*torch_batch(tokens, targets)).backward()
-        for p in model.parameters():
+        # the same gradients on both sides (so this checks the optimizer alone: the key part
+        # of c_attn.bias has a zero true gradient, where Adam would amplify fp noise)
+        for name, p in model.named_parameters():
             assert p.grad is not None
+            stage.tensor_view(Buffer.GRADS, name)[...] = p.grad.numpy()
             p.grad.mul_(grad_scale)
         for group in optimizer.param_groups:
             group["lr"] = lr
         optimizer.step()
 
-        stage.zero_grad()
-        chain_step([stage], tokens, targets)
         stage.adamw_step(lr=lr, beta1=settings.beta1, beta2=settings.beta2, eps=settings.eps,
                          weight_decay=settings.weight_decay, step=step, grad_scale=grad_scale)
         for name, param in model.named_parameters():

@@ -150,9 +150,7 @@ def test_rendered_launch_runs_gantry_train(tmp_path: Path) -> None:
     text = render_job(request, job_dir, tmp_path, placed.script_placement(), library=lib)
     launch = text[text.index("launch --"):]
     assert (f"-m launcher train {job_dir}/spec.yaml --run-dir \"$attempt_dir\" --lib "
-            f"{lib} --rank-order {job_dir}/rank_order.json \"${{restart_args[@]}}\"\n"
-            ) in launch
-    assert 'if [ "$restarts" -gt 0 ]; then restart_args=(--resume); fi\n' in launch
+            f"{lib} --rank-order {job_dir}/rank_order.json --resume\n") in launch
     assert "#SBATCH --nodelist=n[1-5]\n#SBATCH --switches=3@10:00\n" in text
     check = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True,
                            check=False)
@@ -169,8 +167,7 @@ def test_without_preflight_the_planned_nodes_train(tmp_path: Path) -> None:
     placed = decide_placement(request, site_topology(request.site), live(n1="ALLOCATED"))
     text = render_job(request, tmp_path / "jd", tmp_path, placed.script_placement())
     assert f"launch_nodes={','.join(placed.rank_nodes)}\n" in text
-    assert "restart_args" not in text  # no checkpoints: nothing to resume from
-    assert "--site " in text  # library unknown: the trainer finds the site's build
+    assert "--run-dir \"$attempt_dir\" --site " in text  # library unknown: the site's build
 
 
 def test_plan_takes_the_job_file(tmp_path: Path) -> None:

@@ -14,6 +14,32 @@
 #include <cblas.h>
 
 /* ------------------------------------------------------------------------------------------ */
+/* exp that vectorizes (inside `omp simd` loops) without -ffast-math: Cody-Waite reduction to
+ * r in [-ln2/2, ln2/2], Cephes' degree-6 polynomial, scale by 2^n through the exponent bits.
+ * Relative error ~2 ulp; inputs are clamped to [-87.3, 88.3] (no inf/denormal results). */
+#pragma omp declare simd notinbranch
+static inline float gt_expf(float x) {
+    x = x < -87.3f ? -87.3f : (x > 88.3f ? 88.3f : x);
+    const float magic = 12582912.0f; /* 1.5 * 2^23: adding it rounds to an integer */
+    float n = (x * 1.44269504088896341f + magic) - magic;
+    float r = x - n * 0.693359375f;  /* ln2 split in a high part ... */
+    r = r + n * 2.12194440e-4f;      /* ... and a low part */
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union {
+        int32_t i;
+        float f;
+    } scale;
+    scale.i = ((int32_t)n + 127) << 23;
+    return p * scale.f;
+}
+
+/* ------------------------------------------------------------------------------------------ */
 /* embeddings                                                                                  */
 
 void gt_encoder_forward(float *out, const int32_t *tokens, const float *wte, const float *wpe,
@@ -193,93 +219,80 @@ void gt_matmul_backward_weight(float *dW, float *dbias, const float *dout, const
 /* ------------------------------------------------------------------------------------------ */
 /* causal self-attention                                                                       */
 
+/* Per head (b,h): Q, K, V are (T,hs) views into qkv with row stride 3C; the products go
+ * through CBLAS (full T x T, the masked upper triangle is zeroed by the softmax). */
 void gt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH) {
     int hs = C / NH;
-    size_t C3 = (size_t)3 * C;
+    int C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
-#pragma omp parallel for collapse(3) schedule(static)
-    for (int b = 0; b < B; b++) {
+    /* pre-softmax scores: att[b,h] (T,T) = scale * Q (T,hs) @ K^T (hs,T) */
+    for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
-            for (int t = 0; t < T; t++) {
-                const float *q = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
-                float *att_row = att + (((size_t)b * NH + h) * T + t) * T; /* (T) */
-                float maxval = -INFINITY;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
-                    float dot = 0.0f;
-                    for (int i = 0; i < hs; i++) dot += q[i] * k[i];
-                    dot *= scale;
-                    att_row[t2] = dot;
-                    if (dot > maxval) maxval = dot;
-                }
-                double sum = 0.0;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    float e = expf(att_row[t2] - maxval);
-                    att_row[t2] = e;
-                    sum += e;
-                }
-                float inv = (float)(1.0 / sum);
-                for (int t2 = 0; t2 <= t; t2++) att_row[t2] *= inv;
-                for (int t2 = t + 1; t2 < T; t2++) att_row[t2] = 0.0f;
-                float *o = out + ((size_t)b * T + t) * C + (size_t)h * hs;
-                for (int i = 0; i < hs; i++) o[i] = 0.0f;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
-                    float a = att_row[t2];
-                    for (int i = 0; i < hs; i++) o[i] += a * v[i];
-                }
-            }
+            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, scale, q, C3, q + C,
+                        C3, 0.0f, att + ((size_t)b * NH + h) * T * T, T);
         }
+    /* causal softmax of every row (b,h,t) over t2 <= t */
+#pragma omp parallel for schedule(static)
+    for (size_t row = 0; row < (size_t)B * NH * T; row++) {
+        int t = (int)(row % (size_t)T);
+        float *att_row = att + row * T; /* (T) */
+        float maxval = -INFINITY;
+        for (int t2 = 0; t2 <= t; t2++)
+            if (att_row[t2] > maxval) maxval = att_row[t2];
+#pragma omp simd
+        for (int t2 = 0; t2 <= t; t2++) att_row[t2] = gt_expf(att_row[t2] - maxval);
+        double sum = 0.0;
+        for (int t2 = 0; t2 <= t; t2++) sum += att_row[t2];
+        float inv = (float)(1.0 / sum);
+        for (int t2 = 0; t2 <= t; t2++) att_row[t2] *= inv;
+        for (int t2 = t + 1; t2 < T; t2++) att_row[t2] = 0.0f;
     }
+    /* out[b, :, h] (T,hs) = att[b,h] (T,T) @ V (T,hs) */
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            const float *v = qkv + (size_t)b * T * C3 + 2 * (size_t)C + (size_t)h * hs;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f,
+                        att + ((size_t)b * NH + h) * T * T, T, v, C3, 0.0f,
+                        out + (size_t)b * T * C + (size_t)h * hs, C);
+        }
 }
 
 void gt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
                            int B, int T, int C, int NH, float *scratch) {
     int hs = C / NH;
-    size_t C3 = (size_t)3 * C;
+    int C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
-    /* each (b,h) writes only its own columns of dqkv: parallel without races */
-#pragma omp parallel for collapse(2) schedule(static)
+    float *datt = scratch; /* (T,T) for the current head */
     for (int b = 0; b < B; b++) {
         for (int h = 0; h < NH; h++) {
-            float *dpre = scratch + ((size_t)b * NH + h) * T; /* (T) */
+            const float *q = qkv + (size_t)b * T * C3 + (size_t)h * hs;
+            const float *k = q + C, *v = q + 2 * (size_t)C;
+            float *dq = dqkv + (size_t)b * T * C3 + (size_t)h * hs;
+            float *dk = dq + C, *dv = dq + 2 * (size_t)C;
+            const float *a = att + ((size_t)b * NH + h) * T * T; /* (T,T) */
+            const float *dy = dout + (size_t)b * T * C + (size_t)h * hs; /* (T,hs), stride C */
+            /* datt (T,T) = dy @ V^T;  dV (T,hs) = att^T @ dy */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, T, hs, 1.0f, dy, C, v, C3,
+                        0.0f, datt, T);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, a, T, dy, C,
+                        0.0f, dv, C3);
+            /* softmax backward per row, times the score scale: dpre = att * (datt - <att,datt>) */
+#pragma omp parallel for schedule(static)
             for (int t = 0; t < T; t++) {
-                float *dq = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
-                float *dk = dq + C, *dv = dq + 2 * (size_t)C;
-                for (int i = 0; i < hs; i++) dq[i] = dk[i] = dv[i] = 0.0f;
+                const float *a_row = a + (size_t)t * T;
+                float *d_row = datt + (size_t)t * T;
+                double dot = 0.0;
+                for (int t2 = 0; t2 <= t; t2++) dot += (double)a_row[t2] * d_row[t2];
+                float ds = (float)dot;
+                for (int t2 = 0; t2 <= t; t2++) d_row[t2] = a_row[t2] * (d_row[t2] - ds) * scale;
+                for (int t2 = t + 1; t2 < T; t2++) d_row[t2] = 0.0f;
             }
-            for (int t = 0; t < T; t++) {
-                const float *att_row = att + (((size_t)b * NH + h) * T + t) * T;
-                const float *dy = dout + ((size_t)b * T + t) * C + (size_t)h * hs;
-                const float *q = qkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
-                float *dq = dqkv + ((size_t)b * T + t) * C3 + (size_t)h * hs;
-                /* datt[t2] = dy . v[t2]; dv[t2] += att[t2] * dy */
-                double dot_sum = 0.0;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *v = qkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
-                    float *dv = dqkv + ((size_t)b * T + t2) * C3 + 2 * (size_t)C + (size_t)h * hs;
-                    float datt = 0.0f;
-                    float a = att_row[t2];
-                    for (int i = 0; i < hs; i++) {
-                        datt += dy[i] * v[i];
-                        dv[i] += a * dy[i];
-                    }
-                    dpre[t2] = datt;
-                    dot_sum += (double)a * datt;
-                }
-                /* softmax backward: dpre = att * (datt - sum(att * datt)), times the scale */
-                float ds = (float)dot_sum;
-                for (int t2 = 0; t2 <= t; t2++) dpre[t2] = att_row[t2] * (dpre[t2] - ds) * scale;
-                for (int t2 = 0; t2 <= t; t2++) {
-                    const float *k = qkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
-                    float *dk = dqkv + ((size_t)b * T + t2) * C3 + C + (size_t)h * hs;
-                    float d = dpre[t2];
-                    for (int i = 0; i < hs; i++) {
-                        dq[i] += d * k[i];
-                        dk[i] += d * q[i];
-                    }
-                }
-            }
+            /* dQ (T,hs) = dpre @ K;  dK (T,hs) = dpre^T @ Q */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, hs, T, 1.0f, datt, T, k, C3,
+                        0.0f, dq, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, datt, T, q, C3,
+                        0.0f, dk, C3);
         }
     }
 }
@@ -289,26 +302,27 @@ void gt_attention_backward(float *dqkv, const float *dout, const float *qkv, con
 
 #define GT_GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
 
+/* gelu(x) = 0.5 x (1 + tanh(u)) = x * sigmoid(2u), u = sqrt(2/pi) (x + 0.044715 x^3):
+ * the sigmoid form has no cancellation for very negative x and needs only exp. */
 void gt_gelu_forward(float *out, const float *inp, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
-        float cube = 0.044715f * x * x * x;
-        out[i] = 0.5f * x * (1.0f + tanhf(GT_GELU_SCALE * (x + cube)));
+        float u = GT_GELU_SCALE * (x + 0.044715f * x * x * x);
+        out[i] = x / (1.0f + gt_expf(-2.0f * u));
     }
 }
 
+/* d gelu / dx = s + 2 x s (1 - s) u'(x), s = sigmoid(2u), u' = sqrt(2/pi) (1 + 3*0.044715 x^2)
+ * (equal to 0.5 (1 + tanh u) + 0.5 x sech^2(u) u') */
 void gt_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for simd schedule(static)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
-        float cube = 0.044715f * x * x * x;
-        float tanh_arg = GT_GELU_SCALE * (x + cube);
-        float tanh_out = tanhf(tanh_arg);
-        float sech2 = 1.0f - tanh_out * tanh_out;
-        float grad = 0.5f * (1.0f + tanh_out) +
-                     0.5f * x * sech2 * GT_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = grad * dout[i];
+        float u = GT_GELU_SCALE * (x + 0.044715f * x * x * x);
+        float sig = 1.0f / (1.0f + gt_expf(-2.0f * u));
+        float du = GT_GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = (sig + 2.0f * x * sig * (1.0f - sig) * du) * dout[i];
     }
 }
 
@@ -347,12 +361,10 @@ float gt_softmax_crossentropy_forward(float *probs_inout, float *losses, const i
             if (row[i] > maxval) maxval = row[i];
         /* loss from the log-sum-exp (accurate even when the target's probability is tiny) */
         float target_shifted = row[targets[n]] - maxval;
+#pragma omp simd
+        for (int i = 0; i < V; i++) row[i] = gt_expf(row[i] - maxval);
         double sum = 0.0;
-        for (int i = 0; i < V; i++) {
-            float e = expf(row[i] - maxval);
-            row[i] = e;
-            sum += e;
-        }
+        for (int i = 0; i < V; i++) sum += row[i];
         losses[n] = (float)(log(sum) - (double)target_shifted);
         float inv = (float)(1.0 / sum);
         for (int i = 0; i < V; i++) row[i] *= inv;

@@ -50,7 +50,7 @@ void gt_colsum_accumulate(float *dst, const float *src, size_t N, int C, float *
 /* Causal self-attention. qkv (B,T,3C) = [q | k | v], head h at columns h*hs..;
  * att (B,NH,T,T) softmax probabilities (upper triangle zero); out (B,T,C). */
 void gt_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
-/* dqkv (B,T,3C) = (overwritten) from dout (B,T,C); scratch: B*NH*T floats */
+/* dqkv (B,T,3C) = (overwritten) from dout (B,T,C); scratch: T*T floats */
 void gt_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
                            int B, int T, int C, int NH, float *scratch);
 

@@ -1,0 +1,100 @@
+"""`gantry data`: make llm.c-layout token shards from text files with the byte tokenizer.
+
+Every input file is one document (its bytes, then EOT). The last --val-fraction of the tokens
+goes to val_*.bin, the rest to train_*.bin, at most --shard-tokens tokens per shard.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from launcher.console import make_console, print_json
+from launcher.data.byte_tokenizer import VOCAB_SIZE, encode_document
+from launcher.data.shards import write_shard
+from launcher.errors import UserInputError
+
+DEFAULT_SHARD_TOKENS = 100_000_000
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "data", help="make token shards from text files (byte-level tokenizer)",
+        description=__doc__,
+    )
+    parser.add_argument("inputs", nargs="+", type=Path, help="text files (one document each)")
+    parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--val-fraction", type=float, default=0.1,
+                        help="fraction of tokens for validation, in [0, 1) (default 0.1)")
+    parser.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS,
+                        help=f"max tokens per shard (default {DEFAULT_SHARD_TOKENS})")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.set_defaults(func=run)
+
+
+def _validate(args: argparse.Namespace) -> None:
+    if not 0.0 <= args.val_fraction < 1.0:
+        raise UserInputError(
+            f"--val-fraction: {args.val_fraction} is not allowed (expected a number in [0, 1))"
+        )
+    if not 1 <= args.shard_tokens <= 2**31 - 1:
+        raise UserInputError(
+            f"--shard-tokens: {args.shard_tokens} is not allowed (expected 1..{2**31 - 1})"
+        )
+    for path in args.inputs:
+        if not path.is_file():
+            raise UserInputError(f"{path}: input text file does not exist")
+    if args.out.exists() and not args.out.is_dir():
+        raise UserInputError(f"--out: {args.out} exists and is not a directory")
+
+
+def _write_split(out: Path, split: str, tokens: np.ndarray, shard_tokens: int) -> list[str]:
+    names = []
+    for index, start in enumerate(range(0, len(tokens), shard_tokens)):
+        path = out / f"{split}_{index:06d}.bin"
+        write_shard(path, tokens[start : start + shard_tokens])
+        names.append(path.name)
+    return names
+
+
+def run(args: argparse.Namespace) -> int:
+    _validate(args)
+    documents = []
+    for path in args.inputs:
+        try:
+            documents.append(encode_document(path.read_bytes()))
+        except OSError as err:
+            raise UserInputError(f"{path}: cannot read: {err.strerror}") from err
+    tokens = np.concatenate(documents)
+    n_val = int(len(tokens) * args.val_fraction)
+    if args.val_fraction > 0 and n_val == 0:
+        n_val = 1
+    train, val = tokens[: len(tokens) - n_val], tokens[len(tokens) - n_val :]
+    if len(train) < 2:
+        raise UserInputError(
+            f"inputs: {len(tokens)} tokens leave {len(train)} for training (need at least 2)"
+        )
+    args.out.mkdir(parents=True, exist_ok=True)
+    train_shards = _write_split(args.out, "train", train, args.shard_tokens)
+    val_shards = _write_split(args.out, "val", val, args.shard_tokens) if len(val) else []
+    summary: dict[str, Any] = {
+        "out": str(args.out),
+        "vocab_size": VOCAB_SIZE,
+        "documents": len(documents),
+        "train_tokens": len(train),
+        "val_tokens": len(val),
+        "train_shards": train_shards,
+        "val_shards": val_shards,
+    }
+    if args.json:
+        print_json(summary)
+    else:
+        make_console().print(
+            f"wrote {len(train_shards)} train shard(s) ({len(train)} tokens) and "
+            f"{len(val_shards)} val shard(s) ({len(val)} tokens) to {args.out} "
+            f"(byte tokenizer, vocab {VOCAB_SIZE}: bytes 0-255, EOT 256)"
+        )
+    return 0

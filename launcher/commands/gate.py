@@ -1,0 +1,157 @@
+"""``gantry gate``: the launch gate used inside the generated sbatch script.
+
+Runs preflight on all allocated nodes at once, drains failed nodes (owned reason), and
+decides: exit 0 "go" (prints/writes the node list to run on), exit 75 "requeued" (the job
+was requeued excluding the bad nodes; the script should exit), exit 1 "abort".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from launcher.console import make_console
+from launcher.errors import EXIT_FAILURE, EXIT_OK, UserInputError
+from launcher.preflight.gate import GateReport, run_gate
+from launcher.preflight.verdict import LEVELS
+from launcher.site_config import load_site
+from topology import hostlists
+
+EXIT_REQUEUED = 75
+"""EX_TEMPFAIL: the job was requeued; the batch script should stop quietly."""
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "gate",
+        help="preflight all allocated nodes, drain bad ones, go on or requeue",
+        description=DESCRIPTION,
+    )
+    add_gate_arguments(parser)
+    parser.set_defaults(func=run)
+
+
+DESCRIPTION = (
+    "Inside an allocation: run `gantry preflight` on every node at once (srun, one task per "
+    "node) or read the verdicts of a step the script already ran (--reports), drain failed "
+    "nodes with a gantry: reason, then go on with the healthy nodes (exit 0) or requeue the "
+    "job excluding the bad ones (exit 75); exit 1 when it cannot do either."
+)
+
+
+def add_gate_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `gantry gate` (also reachable as `gantry preflight gate`)."""
+    parser.add_argument("--site", type=Path, default=None, help="site config")
+    parser.add_argument("--level", choices=LEVELS, default=None, help="preflight level")
+    parser.add_argument(
+        "--nodes", default=None, help="hostlist to check (default: $SLURM_JOB_NODELIST)"
+    )
+    parser.add_argument("--job-id", default=None, help="job to requeue (default: $SLURM_JOB_ID)")
+    parser.add_argument(
+        "--reports",
+        type=Path,
+        default=None,
+        help="verdicts already collected (srun output of `gantry preflight --json`, labelled "
+        "or one JSON line per node) instead of running srun",
+    )
+    group = parser.add_mutually_exclusive_group()
+    group.add_argument(
+        "--need",
+        type=int,
+        default=None,
+        help="nodes the job needs (default: all allocated minus --spares)",
+    )
+    group.add_argument("--spares", type=int, default=0, help="allocated nodes that may be lost")
+    parser.add_argument(
+        "--no-requeue", action="store_true", help="report the requeue decision without requeuing"
+    )
+    parser.add_argument(
+        "--nodelist-out",
+        type=Path,
+        default=None,
+        help="write the chosen hostlist (compressed, e.g. n[1-2,5]) to this file on go",
+    )
+    parser.add_argument(
+        "--nodes-out",
+        type=Path,
+        default=None,
+        help="write the chosen nodes comma-separated (n1,n2,n5) to this file on go",
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+
+
+def print_report(report: GateReport) -> None:
+    console = make_console(stderr=True)
+    console.print(
+        f"gantry gate: preflight on {len(report.outcomes)} nodes in {report.preflight_s:.2f} s"
+    )
+    actions = {a.node: a for a in report.actions}
+    for o in report.outcomes:
+        a = actions.get(o.node)
+        act = f"{a.kind} ({a.note})" if a else "-"
+        why = o.reason or ""
+        console.print(f"  {o.node:<12} {o.status:<7} {why:<48} {act}")
+    for key, problem in report.problems.items():
+        console.print(f"  problem {key}: {problem}")
+    console.print(f"gantry gate: {report.decision.message}")
+    if report.requeue_steps:
+        console.print(f"gantry gate: requeue steps: {', '.join(report.requeue_steps)}")
+
+
+def run(args: argparse.Namespace) -> int:
+    site = load_site(args.site)
+    nodes_expr = args.nodes or os.environ.get("SLURM_JOB_NODELIST", "")
+    if not nodes_expr:
+        raise UserInputError("gate: no nodes (pass --nodes or run inside an allocation)")
+    nodes = hostlists.expand(nodes_expr, "--nodes")
+    if args.need is not None:
+        need = args.need
+        if not 1 <= need <= len(nodes):
+            raise UserInputError(
+                f"gate: --need {need} is not allowed (expected 1..{len(nodes)} for {nodes_expr})"
+            )
+    else:
+        if not 0 <= args.spares < len(nodes):
+            raise UserInputError(
+                f"gate: --spares {args.spares} is not allowed "
+                f"(expected 0..{len(nodes) - 1} for {nodes_expr})"
+            )
+        need = len(nodes) - args.spares
+    job_id = args.job_id or os.environ.get("SLURM_JOB_ID") or None
+    reports = None
+    if args.reports is not None:
+        try:
+            reports = args.reports.read_text(encoding="utf-8", errors="replace")
+        except OSError as err:
+            raise UserInputError(f"{args.reports}: cannot read ({err.strerror})") from None
+    report = run_gate(
+        site.config,
+        site.path,
+        nodes,
+        need,
+        args.level or site.config.preflight.level,
+        job_id,
+        requeue=not args.no_requeue,
+        timeout_s=site.config.preflight.gate_timeout_s,
+        reports=reports,
+    )
+    print_report(report)
+    if args.json:
+        json.dump(report.to_dict(), sys.stdout, indent=2, sort_keys=True)
+        sys.stdout.write("\n")
+    decision = report.decision.decision
+    if decision == "go":
+        if args.nodelist_out is not None:
+            args.nodelist_out.write_text(hostlists.collect(report.decision.nodes) + "\n")
+        if args.nodes_out is not None:
+            args.nodes_out.write_text(",".join(report.decision.nodes) + "\n")
+        if not args.json:
+            sys.stdout.write(hostlists.collect(report.decision.nodes) + "\n")
+        return EXIT_OK
+    if decision == "requeue":
+        return EXIT_REQUEUED
+    return EXIT_FAILURE

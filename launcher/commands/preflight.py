@@ -1,0 +1,128 @@
+"""``gantry preflight``: health checks on this node; exit 0: passes (WARN allowed), 1: fails.
+
+With ``--drain`` (used by the HealthCheckProgram and Prolog/Epilog scripts) the node's own
+result is applied through the drain policy: drained with an owned ``gantry:`` reason on
+FAIL, resumed after K clean passes if gantry drained it, an operator's reason never touched.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from launcher.commands import gate
+from launcher.console import make_console
+from launcher.errors import EXIT_FAILURE, EXIT_OK
+from launcher.preflight.context import Expectations
+from launcher.preflight.runner import RunOptions, run_preflight
+from launcher.preflight.state import state_dir
+from launcher.preflight.thresholds import make_thresholds
+from launcher.preflight.verdict import LEVELS, NodeVerdict
+from launcher.site_config import LoadedSite, load_site
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "preflight",
+        help="run health checks on this node",
+        description="Collect GPU/network/host facts once, compare them with the site's "
+        "thresholds, print every check (observed vs expected). Exit 0: pass (warnings "
+        "allowed); 1: the node must not run jobs.",
+    )
+    parser.add_argument(
+        "--level",
+        choices=LEVELS,
+        default=None,
+        help="quick: passive checks; standard: + GEMM/bandwidth tests; "
+        "deep: + NCCL / MPI tests (default: the site's preflight.level)",
+    )
+    parser.add_argument("--json", action="store_true", help="print the verdict as JSON")
+    parser.add_argument(
+        "--site", type=Path, default=None, help="site config (default: site_configs/local.yaml)"
+    )
+    parser.add_argument(
+        "--drain",
+        action="store_true",
+        help="apply the drain policy to this node (health-check/prolog mode)",
+    )
+    parser.add_argument("--quiet", action="store_true", help="print nothing, only exit status")
+    parser.set_defaults(func=run)
+    actions = parser.add_subparsers(dest="preflight_action", metavar="ACTION", required=False)
+    gate_parser = actions.add_parser(
+        "gate", help="the launch gate (same as `gantry gate`)", description=gate.DESCRIPTION
+    )
+    gate.add_gate_arguments(gate_parser)
+    gate_parser.set_defaults(func=gate.run)
+
+
+def options_for(site: LoadedSite, level: str | None) -> RunOptions:
+    cfg = site.config
+    return RunOptions(
+        level=(level or cfg.preflight.level),  # type: ignore[arg-type]
+        expectations=Expectations.from_site(cfg),
+        thresholds=make_thresholds(cfg.preflight.thresholds),
+        state_dir=state_dir(cfg),
+        mpi_env=cfg.mpi.env,
+    )
+
+
+def print_verdict(verdict: NodeVerdict) -> None:
+    """A rich table on a terminal; one plain line per check when piped (job logs)."""
+    from rich.table import Table
+
+    console = make_console()
+    title = (
+        f"preflight {verdict.node} ({verdict.level}): {verdict.status} "
+        f"in {verdict.duration_s:.2f} s"
+    )
+    if console.is_terminal:
+        table = Table(title=title)
+        for column in ("check", "status", "observed", "expected / reason", "action"):
+            table.add_column(column)
+        for c in verdict.checks:
+            skip = c.status == "SKIP"
+            table.add_row(
+                c.id,
+                c.status,
+                "" if skip else c.observed,
+                c.reason if skip else c.expected,
+                c.action if c.status in ("WARN", "FAIL") else "",
+            )
+        console.print(table)
+    else:
+        console.print(title)
+        for c in verdict.checks:
+            if c.status == "SKIP":
+                console.print(f"  SKIP {c.id}: {c.reason}")
+                continue
+            line = f"  {c.status} {c.id}: {c.observed} (expected {c.expected})"
+            if c.status in ("WARN", "FAIL") and c.action:
+                line += f" -> {c.action}"
+            console.print(line)
+    reason = verdict.drain_reason()
+    if reason:
+        console.print(f"node {verdict.node} FAILS preflight: {reason}")
+
+
+def run(args: argparse.Namespace) -> int:
+    site = load_site(args.site)
+    verdict, hung = run_preflight(options_for(site, args.level))
+    if args.drain:
+        from launcher.preflight.node_policy import apply_node_policy
+
+        apply_node_policy(site.config, verdict, quiet=args.quiet)
+    if args.json:
+        json.dump(verdict.to_dict(), sys.stdout, sort_keys=True)
+        sys.stdout.write("\n")
+    elif not args.quiet:
+        print_verdict(verdict)
+    code = EXIT_FAILURE if verdict.status == "FAIL" else EXIT_OK
+    if hung:  # a collector thread is stuck in a tool/library call: do not wait for it
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code

@@ -1,0 +1,58 @@
+"""``gantry preflight-scripts``: write the HealthCheckProgram / Prolog / Epilog scripts."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+import launcher
+from launcher.errors import EXIT_OK
+from launcher.preflight.slurm_scripts import KINDS, ScriptSpec, write_scripts
+from launcher.preflight.verdict import LEVELS
+from launcher.site_config import load_site
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "preflight-scripts",
+        help="write Slurm HealthCheckProgram/Prolog/Epilog scripts running gantry preflight",
+        description="Write gantry-healthcheck.sh, gantry-prolog.sh and gantry-epilog.sh into "
+        "OUT_DIR; each runs `gantry preflight --drain` with this site config.",
+    )
+    parser.add_argument("out_dir", type=Path, help="directory to write the scripts into")
+    parser.add_argument("--site", type=Path, default=None, help="site config")
+    parser.add_argument(
+        "--level",
+        choices=LEVELS,
+        default=None,
+        help="prolog level (default: the site's; health check/epilog: quick)",
+    )
+    parser.add_argument(
+        "--prolog-fails-job",
+        action="store_true",
+        help="prolog exits non-zero on FAIL (Slurm requeues the job and sets "
+        "its own 'Prolog error' reason)",
+    )
+    parser.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    site = load_site(args.site)
+    root = str(Path(launcher.__file__).resolve().parent.parent)
+    level = args.level or site.config.preflight.level
+    specs = [
+        ScriptSpec(
+            kind,
+            sys.executable,
+            str(site.path),
+            level if kind == "prolog" else "quick",
+            pythonpath=root,
+            fail_job=args.prolog_fails_job and kind == "prolog",
+        )
+        for kind in KINDS
+    ]
+    for path in write_scripts(args.out_dir, specs):
+        sys.stdout.write(f"{path}\n")
+    return EXIT_OK

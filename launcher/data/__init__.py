@@ -1,0 +1,1 @@
+"""Training data: llm.c-layout token shards and the byte-level tokenizer."""

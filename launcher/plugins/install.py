@@ -1,0 +1,181 @@
+"""`gantry site install-plugins`: plan (validate everything, render every file: nothing
+written on bad input), then build the SPANK plugin and write the files atomically.
+
+Never edits a site's slurm.conf: the lines that load the suite are printed and written to
+``<prefix>/etc/slurm.conf.gantry`` for an admin to review; an embedded cluster's own
+slurm.conf includes them (see :func:`embedded_slurm_conf_lines`).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import launcher
+from launcher.cluster.layout import run_dir_for
+from launcher.errors import UserInputError
+from launcher.plugins import render
+from launcher.plugins.build import build_spank
+from launcher.plugins.layout import InstallLayout
+from launcher.plugins.scripts import SCRIPT_KINDS, render_script
+from launcher.site_config import LoadedSite, check_env_mapping
+from launcher.typed_config import FieldError
+
+_SITE_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9_.-]{0,63}\Z")
+_CONF_UNSAFE = re.compile(r"[\s#\"'\\]|[^\x20-\x7e]")
+"""Characters a path may not hold to be written into plugstack.conf / slurm.conf."""
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    """One file of the install."""
+
+    path: Path
+    """Where it goes."""
+    text: str
+    """Its contents."""
+    mode: int = 0o644
+    """Permissions (scripts 0755)."""
+
+
+@dataclass(frozen=True)
+class InstallPlan:
+    """Everything an install does, decided before anything is written."""
+
+    site: LoadedSite
+    """The site config and its file."""
+    layout: InstallLayout
+    """Paths under the prefix."""
+    choice: render.SuiteChoice
+    """Which parts are installed."""
+    files: list[PlannedFile] = field(default_factory=list)
+    """Every file written (the plugin module comes from the build)."""
+    slurm_conf_lines: list[str] = field(default_factory=list)
+    """The slurm.conf lines that load the suite."""
+
+
+def default_prefix(site: LoadedSite) -> Path | None:
+    """plugins.prefix (relative to the site file), else <run dir>/plugins when embedded."""
+    configured = site.config.plugins.prefix
+    if configured:
+        return site.resolve(configured).resolve()
+    if site.config.slurm.embedded:
+        return run_dir_for(site) / "plugins"
+    return None
+
+
+def _check_conf_path(source: str, value: Path) -> None:
+    if _CONF_UNSAFE.search(str(value)):
+        raise UserInputError(
+            f"{source}: {str(value)!r} is not allowed (expected a path without blanks, quotes, "
+            "'#' or backslashes: it is written into plugstack.conf and slurm.conf)"
+        )
+
+
+def _site_error(site: LoadedSite, err: FieldError, section: str) -> UserInputError:
+    return UserInputError(f"{site.path}: {section}.{err}")
+
+
+def plan_install(site: LoadedSite, prefix: Path | None = None) -> InstallPlan:
+    """Validate the site for the suite and render every file (no side effects)."""
+    cfg = site.config
+    plugins = cfg.plugins
+    chosen = prefix.resolve() if prefix is not None else default_prefix(site)
+    if chosen is None:
+        raise UserInputError(
+            f"{site.path}: plugins.prefix: not set and the site is not embedded (pass "
+            "--prefix DIR or set plugins.prefix)"
+        )
+    _check_conf_path("--prefix" if prefix is not None else f"{site.path}: plugins.prefix",
+                     chosen)
+    if chosen.exists() and not chosen.is_dir():
+        raise UserInputError(f"--prefix: {chosen} exists and is not a directory")
+    _check_conf_path(f"{site.path}: the site file path", site.path)
+    if not _SITE_NAME.match(cfg.name):
+        raise UserInputError(
+            f"{site.path}: name: {cfg.name!r} is not allowed for the plugin suite (expected "
+            "at most 64 letters, digits, '_', '.', '-', not starting with '.')"
+        )
+    for section, env in (("mpi.env", cfg.mpi.env), ("nccl.env", cfg.nccl.env)):
+        try:
+            check_env_mapping(section.split(".")[1], env)
+        except FieldError as err:
+            raise _site_error(site, err, section.split(".")[0]) from None
+
+    layout = InstallLayout(chosen)
+    choice = render.SuiteChoice(
+        spank=plugins.spank,
+        prolog=plugins.prolog,
+        epilog=plugins.epilog,
+        health_check=plugins.health_check,
+        health_check_interval_s=plugins.health_check_interval_s,
+    )
+    package_root = str(Path(launcher.__file__).resolve().parent.parent)
+    level = render.plugin_level(cfg.preflight.level)
+    site_path = str(site.path)
+    gantry = str(layout.bin_gantry)
+    files = [PlannedFile(layout.bin_gantry, render.gantry_wrapper(sys.executable, package_root),
+                         0o755)]
+    if choice.spank:
+        files.append(PlannedFile(layout.plugstack_conf, render.plugstack_conf(
+            layout, site_path, cfg.name, level, plugins.preflight_timeout_s,
+            bool(plugins.preflight_env))))
+        files.append(PlannedFile(layout.env_file(cfg.name), render.env_file(
+            f"site {cfg.name!r}: NCCL/MPI tuning for --gantry-env (mpi.env, nccl.env)",
+            {**cfg.mpi.env, **cfg.nccl.env})))
+        if plugins.preflight_env:
+            files.append(PlannedFile(layout.preflight_env, render.env_file(
+                f"site {cfg.name!r}: environment of gantry's node checks "
+                "(plugins.preflight_env)", plugins.preflight_env)))
+    wanted = {"prolog": choice.prolog, "epilog": choice.epilog,
+              "healthcheck": choice.health_check}
+    for kind in SCRIPT_KINDS:
+        if wanted[kind]:
+            files.append(PlannedFile(layout.script(kind), render_script(
+                kind, gantry, site_path, level, plugins.preflight_env), 0o755))
+    lines = render.slurm_conf_lines(layout, choice)
+    files.append(PlannedFile(layout.slurm_conf_lines, (
+        f"# slurm.conf lines that load gantry's plugin suite for site {cfg.name!r}\n"
+        "# (written by `gantry site install-plugins`; review, then add them to slurm.conf)\n"
+        + "".join(f"{line}\n" for line in lines))))
+    return InstallPlan(site, layout, choice, files, lines)
+
+
+def _write_atomic(path: Path, data: bytes, mode: int) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_bytes(data)
+    os.chmod(tmp, mode)
+    tmp.replace(path)  # running slurmstepds keep the old inode
+
+
+def perform_install(plan: InstallPlan, slurm_include_dir: str | None = None) -> list[Path]:
+    """Build the plugin (when chosen), then write every file; returns the paths written."""
+    written: list[Path] = []
+    module: Path | None = None
+    if plan.choice.spank:
+        module = build_spank(plan.layout.spank_build_dir, slurm_include_dir)
+    for planned in plan.files:
+        _write_atomic(planned.path, planned.text.encode(), planned.mode)
+        written.append(planned.path)
+    if module is not None:
+        target = plan.layout.spank_module
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+        shutil.copyfile(module, tmp)
+        os.chmod(tmp, 0o755)
+        tmp.replace(target)
+        written.append(target)
+    return written
+
+
+def embedded_slurm_conf_lines(site: LoadedSite) -> list[str]:
+    """The lines an embedded cluster's slurm.conf gets when plugins.enabled (empty when not):
+    the same paths `install-plugins` writes to its default prefix."""
+    if not site.config.plugins.enabled:
+        return []
+    return plan_install(site).slurm_conf_lines

@@ -1,0 +1,225 @@
+"""Runs the active tests (standard/deep levels) in child processes and judges their numbers.
+
+standard: GPU nodes -> gpu.gemm (exact checksum + bf16 TFLOP/s) and gpu.membw;
+          CPU-only -> cpu.gemm.
+deep:     GPU nodes with >= 2 GPUs -> gpu.nccl (all-reduce bus bandwidth, p2p);
+          CPU-only -> mpi.ping between two local ranks.
+A test that hangs past active_timeout_s is killed and FAILs; one that cannot start its
+runtime (no torch on a GPU node, no mpirun) FAILs too, naming what was missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from launcher.preflight.result import CheckResult, skipped, token
+from launcher.preflight.thresholds import Thresholds
+from launcher.preflight.tools import ToolOutput, run_tool, tool_path
+
+ACTIVE_MODULE = "launcher.preflight.active"
+
+
+def _run(
+    test: str, th: Thresholds, env: Mapping[str, str] | None, prefix: list[str] | None = None
+) -> tuple[dict[str, Any] | None, ToolOutput]:
+    argv = [*(prefix or []), sys.executable, "-m", ACTIVE_MODULE, test]
+    out = run_tool(argv, th.active_timeout_s, env)
+    if not out.ok:
+        return None, out
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    try:
+        return (json.loads(lines[-1]) if lines else None), out
+    except json.JSONDecodeError:
+        return None, out
+
+
+def _broken(cid: str, out: ToolOutput, expected: str) -> CheckResult:
+    return CheckResult(
+        cid,
+        "FAIL",
+        out.describe_failure(),
+        expected,
+        " ".join(out.argv[-3:]),
+        "run the test by hand on the node; check the runtime",
+        detail="hung" if out.timed_out else "error",
+        duration_s=out.duration_s,
+    )
+
+
+def gpu_compute_checks(th: Thresholds, env: Mapping[str, str] | None) -> list[CheckResult]:
+    """gpu.gemm and gpu.membw from one child process."""
+    exp_gemm = f"exact checksum on every GPU; bf16 GEMM >= {th.gemm_tflops_min:g} TFLOP/s"
+    exp_bw = f"device copy >= {th.membw_gbps_min:g} GB/s per GPU"
+    data, out = _run("gpu_compute", th, env)
+    if data is None or not data.get("gpus"):
+        if data is not None:
+            out = ToolOutput(out.argv, 1, "", "torch sees no CUDA device", out.duration_s)
+        return [_broken("gpu.gemm", out, exp_gemm), _broken("gpu.membw", out, exp_bw)]
+    gpus = data["gpus"]
+    wrong = [f"GPU{g['index']}: {g['mismatches']} wrong elements" for g in gpus if g["mismatches"]]
+    slow = [
+        f"GPU{g['index']}: {g['tflops_bf16']:.0f} TFLOP/s"
+        for g in gpus
+        if g["tflops_bf16"] < th.gemm_tflops_min
+    ]
+    seen = "; ".join(f"GPU{g['index']} {g['tflops_bf16']:.0f} TFLOP/s" for g in gpus)
+    evidence = f"{ACTIVE_MODULE} gpu_compute (torch, {len(gpus)} GPUs)"
+    half = out.duration_s / 2
+    if wrong:
+        gemm = CheckResult(
+            "gpu.gemm",
+            "FAIL",
+            "; ".join(wrong),
+            exp_gemm,
+            evidence,
+            "silent data corruption: drain and RMA the GPU",
+            detail=token(wrong[0].split(":")[0] + "-checksum"),
+            duration_s=half,
+        )
+    elif slow:
+        gemm = CheckResult(
+            "gpu.gemm",
+            "FAIL",
+            "; ".join(slow),
+            exp_gemm,
+            evidence,
+            "check clocks/power/thermals (gpu.clocks, gpu.power)",
+            detail=token(slow[0].split(":")[0] + "-slow"),
+            duration_s=half,
+        )
+    else:
+        gemm = CheckResult("gpu.gemm", "PASS", seen, exp_gemm, evidence, duration_s=half)
+    lows = [
+        f"GPU{g['index']}: {g['membw_gbps']:.0f} GB/s"
+        for g in gpus
+        if g["membw_gbps"] < th.membw_gbps_min
+    ]
+    bw_seen = "; ".join(f"GPU{g['index']} {g['membw_gbps']:.0f} GB/s" for g in gpus)
+    if lows:
+        membw = CheckResult(
+            "gpu.membw",
+            "FAIL",
+            "; ".join(lows),
+            exp_bw,
+            evidence,
+            "HBM degraded or clocks capped: reset, then RMA",
+            detail=token(lows[0].split(":")[0] + "-slow"),
+            duration_s=half,
+        )
+    else:
+        membw = CheckResult("gpu.membw", "PASS", bw_seen, exp_bw, evidence, duration_s=half)
+    return [gemm, membw]
+
+
+def gpu_nccl_check(th: Thresholds, env: Mapping[str, str] | None) -> CheckResult:
+    """gpu.nccl: single-node all-reduce bus bandwidth and p2p bandwidth."""
+    expected = (
+        f"all-reduce busbw >= {th.nccl_allreduce_busbw_gbps_min:g} GB/s, "
+        f"p2p >= {th.nccl_p2p_gbps_min:g} GB/s (1 GiB)"
+    )
+    data, out = _run("gpu_nccl", th, env)
+    if data is None:
+        return _broken("gpu.nccl", out, expected)
+    if "skipped" in data:
+        return skipped("gpu.nccl", str(data["skipped"]))
+    p2p = {int(k): float(v) for k, v in data["p2p_gbps"].items()}
+    observed = f"busbw {data['busbw_gbps']:.0f} GB/s; " + "; ".join(
+        f"GPU0->GPU{k} {v:.0f} GB/s" for k, v in sorted(p2p.items())
+    )
+    evidence = f"{ACTIVE_MODULE} gpu_nccl (torch.distributed NCCL, {data['world']} GPUs)"
+    slow = [k for k, v in p2p.items() if v < th.nccl_p2p_gbps_min]
+    if data["busbw_gbps"] < th.nccl_allreduce_busbw_gbps_min or slow:
+        detail = f"gpu{slow[0]}-p2p-slow" if slow else "allreduce-slow"
+        return CheckResult(
+            "gpu.nccl",
+            "FAIL",
+            observed,
+            expected,
+            evidence,
+            "check NVLink (gpu.nvlink) and NCCL topology (nvidia-smi topo -m)",
+            detail=detail,
+            duration_s=out.duration_s,
+        )
+    return CheckResult("gpu.nccl", "PASS", observed, expected, evidence, duration_s=out.duration_s)
+
+
+def cpu_gemm_check(th: Thresholds, env: Mapping[str, str] | None) -> CheckResult:
+    """cpu.gemm: exact checksum and rate of a float64 GEMM (numpy/BLAS)."""
+    expected = f"exact checksum; >= {th.cpu_gemm_gflops_min:g} GFLOP/s"
+    data, out = _run("cpu_gemm", th, env)
+    if data is None:
+        return _broken("cpu.gemm", out, expected)
+    observed = f"{data['mismatches']} wrong elements, {data['gflops']:.1f} GFLOP/s"
+    evidence = f"{ACTIVE_MODULE} cpu_gemm (numpy float64 vs int64 product)"
+    if data["mismatches"]:
+        return CheckResult(
+            "cpu.gemm",
+            "FAIL",
+            observed,
+            expected,
+            evidence,
+            "CPU/memory corruption: run memtest, check the BMC",
+            detail="checksum",
+            duration_s=out.duration_s,
+        )
+    if data["gflops"] < th.cpu_gemm_gflops_min:
+        return CheckResult(
+            "cpu.gemm",
+            "FAIL",
+            observed,
+            expected,
+            evidence,
+            "CPU throttled or overloaded: check frequency and load",
+            detail="slow",
+            duration_s=out.duration_s,
+        )
+    return CheckResult("cpu.gemm", "PASS", observed, expected, evidence, duration_s=out.duration_s)
+
+
+def mpi_ping_check(
+    th: Thresholds, env: Mapping[str, str] | None, mpi_env: Mapping[str, str]
+) -> CheckResult:
+    """mpi.ping: round trip between two local MPI ranks (mpirun -np 2)."""
+    expected = f"2 local ranks exchange messages, round trip <= {th.mpi_ping_us_max:g} us"
+    mpirun = tool_path("mpirun", env)
+    if mpirun is None:
+        return CheckResult(
+            "mpi.ping",
+            "FAIL",
+            "mpirun not found",
+            expected,
+            "PATH",
+            "install MPI or set GANTRY_MPIRUN",
+            detail="no-mpirun",
+        )
+    child_env = dict(os.environ if env is None else env)
+    child_env.update(mpi_env)
+    for key in [k for k in child_env if k.startswith(("SLURM_", "PMIX_", "OMPI_COMM"))]:
+        del child_env[key]  # a plain local launch, not a step of the surrounding job
+    prefix = [mpirun, "-np", "2", "--oversubscribe"]
+    if os.geteuid() == 0:
+        prefix.append("--allow-run-as-root")
+    start = time.monotonic()
+    data, out = _run("mpi_ping", th, child_env, prefix)
+    if data is None or "rtt_us" not in data:
+        return _broken("mpi.ping", out, expected)
+    observed = f"{data['ranks']} ranks, round trip {data['rtt_us']:.1f} us"
+    evidence = f"{mpirun} -np 2 python -m {ACTIVE_MODULE} mpi_ping"
+    took = time.monotonic() - start
+    if data["rtt_us"] > th.mpi_ping_us_max:
+        return CheckResult(
+            "mpi.ping",
+            "FAIL",
+            observed,
+            expected,
+            evidence,
+            "check the MPI transport settings (mpi.env)",
+            detail="slow",
+            duration_s=took,
+        )
+    return CheckResult("mpi.ping", "PASS", observed, expected, evidence, duration_s=took)

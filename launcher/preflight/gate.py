@@ -1,0 +1,292 @@
+"""The launch gate inside a job: preflight on every allocated node at once, then decide.
+
+1. ``srun --ntasks-per-node=1 --label python -m launcher preflight --json`` on all nodes.
+2. Each node's verdict is read back (label -> lines -> JSON, validated); a node without a
+   valid verdict counts as failed (``gantry:preflight:no-verdict``).
+3. The drain policy runs for every node (owned reasons, operator reasons untouched,
+   resume after K clean passes, rate limit).
+4. Decision: ``go`` with the first ``need`` healthy nodes (allocation order) when enough are
+   left, else ``requeue`` the job with the bad nodes excluded (or ``abort`` without a job).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Literal
+
+import launcher
+from launcher.errors import UserInputError
+from launcher.preflight.drain_policy import Action
+from launcher.preflight.policy_apply import apply_policy
+from launcher.preflight.slurm_nodes import Scontrol
+from launcher.preflight.tools import run_tool, tool_path
+from launcher.preflight.verdict import DRAIN_PREFIX, NodeVerdict, verdict_from_json
+from topology import hostlists
+
+GATE_SCHEMA = "gantry.preflight.gate"
+GATE_VERSION = 1
+NO_VERDICT = f"{DRAIN_PREFIX}preflight:no-verdict"
+
+
+@dataclass(frozen=True)
+class NodeOutcome:
+    """One node's result as the gate sees it."""
+
+    node: str
+    """Node name."""
+    status: str
+    """PASS, WARN, FAIL or MISSING (no valid verdict)."""
+    reason: str | None
+    """Drain reason when it failed, else None."""
+    failing: list[str] = field(default_factory=list)
+    """Ids of failing checks (or why the verdict is missing)."""
+
+
+@dataclass(frozen=True)
+class GateDecision:
+    """What the job does next."""
+
+    decision: Literal["go", "requeue", "abort"]
+    """go on with ``nodes``; requeue excluding ``excluded``; abort (no job to requeue)."""
+    nodes: list[str]
+    """Nodes to run on (go), in allocation order."""
+    excluded: list[str]
+    """Nodes that failed or gave no verdict."""
+    need: int
+    """Nodes the job needs."""
+    message: str
+    """One line for the log."""
+
+
+def srun_argv(nodes: Sequence[str], site_path: Path, level: str) -> list[str]:
+    """The srun command that runs one preflight task per node."""
+    srun = tool_path("srun")
+    if srun is None:
+        raise UserInputError("srun not found on PATH (set GANTRY_SRUN)")
+    compact = hostlists.collect(list(nodes)) if nodes else ""
+    return [
+        srun,
+        f"--nodes={len(nodes)}",
+        f"--ntasks={len(nodes)}",
+        "--ntasks-per-node=1",
+        f"--nodelist={compact}",
+        "--label",
+        "--kill-on-bad-exit=0",
+        "--job-name=gantry-preflight",
+        sys.executable,
+        "-m",
+        "launcher",
+        "preflight",
+        "--json",
+        "--site",
+        str(site_path),
+        "--level",
+        level,
+    ]
+
+
+def split_labelled(text: str) -> dict[int, str]:
+    """``srun --label`` output -> task id -> that task's text, pieces re-joined in order.
+
+    srun forwards long lines in chunks and labels every chunk, so a one-line JSON verdict
+    arrives as several ``N: `` pieces: they are concatenated without separators (JSON
+    needs no newlines between tokens, and the verdict is printed on one line).
+    """
+    tasks: dict[int, list[str]] = {}
+    for line in text.splitlines():
+        head, sep, rest = line.partition(": ")
+        if sep and head.strip().isdigit():
+            tasks.setdefault(int(head.strip()), []).append(rest)
+    return {task: "".join(pieces) for task, pieces in tasks.items()}
+
+
+def _pieces(text: str) -> dict[int, str]:
+    """Per-task texts: ``srun --label`` output, else one JSON verdict per line."""
+    if re.search(r"^\s*\d+: ", text, flags=re.M):
+        return split_labelled(text)
+    lines = [line for line in text.splitlines() if line.strip()]
+    return dict(enumerate(lines))
+
+
+def read_verdicts(text: str, nodes: Sequence[str]) -> tuple[dict[str, NodeVerdict], dict[str, str]]:
+    """Verdicts by node from srun output (labelled, or one JSON line per node); problems (bad
+    JSON, unknown node) by task."""
+    verdicts: dict[str, NodeVerdict] = {}
+    problems: dict[str, str] = {}
+    for task, body in sorted(_pieces(text).items()):
+        start = body.find("{")
+        if start < 0:
+            problems[f"task{task}"] = "no JSON verdict in output"
+            continue
+        try:
+            verdict = verdict_from_json(body[start:], f"task {task}")
+        except UserInputError as err:
+            problems[f"task{task}"] = str(err)
+            continue
+        if verdict.node not in nodes:
+            problems[f"task{task}"] = f"verdict for {verdict.node!r}, not an allocated node"
+            continue
+        verdicts[verdict.node] = verdict
+    return verdicts, problems
+
+
+def outcomes_for(nodes: Sequence[str], verdicts: Mapping[str, NodeVerdict]) -> list[NodeOutcome]:
+    out = []
+    for node in nodes:
+        v = verdicts.get(node)
+        if v is None:
+            out.append(NodeOutcome(node, "MISSING", NO_VERDICT, ["no verdict"]))
+        else:
+            out.append(NodeOutcome(node, v.status, v.drain_reason(), [c.id for c in v.failures()]))
+    return out
+
+
+def decide(
+    nodes: Sequence[str], outcomes: Sequence[NodeOutcome], need: int, job_id: str | None
+) -> GateDecision:
+    """go with enough healthy nodes, else requeue excluding the bad ones (abort without a job)."""
+    bad = [o.node for o in outcomes if o.reason is not None]
+    if outcomes and all(o.status == "MISSING" for o in outcomes):
+        return GateDecision(
+            "abort",
+            [],
+            bad,
+            need,
+            "abort: no node returned a verdict (the gate itself failed; nothing drained)",
+        )
+    healthy = [n for n in nodes if n not in bad]
+    if len(healthy) >= need:
+        chosen = healthy[:need]
+        spare = len(healthy) - need
+        msg = (
+            f"go: {len(chosen)} healthy nodes {hostlists.collect(chosen)}"
+            + (f", excluded {hostlists.collect(bad)}" if bad else "")
+            + (f", {spare} spare left unused" if spare else "")
+        )
+        return GateDecision("go", chosen, bad, need, msg)
+    short = f"{len(healthy)} healthy of {len(nodes)}, need {need}"
+    if job_id:
+        return GateDecision(
+            "requeue",
+            [],
+            bad,
+            need,
+            f"requeue job {job_id} excluding {hostlists.collect(bad)} ({short})",
+        )
+    return GateDecision("abort", [], bad, need, f"abort: {short} and no job id to requeue")
+
+
+@dataclass(frozen=True)
+class GateReport:
+    """Everything the gate did, for the log and the JSON output."""
+
+    decision: GateDecision
+    """What happens next."""
+    outcomes: list[NodeOutcome]
+    """Per node."""
+    actions: list[Action]
+    """Drain policy actions."""
+    problems: dict[str, str]
+    """Unreadable task outputs."""
+    requeue_steps: list[str]
+    """scontrol steps taken for a requeue."""
+    duration_s: float
+    """Wall time of the whole gate."""
+    preflight_s: float
+    """Wall time of the srun preflight step."""
+
+    def to_dict(self) -> dict[str, Any]:
+        d = self.decision
+        return {
+            "schema": GATE_SCHEMA,
+            "version": GATE_VERSION,
+            "gantry_version": launcher.__version__,
+            "decision": d.decision,
+            "message": d.message,
+            "need": d.need,
+            "nodes": hostlists.collect(d.nodes) if d.nodes else "",
+            "node_list": d.nodes,
+            "excluded": d.excluded,
+            "drained": [a.node for a in self.actions if a.kind == "drain"],
+            "resumed": [a.node for a in self.actions if a.kind == "resume"],
+            "actions": [
+                {"node": a.node, "action": a.kind, "reason": a.reason, "note": a.note}
+                for a in self.actions
+            ],
+            "verdicts": {
+                o.node: {"status": o.status, "reason": o.reason, "failing": o.failing}
+                for o in self.outcomes
+            },
+            "problems": self.problems,
+            "requeue_steps": self.requeue_steps,
+            "duration_s": round(self.duration_s, 3),
+            "preflight_s": round(self.preflight_s, 3),
+        }
+
+
+def run_gate(
+    site_cfg: Any,
+    site_path: Path,
+    nodes: Sequence[str],
+    need: int,
+    level: str,
+    job_id: str | None,
+    requeue: bool,
+    timeout_s: float,
+    reports: str | None = None,
+) -> GateReport:
+    """Run preflight everywhere (or read ``reports``: the output of the srun preflight step
+    the batch script ran itself), apply the drain policy, decide, requeue if so decided."""
+    start = time.monotonic()
+    problems: dict[str, str] = {}
+    if reports is None:
+        env = dict(os.environ)
+        package_root = str(Path(launcher.__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = package_root + (
+            os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
+        )
+        out = run_tool(srun_argv(nodes, site_path, level), timeout_s, env)
+        text = out.stdout
+        if out.timed_out or out.returncode not in (0, 1):
+            problems["srun"] = out.describe_failure()
+    else:
+        text = reports
+    preflight_s = time.monotonic() - start
+    verdicts, bad_tasks = read_verdicts(text, nodes)
+    problems.update(bad_tasks)
+    outcomes = outcomes_for(nodes, verdicts)
+    scontrol = Scontrol()
+    # A node without a verdict is excluded from this job but not drained: the missing
+    # verdict may be the gate's fault (srun, shared FS), not the node's.
+    judged = {o.node: o.reason for o in outcomes if o.status != "MISSING"}
+    actions = apply_policy(site_cfg, judged, scontrol) if judged else []
+    decision = decide(nodes, outcomes, need, job_id)
+    steps: list[str] = []
+    if decision.decision == "requeue" and job_id:
+        required, already = scontrol.job_node_lists(job_id)
+        pinned = sorted(set(required) & set(decision.excluded))
+        if pinned:
+            decision = replace(
+                decision,
+                decision="abort",
+                message=f"abort: the job requires {hostlists.collect(pinned)} (--nodelist), "
+                "which failed preflight; a requeue could never run",
+            )
+        elif requeue:
+            exclude = hostlists.collect(sorted(set(already) | set(decision.excluded)))
+            # Requeuing our own job signals this process: finish the scontrol sequence first.
+            previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            try:
+                steps = scontrol.requeue_excluding(job_id, exclude)
+            finally:
+                signal.signal(signal.SIGTERM, previous)
+    return GateReport(
+        decision, outcomes, actions, problems, steps, time.monotonic() - start, preflight_s
+    )

@@ -1,0 +1,18 @@
+"""One node applies the drain policy to itself (HealthCheckProgram, Prolog/Epilog mode)."""
+
+from __future__ import annotations
+
+import sys
+
+from launcher.preflight.policy_apply import apply_policy
+from launcher.preflight.slurm_nodes import Scontrol
+from launcher.preflight.verdict import NodeVerdict
+from launcher.site_config import SiteConfig
+
+
+def apply_node_policy(site: SiteConfig, verdict: NodeVerdict, quiet: bool = False) -> None:
+    """Drain this node on FAIL (owned reason), resume gantry's own drain after K passes."""
+    actions = apply_policy(site, {verdict.node: verdict.drain_reason()}, Scontrol())
+    if not quiet:
+        for a in actions:
+            sys.stderr.write(f"gantry preflight: {a.node}: {a.kind} {a.reason} ({a.note})\n")

@@ -1,0 +1,86 @@
+"""The node verdict: versioned JSON that ``gantry preflight --json`` prints and the gate reads.
+
+Schema ``gantry.preflight.verdict`` version 1: node, level, status (PASS/WARN/FAIL), timing,
+the GPU source and one object per check (id, status, observed, expected, evidence, action,
+detail, reason, duration_s). Parsing validates every field (typed_config), so a corrupt or
+foreign verdict is a one-line error, never a traceback.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from launcher.errors import UserInputError
+from launcher.preflight.result import CheckResult
+from launcher.typed_config import FieldError, from_mapping
+
+SCHEMA = "gantry.preflight.verdict"
+SCHEMA_VERSION = 1
+DRAIN_PREFIX = "gantry:"
+
+Level = Literal["quick", "standard", "deep"]
+LEVELS: tuple[Level, ...] = ("quick", "standard", "deep")
+
+
+@dataclass(frozen=True)
+class NodeVerdict:
+    """All check results of one node and the overall status."""
+
+    node: str
+    """Slurm node name (SLURMD_NODENAME) or short host name."""
+    level: Level
+    """quick, standard or deep."""
+    status: Literal["PASS", "WARN", "FAIL"]
+    """Worst check status (SKIP counts as PASS)."""
+    started_at: str
+    """ISO 8601 UTC start time."""
+    duration_s: float
+    """Wall time of the whole run."""
+    gantry_version: str
+    """gantry that produced it."""
+    gpu_source: str
+    """nvml, nvidia-smi-xml, nvidia-smi-csv or none."""
+    checks: list[CheckResult] = field(default_factory=list)
+    """Every check, in run order."""
+    schema: str = SCHEMA
+    """Always gantry.preflight.verdict."""
+    version: int = SCHEMA_VERSION
+    """Schema version."""
+
+    def validate(self) -> None:
+        if self.schema != SCHEMA:
+            raise FieldError("schema", f"{self.schema!r} is not allowed (expected {SCHEMA!r})")
+        if self.version != SCHEMA_VERSION:
+            raise FieldError(
+                "version", f"{self.version} is not supported (this gantry reads {SCHEMA_VERSION})"
+            )
+
+    def failures(self) -> list[CheckResult]:
+        return [c for c in self.checks if c.status == "FAIL"]
+
+    def drain_reason(self) -> str | None:
+        """``gantry:<check>:<detail>`` of the first failing check, None when nothing failed."""
+        fails = self.failures()
+        if not fails:
+            return None
+        first = fails[0]
+        more = f" (+{len(fails) - 1} more)" if len(fails) > 1 else ""
+        return f"{DRAIN_PREFIX}{first.id}:{first.detail or 'failed'}{more}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def verdict_from_dict(data: Any, source: str) -> NodeVerdict:
+    """Validate and build a verdict; UserInputError naming ``source`` and the field."""
+    return from_mapping(NodeVerdict, data, source)
+
+
+def verdict_from_json(text: str, source: str) -> NodeVerdict:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as err:
+        raise UserInputError(f"{source}: not JSON ({err.msg} at line {err.lineno})") from None
+    return verdict_from_dict(data, source)

@@ -1,0 +1,80 @@
+"""`gantry preflight` as users run it: exit codes, JSON verdict, one-line input errors."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.unit.preflight_helpers import FAULTS, HEALTHY, gpu_env
+
+SITE = """\
+name: fake-h200
+nodes: {names: "n[1-2]", cpus: 1, real_memory_mb: 1, gpus_per_node: 2, gpu_model: NVIDIA H200}
+preflight: {state_dir: STATE}
+"""
+
+
+def gantry(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "launcher", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        check=False,
+    )
+
+
+def site(tmp_path: Path, text: str = SITE) -> Path:
+    path = tmp_path / "site.yaml"
+    path.write_text(text.replace("STATE", str(tmp_path / "state")))
+    return path
+
+
+def test_healthy_node_exits_0_with_versioned_json(tmp_path: Path) -> None:
+    env = gpu_env(HEALTHY, SLURMD_NODENAME="n1")
+    result = gantry(["preflight", "--json", "--site", str(site(tmp_path))], env)
+    assert result.returncode == 0, result.stderr
+    data = json.loads(result.stdout)
+    assert data["schema"] == "gantry.preflight.verdict" and data["version"] == 1
+    assert data["node"] == "n1" and data["status"] == "PASS"
+    assert {"id", "status", "observed", "expected", "evidence", "action", "duration_s"} <= set(
+        data["checks"][0]
+    )
+
+
+def test_failing_node_exits_1_and_names_the_reason(tmp_path: Path) -> None:
+    env = gpu_env(FAULTS / "remap-pending")
+    result = gantry(["preflight", "--site", str(site(tmp_path))], env)
+    assert result.returncode == 1
+    assert "FAIL gpu.row_remap: GPU1: remap pending=Yes" in result.stdout
+    assert "gantry:gpu.row_remap:gpu1-pending" in result.stdout
+
+
+def test_unknown_threshold_is_one_line_error(tmp_path: Path) -> None:
+    bad = SITE + "  thresholds: {gpu_temp_max: 3}\n"
+    bad = bad.replace(
+        "preflight: {state_dir: STATE}\n  thresholds: {gpu_temp_max: 3}\n",
+        "preflight:\n  state_dir: STATE\n  thresholds: {gpu_temp_max: 3}\n",
+    )
+    result = gantry(["preflight", "--site", str(site(tmp_path, bad))], gpu_env(HEALTHY))
+    assert result.returncode == 2
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "preflight.thresholds.gpu_temp_max: unknown threshold" in lines[0]
+    assert "gpu_temp_fail_c" in lines[0]
+
+
+def test_bad_level_flag_is_one_line_error(tmp_path: Path) -> None:
+    result = gantry(["preflight", "--level", "extreme"], gpu_env(HEALTHY))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("error: ")
+
+
+def test_gate_rejects_bad_need(tmp_path: Path) -> None:
+    result = gantry(
+        ["gate", "--nodes", "n[1-2]", "--need", "5", "--site", str(site(tmp_path))],
+        gpu_env(HEALTHY),
+    )
+    assert result.returncode == 2
+    assert "--need 5 is not allowed (expected 1..2 for n[1-2])" in result.stderr
