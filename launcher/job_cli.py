@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -135,9 +136,9 @@ def run_history(job_dir: JobDir) -> dict[str, Any]:
     """Attempts (runs/<job id>-<restart>), the checkpoint directory and its newest complete
     checkpoint (a step_<N> directory holding manifest.json, written last by the trainer)."""
     runs = job_dir.path / "runs"
-    attempts = sorted((p.name for p in runs.iterdir() if p.is_dir()),
-                      key=lambda name: [int(x) if x.isdigit() else 0 for x in name.split("-")]
-                      ) if runs.is_dir() else []
+    names = [p.name for p in runs.iterdir() if p.is_dir()] if runs.is_dir() else []
+    attempts = sorted((n for n in names if re.fullmatch(r"\d+(_\d+)?-\d+", n)),
+                      key=lambda name: [int(x) for x in re.split(r"[-_]", name)])
     try:
         request = json.loads((job_dir.path / "request.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):

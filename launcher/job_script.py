@@ -19,7 +19,6 @@ from launcher.sbatch_render import (
     Placement,
     PreflightStep,
     ScriptInputs,
-    Shell,
     env_pairs,
     render_script,
 )
@@ -50,25 +49,30 @@ def layout_line(request: JobRequest) -> str:
             f"{request.ranks_per_node} rank{'s' if request.ranks_per_node > 1 else ''}{spare}")
 
 
-#: The attempt directory of the running script (runs/<job id>-<restart>), as shell text.
-ATTEMPT_DIR = Shell('"$attempt_dir"')
 #: The rank-order file of a planned job, in its job directory.
 RANK_ORDER_FILE = "rank_order.json"
+
+
+def run_dir(job_dir: Path, name: str) -> Path:
+    """Where `gantry train` writes metrics.jsonl, events and the trace of a job."""
+    return job_dir / "runs" / name
 
 
 def train_argv(request: JobRequest, job_dir: Path, gantry: Sequence[str],
                library: Path | None = None, rank_order: bool = False) -> tuple[str, ...]:
     """What every rank runs: the job's command, else ``gantry train``.
 
-    ``gantry train <job dir>/spec.yaml --run-dir <attempt dir>`` (metrics and trace per
-    attempt; relative checkpoint dirs land in the job directory), the native library built
+    ``gantry train <job dir>/spec.yaml --run-dir <job dir>/runs/<name>`` (one metrics
+    trajectory across attempts: steps redone after a resume are set aside by the trainer;
+    relative checkpoint dirs land in the job directory), the native library built
     for the site at submit (``--lib``; ``--site`` when not known), the placement's
     ``--rank-order`` when the nodes were planned, and ``--resume``: every attempt continues
     from the newest complete checkpoint (none on a first attempt in a fresh job directory).
     """
     if request.spec.command:
         return tuple(request.spec.command)
-    argv: list[str] = [*gantry, "train", str(job_dir / "spec.yaml"), "--run-dir", ATTEMPT_DIR]
+    argv = [*gantry, "train", str(job_dir / "spec.yaml"), "--run-dir",
+            str(run_dir(job_dir, request.spec.name))]
     if library is not None:
         argv += ["--lib", str(library)]
     else:

@@ -149,8 +149,9 @@ def test_rendered_launch_runs_gantry_train(tmp_path: Path) -> None:
     lib = tmp_path / "lib" / "libgantry_native.so"
     text = render_job(request, job_dir, tmp_path, placed.script_placement(), library=lib)
     launch = text[text.index("launch --"):]
-    assert (f"-m launcher train {job_dir}/spec.yaml --run-dir \"$attempt_dir\" --lib "
-            f"{lib} --rank-order {job_dir}/rank_order.json --resume\n") in launch
+    assert (f"-m launcher train {job_dir}/spec.yaml --run-dir {job_dir}/runs/"
+            f"gpt2-tiny-pp2-dp2 --lib {lib} --rank-order {job_dir}/rank_order.json "
+            "--resume\n") in launch
     assert "#SBATCH --nodelist=n[1-5]\n#SBATCH --switches=3@10:00\n" in text
     check = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True,
                            check=False)
@@ -167,7 +168,7 @@ def test_without_preflight_the_planned_nodes_train(tmp_path: Path) -> None:
     placed = decide_placement(request, site_topology(request.site), live(n1="ALLOCATED"))
     text = render_job(request, tmp_path / "jd", tmp_path, placed.script_placement())
     assert f"launch_nodes={','.join(placed.rank_nodes)}\n" in text
-    assert "--run-dir \"$attempt_dir\" --site " in text  # library unknown: the site's build
+    assert "/runs/gpt2-tiny-pp2-dp2 --site " in text  # library unknown: the site's build
 
 
 def test_plan_takes_the_job_file(tmp_path: Path) -> None:
@@ -203,6 +204,7 @@ def test_run_history_for_status(tmp_path: Path) -> None:
             (ckpt / f"step_{step:08d}" / "manifest.json").write_text("{}")
     (tmp_path / "runs" / "12-10").mkdir(parents=True)
     (tmp_path / "runs" / "12-9").mkdir()
+    (tmp_path / "runs" / "job-name").mkdir()  # the trainer's run dir: not an attempt
     (tmp_path / "request.json").write_text(json.dumps({"checkpoint_dir": str(ckpt)}))
     history = run_history(JobDir(tmp_path))
     assert history["attempts"] == ["12-9", "12-10"]
