@@ -4,9 +4,12 @@ script's Placement, placement.json and the rank-order file.
 Cluster state comes from the site's Slurm client: *free* nodes are IDLE or MIXED and usable
 (not drained, down, not responding, ...); *unhealthy* nodes are those gantry itself drained
 (reason starting with ``gantry:``; preflight history will add to this later). When enough nodes
-are free, the job is pinned to the planned nodes (``--nodelist`` + ``--switches=K@T``, per the
-site's Slurm version); when not, Slurm chooses later within the leaf-switch count an idle
-cluster would need, never on an unhealthy node (``--exclude``).
+are free, the job is placed on the planned nodes: exactly (``--nodelist`` + ``--switches=K@T``,
+per the site's Slurm version) when it is not requeued, else inside the planned domain switch
+(everything else ``--exclude``d, ``--switches=K@T``) because Slurm keeps a requeued job's
+required nodes and a pinned job whose node died would never run again. When too few nodes
+are free, Slurm chooses later within the leaf-switch count an idle cluster would need, never
+on an unhealthy node (``--exclude``).
 """
 
 from __future__ import annotations
@@ -184,6 +187,9 @@ class JobPlacement:
     """The cluster state it was computed from."""
     notes: tuple[str, ...] = ()
     """Why the placement is what it is, beyond plan.explanation."""
+    pin: str = ""
+    """Mode "planned": "exact" (--nodelist: jobs that are not requeued) or "domain" (the
+    planned domain switch, the rest excluded: requeueable jobs, see requeue_safe_options)."""
 
     @property
     def rank_nodes(self) -> tuple[str, ...]:
@@ -205,7 +211,7 @@ class JobPlacement:
     def to_json(self) -> dict[str, Any]:
         """placement.json: the decision, the plan, the state it saw."""
         return {
-            "mode": self.mode, "summary": self.summary,
+            "mode": self.mode, "pin": self.pin, "summary": self.summary,
             "sbatch_options": list(self.sbatch_options),
             "rank_nodes": list(self.rank_nodes), "spare_nodes": list(self.spare_nodes),
             "notes": list(self.notes),
@@ -238,7 +244,33 @@ def decide_placement(request: JobRequest, topology: Topology, state: LiveState |
         if "free" not in str(err):
             raise
         return _slurm_chooses(request, topology, preq, state, str(err))
-    return JobPlacement("planned", _plan_summary(plan), plan.slurm_options, plan, state)
+    if not request.spec.policy.requeue:
+        return JobPlacement("planned", _plan_summary(plan), plan.slurm_options, plan, state,
+                            pin="exact")
+    return JobPlacement("planned", _plan_summary(plan),
+                        requeue_safe_options(topology, plan, state.unhealthy), plan, state,
+                        (f"requeueable job: pinned to {plan.domain} (--exclude of the rest), "
+                         "not to the nodes, so that a requeue after a node loss can run",),
+                        pin="domain")
+
+
+def requeue_safe_options(topology: Topology, plan: Placement,
+                         unhealthy: frozenset[str]) -> tuple[str, ...]:
+    """The plan's options without --nodelist: Slurm keeps a requeued job's required nodes,
+    so a pinned job whose node died would pend forever. Instead every node outside the
+    planned domain switch (and every unhealthy node) is excluded and the leaf-switch count
+    kept: with the free nodes of submit time, Slurm's tree best fit lands on the plan (checked
+    against real allocations in tests/integration/test_placement_vs_slurm.py)."""
+    options = [o for o in plan.slurm_options if not o.startswith(("--nodelist=", "--exclude="))]
+    outside: set[str] = set()
+    if topology.kind == "tree" and plan.domain in topology.switch_ids:
+        inside = {topology.node_names[n]
+                  for n in topology.nodes_under(topology.switch_ids[plan.domain])}
+        outside = {n for n in topology.node_names if n not in inside}
+    excluded = sorted(outside | set(unhealthy), key=_natural)
+    if excluded:
+        options.append(f"--exclude={hostlists.collect(excluded)}")
+    return tuple(options)
 
 
 def _slurm_chooses(request: JobRequest, topology: Topology, preq: PlacementRequest,
@@ -278,7 +310,7 @@ def place_job(request: JobRequest, client: SlurmClient | None = None) -> JobPlac
 
 
 def placement_notes(placement: JobPlacement) -> list[str]:
-    """Lines for stderr when the job is not pinned to planned nodes (flat sites: none)."""
+    """Lines for stderr when the job is not placed on planned nodes (flat sites: none)."""
     if placement.mode == "planned":
         return []
     return [f"note: placement: {note}" for note in placement.notes]

@@ -8,7 +8,9 @@ switches of 2 nodes under 2 spines under a core):
   leaf switches than the nodes Slurm itself allocates for the same request in the same state
   (`sbatch -N M --ntasks-per-node=1`, no nodelist, then read where Slurm put it);
 - `gantry submit` of that job computes the same plan from the live state, and Slurm gives the
-  job exactly the planned nodes (rank nodes and spares);
+  job exactly the planned nodes (rank nodes and spares): pinned with --nodelist when the job
+  is not requeued, held to the planned domain switch (the rest excluded) when it is (a
+  requeued job keeps its required nodes, so a pinned job could never run after a node loss);
 - nodes gantry drained are never planned and are excluded (--exclude).
 """
 
@@ -115,14 +117,15 @@ def set_state(cluster: EmbeddedCluster, name: str) -> dict[str, str]:
     return node_states(cluster)
 
 
-def job_file(directory: Path, nodes: int, spares: int, pp: int, dp: int) -> Path:
-    path = directory / f"place-{nodes}-{spares}-{pp}x{dp}.yaml"
+def job_file(directory: Path, nodes: int, spares: int, pp: int, dp: int,
+             requeue: bool = True) -> Path:
+    path = directory / f"place-{nodes}-{spares}-{pp}x{dp}-{requeue}.yaml"
     path.write_text(yaml.safe_dump({
         "name": f"place-{nodes}-{spares}",
         "model": {"n_layer": 4, "n_head": 2, "n_embd": 8},
         "parallelism": {"pp": pp, "dp": dp},
         "resources": {"nodes": nodes, "spares": spares, "time_limit": "00:05:00"},
-        "policy": {"preflight_level": "off"},
+        "policy": {"preflight_level": "off", "requeue": requeue},
     }))
     return path
 
@@ -141,11 +144,12 @@ def test_placement_spans_no_more_switches_than_slurm(cluster: EmbeddedCluster, t
     before = set_state(cluster, state_name)
     _exclusive, _partial, drained = STATES[state_name]
     free = [n for n, s in before.items() if s in ("idle", "mixed")]
-    for nodes, spares, pp, dp in REQUESTS:
+    for index, (nodes, spares, pp, dp) in enumerate(REQUESTS):
         total = nodes + spares
         if total > len(free):
             continue
-        job = job_file(tmp_path, nodes, spares, pp, dp)
+        requeue = index % 2 == 1  # both ways of holding Slurm to the plan, in every state
+        job = job_file(tmp_path, nodes, spares, pp, dp, requeue)
         planned = plan(cluster, tmp_path, job)
         assert planned["cluster_state"]["source"].startswith("SLURM_CONF=")
         chosen = [role["node"] for role in planned["roles"]]
@@ -172,13 +176,20 @@ def test_placement_spans_no_more_switches_than_slurm(cluster: EmbeddedCluster, t
         submitted = json.loads(result.stdout)
         placement = json.loads((Path(submitted["job_dir"]) / "placement.json").read_text())
         assert placement["mode"] == "planned"
+        assert placement["pin"] == ("domain" if requeue else "exact")
         assert placement["rank_nodes"] + placement["spare_nodes"] == chosen
         options = placement["sbatch_options"]
         assert f"--switches={len(planned['spanned'])}@10:00" in options
         script = (Path(submitted["job_dir"]) / "job.sbatch").read_text()
-        assert f"#SBATCH --nodelist={hostlists.collect(chosen)}\n" in script
-        if drained:
-            assert f"--exclude={hostlists.collect(drained)}" in options
+        for option in options:
+            assert f"#SBATCH {option}\n" in script
+        excluded = set(hostlists.expand(next(
+            (o.split("=", 1)[1] for o in options if o.startswith("--exclude=")), "")))
+        assert set(drained) <= excluded and not excluded & set(chosen)
+        if requeue:
+            assert not any(o.startswith("--nodelist=") for o in options)
+        else:
+            assert f"--nodelist={hostlists.collect(chosen)}" in options
         got = allocated_nodes(cluster, submitted["job_id"])
         assert sorted(got) == sorted(chosen), (state_name, nodes, spares, got, chosen)
         release(cluster, submitted["job_id"], got, before)
@@ -219,6 +230,7 @@ def test_render_reads_the_site_cluster_without_slurm_conf(cluster: EmbeddedClust
                              str(cluster.site_path)], capture_output=True, text=True,
                             cwd=tmp_path, env=env, timeout=120, check=False)
     assert result.returncode == 0, result.stderr
-    assert "#SBATCH --nodelist=n[7-8]\n#SBATCH --switches=1@10:00\n" in result.stdout
+    # requeueable: held to leaf4 (everything else excluded), Slurm's best fit is n7+n8
+    assert "#SBATCH --switches=1@10:00\n#SBATCH --exclude=n[1-6]\n" in result.stdout
     assert "launch_nodes=n7,n8\n" in result.stdout  # preflight off: the planned nodes train
     assert result.stderr == ""

@@ -152,7 +152,8 @@ def test_rendered_launch_runs_gantry_train(tmp_path: Path) -> None:
     assert (f"-m launcher train {job_dir}/spec.yaml --run-dir {job_dir}/runs/"
             f"gpt2-tiny-pp2-dp2 --lib {lib} --rank-order {job_dir}/rank_order.json "
             "--resume\n") in launch
-    assert "#SBATCH --nodelist=n[1-5]\n#SBATCH --switches=3@10:00\n" in text
+    # requeueable (the default): the planned domain (core: all 8), no nodelist
+    assert "#SBATCH --nodelist" not in text and "#SBATCH --switches=3@10:00\n" in text
     check = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True,
                            check=False)
     assert check.returncode == 0, check.stderr
@@ -212,3 +213,46 @@ def test_run_history_for_status(tmp_path: Path) -> None:
     assert history["latest_checkpoint"] == str(ckpt / "step_00000004")
     (tmp_path / "request.json").write_text("{}")
     assert run_history(JobDir(tmp_path))["checkpoint_dir"] is None
+
+
+def small_job(tmp_path: Path, requeue: bool) -> Path:
+    job = tmp_path / f"small-{requeue}.yaml"
+    job.write_text(yaml.safe_dump({
+        "name": "small", "model": {"n_layer": 2, "n_head": 2, "n_embd": 8},
+        "parallelism": {"pp": 2, "dp": 1}, "resources": {"nodes": 2, "spares": 1},
+        "policy": {"preflight_level": "off", "requeue": requeue}}))
+    return job
+
+
+def test_requeueable_jobs_are_held_to_the_domain_others_to_the_nodes(tmp_path: Path) -> None:
+    state = live(n8="IDLE+DRAIN:gantry:x:y")
+    request = resolve_request(small_job(tmp_path, True), SITE)
+    domain = decide_placement(request, site_topology(request.site), state)
+    assert domain.pin == "domain" and domain.plan is not None
+    # best fit: spine2 has exactly 3 healthy free nodes
+    assert domain.plan.domain == "spine2" and domain.rank_nodes == ("n5", "n6")
+    # a requeue after a node loss must stay runnable: no required nodes, the rest excluded
+    assert domain.sbatch_options == ("--nodes=3", "--switches=2@10:00", "--exclude=n[1-4,8]")
+    request = resolve_request(small_job(tmp_path, False), SITE)
+    exact = decide_placement(request, site_topology(request.site), state)
+    assert exact.pin == "exact"
+    assert exact.sbatch_options == ("--nodes=3", "--nodelist=n[5-7]", "--switches=2@10:00",
+                                    "--exclude=n8")
+    text = render_job(request, tmp_path / "jd", tmp_path, exact.script_placement())
+    assert "#SBATCH --nodelist=n[5-7]\n#SBATCH --switches=2@10:00\n#SBATCH --exclude=n8\n" \
+        in text
+
+
+def test_planned_launch_nodes_fall_back_to_the_allocation(tmp_path: Path) -> None:
+    """Preflight off: the planned nodes when allocated, else the first nodes (bash run)."""
+    request = resolve_request(small_job(tmp_path, True), SITE)
+    placed = decide_placement(request, site_topology(request.site), live())
+    text = render_job(request, tmp_path / "jd", tmp_path, placed.script_placement())
+    block = text[text.index("launch_nodes=n1,n2"):text.index('if [ -z "$launch_nodes" ]')]
+    for allocated, expected in (("n1\nn2\nn3", "n1,n2"), ("n1\nn3\nn4", "n1,n3")):
+        script = ("log() { :; }\nranks_nodes=2\n"
+                  f"scontrol() {{ printf '%s\\n' {' '.join(allocated.split())}; }}\n"
+                  + block + 'printf %s "$launch_nodes"\n')
+        out = subprocess.run(["bash", "-c", script], capture_output=True, text=True,
+                             check=True, env={"SLURM_JOB_NODELIST": "x", "PATH": os.defpath})
+        assert out.stdout == expected, (allocated, out.stdout, out.stderr)
