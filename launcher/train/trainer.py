@@ -168,14 +168,16 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
         opts.run_dir.mkdir(parents=True, exist_ok=True)
     end = train.steps if opts.max_steps is None else min(train.steps, start + opts.max_steps)
     events: list[dict[str, Any]] = []
-    t_begin = time.monotonic()
+    # Trace times count from rank 0's wall clock: ranks (and hosts with synchronised clocks)
+    # share one time axis in trace.json, so the report can line their timelines up.
+    t_begin = float(world.bcast(time.time(), root=0))
     for step in range(start, end):
         inputs, targets = data.global_batch(step, n_micro, par.micro_batch_size, model.seq_len,
                                             model.vocab_size, train.seed, shards)
         args = StepArgs(step, train.steps, 1 if train.lr_schedule == "cosine" else 0,
                         train.warmup_steps, train.lr, train.min_lr, train.beta1, train.beta2,
                         train.eps, train.weight_decay, train.grad_clip)
-        t_step = time.monotonic() - t_begin
+        t_step = time.time() - t_begin
         result = pipe.step(actions, inputs[rows].copy(), targets[rows].copy(), args)
         events.extend(metrics.trace_events(rank, step, t_step, pipe.trace()))
         timings = {k: getattr(result, k) for k in
