@@ -144,7 +144,7 @@ def test_trace_errors_name_the_file(tmp_path: Path) -> None:
     with pytest.raises(UserInputError, match=r"trace.json: traceEvents\[0\]: args"):
         read_trace(path)
     path.write_text('{"traceEvents": ')
-    with pytest.raises(UserInputError, match="trace.json: not a JSON trace"):
+    with pytest.raises(UserInputError, match=r"trace\.json: not a JSON trace"):
         read_trace(path)
 
 
