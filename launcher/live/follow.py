@@ -55,22 +55,22 @@ def format_eta(seconds: float | None) -> str:
 
 
 class StepClock:
-    """ETA from the arrival times of the last few steps."""
+    """ETA from the last few steps' durations (the slowest rank's step time in the metrics;
+    the live view may read several steps at once, so arrival times would mislead)."""
 
     def __init__(self, window: int = 5) -> None:
         self.window = window
-        self.arrivals: list[tuple[int, float]] = []
+        self.durations: list[float] = []
 
-    def add(self, step: int, now: float) -> None:
-        self.arrivals = [*self.arrivals, (step, now)][-(self.window + 1):]
+    def add(self, record: StepRecord) -> None:
+        if record.ranks:
+            seconds = max(r.total_s for r in record.ranks)
+            self.durations = [*self.durations, seconds][-self.window:]
 
     def eta(self, step: int, total: int | None) -> float | None:
-        if total is None or len(self.arrivals) < 2:
+        if total is None or not self.durations:
             return None
-        (s0, t0), (s1, t1) = self.arrivals[0], self.arrivals[-1]
-        if s1 <= s0:
-            return None
-        return (t1 - t0) / (s1 - s0) * max(0, total - step)
+        return sum(self.durations) / len(self.durations) * max(0, total - step)
 
 
 class LiveView:
@@ -107,7 +107,7 @@ class LiveView:
         self.console.print(table)
 
     def step(self, record: StepRecord) -> None:
-        self.clock.add(record.step, time.monotonic())
+        self.clock.add(record)
         eta = format_eta(self.clock.eta(record.step, self.total))
         total = self.total or record.step
         if not self.rich:

@@ -122,8 +122,6 @@ class JobDirWatcher:
         preflight outcome."""
         events: list[Event] = []
         text, self.log_offset = _read_from(self.job_dir.log_file(self.job_id), self.log_offset)
-        if text:
-            events.append(LogLines(tuple(text.splitlines())))
         seen = {a.name for a in self.attempts}
         for path in self._run_dirs():
             if path.name not in seen:
@@ -136,6 +134,8 @@ class JobDirWatcher:
         for attempt in self.attempts:
             over = final or (attempt.is_attempt and attempt is not attempts[-1])
             events += self._attempt_events(attempt, over)
+        if text:  # after the steps: "training finished" follows the last step
+            events.append(LogLines(tuple(text.splitlines())))
         return events
 
     def _run_dirs(self) -> list[Path]:

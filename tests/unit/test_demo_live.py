@@ -30,7 +30,7 @@ from launcher.live.watcher import (
     PreflightDone,
     StepDone,
 )
-from launcher.report.run_data import StepRecord
+from launcher.report.run_data import RankTiming, StepRecord
 from launcher.site_config import DEFAULT_SITE, load_site
 from launcher.slurm import JobInfo, NodeInfo
 from topology.site_topology import site_topology
@@ -110,24 +110,24 @@ def test_watcher_reports_complete_lines_attempts_gate_and_steps(
     (attempt / "preflight.jsonl").write_text(labelled_verdicts)
     (attempt / "nodes").write_text("n1,n2,n4,n5\n")
     events = watcher.poll()
-    assert events[0] == LogLines(("[gantry 2026-11-30T10:00:00Z] job 7 (restart 0 of at most "
-                                  "3) on n[1-5]",))
-    assert events[1:] == [AttemptStarted("7-0", attempt)]  # no outcome before the launch
+    assert events[0] == AttemptStarted("7-0", attempt)  # no gate outcome before the launch
+    assert events[1:] == [LogLines(("[gantry 2026-11-30T10:00:00Z] job 7 (restart 0 of at "
+                                    "most 3) on n[1-5]",))]
     with log.open("a") as handle:
         handle.write("ne\n")
     (attempt / "launch_nodes").write_text("n1,n2,n4,n5\n")
     (attempt / "metrics.jsonl").write_text(metrics_line(1, 4.0) + "{bad\n"
                                            + metrics_line(2, 3.5)[:20])
     events = watcher.poll()
-    assert events[0] == LogLines(("half a line",))
-    done = events[1]
+    assert events[-1] == LogLines(("half a line",))  # log lines come after the steps
+    done = events[0]
     assert isinstance(done, PreflightDone)
     assert done.chosen == done.launch == ("n1", "n2", "n4", "n5")
     assert {n: v.status for n, v in done.verdicts.items()} == {
         "n1": "PASS", "n2": "PASS", "n3": "FAIL", "n4": "PASS", "n5": "PASS"}
     assert done.verdicts["n3"].drain_reason() == "gantry:net.ib_ports:mlx5_0-1-down"
-    assert isinstance(events[2], StepDone) and events[2].record.step == 1
-    assert isinstance(events[3], Note) and "skipped a metrics line" in events[3].text
+    assert isinstance(events[1], StepDone) and events[1].record.step == 1
+    assert isinstance(events[2], Note) and "skipped a metrics line" in events[2].text
     assert len(events) == 4  # the half-written step 2 waits
     with (attempt / "metrics.jsonl").open("a") as handle:
         handle.write(metrics_line(2, 3.5)[20:])
@@ -203,11 +203,17 @@ def test_loss_that_did_not_go_down_is_said_so() -> None:
     assert summary_lines(summary)[1].startswith("loss did NOT go down: 3.0000 → 3.2000")
 
 
-def test_eta_from_recent_steps() -> None:
+def test_eta_from_recent_step_times() -> None:
+    def rec(step: int, seconds: float) -> StepRecord:
+        timing = RankTiming(seconds / 2, 0.0, 0.0, 0.0, 0.0, seconds)
+        return StepRecord(step, 1.0, 1.0, 1.0, 1.0, (timing,))
+
     clock = StepClock(window=2)
     assert clock.eta(1, 10) is None
-    for step, now in ((1, 100.0), (2, 102.0), (3, 103.0), (4, 104.0)):
-        clock.add(step, now)
-    assert clock.eta(4, 10) == pytest.approx(6.0)  # 1 s/step over the last 2 steps
-    assert clock.eta(4, None) is None
+    for step, seconds in ((1, 9.0), (2, 1.0), (3, 3.0)):
+        clock.add(rec(step, seconds))
+    assert clock.eta(3, 10) == pytest.approx(14.0)  # 2 s/step over the last 2 steps
+    assert clock.eta(3, None) is None
+    clock.add(StepRecord(4, 1.0, 1.0, 1.0, 1.0, ()))  # no timings: ignored
+    assert clock.eta(4, 10) == pytest.approx(12.0)
     assert format_eta(75.4) == "01:15" and format_eta(None) == "--:--"
