@@ -68,7 +68,7 @@ extern "C" {
 GT_API const char *gt_last_error(void);
 
 /* Version of this API; bumped when functions are added. */
-#define GT_API_VERSION 1
+#define GT_API_VERSION 2
 GT_API int gt_api_version(void);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -213,6 +213,47 @@ GT_API int gt_stage_save(const gt_stage *stage, const char *path, gt_buffer whic
 GT_API int gt_shard_read(const char *path, uint16_t **tokens, size_t *ntok);
 GT_API int gt_shard_write(const char *path, const uint16_t *tokens, size_t ntok);
 GT_API void gt_free(void *ptr);
+
+
+/* ------------------------------------------------------------------------------------------ */
+/* backends (API version 2)                                                                    */
+/*
+ * One library is built per backend (CMake GANTRY_BACKEND=cpu|cuda); the functions above keep
+ * their meaning, with these differences on the CUDA backend:
+ *   - gt_stage_buffer returns DEVICE pointers (fp32 master parameters, fp32 gradients and fp32
+ *     AdamW moments, same layout as above). Read/write them with gt_stage_read_buffer /
+ *     gt_stage_write_buffer, or from device code; after writing parameters through the raw
+ *     pointer call gt_stage_params_updated (compute uses a bf16 copy of the parameters).
+ *   - x_in, x_out, dx_out, dx_in are DEVICE pointers to bf16 (B,T,C) activations (see
+ *     gt_stage_activation_dtype / gt_stage_activation_bytes), passed through the float* type.
+ *   - tokens and targets stay HOST int32 arrays (validated on the host, copied asynchronously);
+ *     loss_out is a host float, so a last stage's forward waits for its own loss.
+ *   - work is enqueued on the stage's stream (gt_stage_set_stream; default: the legacy default
+ *     stream); functions return once the work is enqueued, except where a host result is
+ *     produced (loss, gradient sum of squares, read_buffer, save).
+ *   - compute is bf16 with fp32 accumulation, so results match the fp32 CPU backend to bf16
+ *     tolerances; it is bit-reproducible run to run on the same GPU (no atomics).
+ * On the CPU backend activations are host fp32, streams are ignored and the copies are memcpy.
+ */
+typedef enum { GT_DTYPE_F32 = 0, GT_DTYPE_BF16 = 1 } gt_dtype;
+
+GT_API const char *gt_backend_name(void);                          /* "cpu" or "cuda" */
+/* One line describing the stage's kernels, e.g. "cuda attention=cudnn gelu=epilogue". */
+GT_API const char *gt_stage_backend_info(const gt_stage *stage);
+GT_API int gt_stage_activation_dtype(const gt_stage *stage);       /* gt_dtype */
+GT_API size_t gt_stage_activation_bytes(const gt_stage *stage);    /* one (B,T,C) tensor */
+/* Allocates / frees an activation-sized buffer in the backend's memory (zeroed). */
+GT_API int gt_stage_alloc_activation(const gt_stage *stage, void **out);
+GT_API void gt_stage_free_activation(const gt_stage *stage, void *ptr);
+/* Compute stream (a cudaStream_t on the CUDA backend; ignored on the CPU). */
+GT_API int gt_stage_set_stream(gt_stage *stage, void *stream);
+GT_API int gt_stage_synchronize(gt_stage *stage);
+/* Copies count elements at element offset of buffer `which` to / from host memory. */
+GT_API int gt_stage_read_buffer(gt_stage *stage, gt_buffer which, size_t offset, size_t count,
+                                float *host_dst);
+GT_API int gt_stage_write_buffer(gt_stage *stage, gt_buffer which, size_t offset, size_t count,
+                                 const float *host_src);
+GT_API int gt_stage_params_updated(gt_stage *stage);
 
 #ifdef __cplusplus
 }

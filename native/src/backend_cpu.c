@@ -1,0 +1,84 @@
+/*
+ * backend_cpu.c — the backend functions of stage.h (API version 2) for the CPU build: host fp32
+ * activations, no streams, buffer copies are memcpy. The CUDA build has its own (cuda/).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "stage_internal.h"
+
+const char *gt_backend_name(void) { return "cpu"; }
+
+const char *gt_stage_backend_info(const gt_stage *stage) {
+    (void)stage;
+    return "cpu fp32";
+}
+
+int gt_stage_activation_dtype(const gt_stage *stage) {
+    (void)stage;
+    return GT_DTYPE_F32;
+}
+
+size_t gt_stage_activation_bytes(const gt_stage *s) {
+    return s ? (size_t)s->B * (size_t)s->T * (size_t)s->cfg.n_embd * sizeof(float) : 0;
+}
+
+int gt_stage_alloc_activation(const gt_stage *s, void **out) {
+    int rc = GT_OK;
+    float *p = NULL;
+    if (s == NULL || out == NULL) GT_INPUT_FAIL("gt_stage_alloc_activation: NULL argument");
+    *out = NULL;
+    GT_CALLOC(p, (size_t)s->B * (size_t)s->T * (size_t)s->cfg.n_embd);
+    *out = p;
+cleanup:
+    return rc;
+}
+
+void gt_stage_free_activation(const gt_stage *s, void *ptr) {
+    (void)s;
+    free(ptr);
+}
+
+int gt_stage_set_stream(gt_stage *s, void *stream) {
+    (void)stream;
+    return s ? GT_OK : gt_set_error(GT_EINPUT, "gt_stage_set_stream: stage is NULL");
+}
+
+int gt_stage_synchronize(gt_stage *s) {
+    return s ? GT_OK : gt_set_error(GT_EINPUT, "gt_stage_synchronize: stage is NULL");
+}
+
+static int check_range(const gt_stage *s, gt_buffer which, size_t offset, size_t count,
+                       const void *host, const char *fn) {
+    int rc = GT_OK;
+    if (s == NULL || host == NULL) GT_INPUT_FAIL("%s: stage or host pointer is NULL", fn);
+    if ((int)which < 0 || (int)which > 3) GT_INPUT_FAIL("%s: bad buffer %d", fn, (int)which);
+    if (offset > s->num_params || count > s->num_params - offset)
+        GT_INPUT_FAIL("%s: range [%zu, %zu) is outside the buffer of %zu elements", fn, offset,
+                      offset + count, s->num_params);
+cleanup:
+    return rc;
+}
+
+int gt_stage_read_buffer(gt_stage *s, gt_buffer which, size_t offset, size_t count,
+                         float *host_dst) {
+    int rc = GT_OK;
+    GT_CHECK(check_range(s, which, offset, count, host_dst, "gt_stage_read_buffer"));
+    memcpy(host_dst, s->buffers[which] + offset, count * sizeof(float));
+cleanup:
+    return rc;
+}
+
+int gt_stage_write_buffer(gt_stage *s, gt_buffer which, size_t offset, size_t count,
+                          const float *host_src) {
+    int rc = GT_OK;
+    GT_CHECK(check_range(s, which, offset, count, host_src, "gt_stage_write_buffer"));
+    memcpy(s->buffers[which] + offset, host_src, count * sizeof(float));
+cleanup:
+    return rc;
+}
+
+int gt_stage_params_updated(gt_stage *s) {
+    return s ? GT_OK : gt_set_error(GT_EINPUT, "gt_stage_params_updated: stage is NULL");
+}

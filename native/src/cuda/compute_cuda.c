@@ -1,0 +1,638 @@
+/*
+ * compute_cuda.c — forward and backward of one CUDA stage (see stage.c for the same model on
+ * the CPU; notation there). Every launch and library call is checked with file:line.
+ *
+ * Matrix products go through cuBLASLt (matmul.h) in column-major terms: a row-major (N, OC)
+ * activation is a column-major (OC, N) matrix, and a Conv1D weight (IC, OC) row-major is a
+ * column-major (OC, IC) one, so y = x @ W + b is D(OC,N) = W(OC,IC) @ x(IC,N) with no transpose.
+ * Fusions: bias (+ residual through Cin with beta 1) on c_attn / c_proj, bias + GELU with the
+ * pre-activation as aux on c_fc, dGELU on the c_fc input gradient; weight gradients accumulate
+ * straight into the fp32 gradient buffer (fp32 D with beta 1). Attention: cuDNN flash SDPA, or
+ * the reference path (strided-batched products and a causal softmax kernel) when unavailable.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "common.h"
+#include "cuda/cuda_check.h"
+#include "cuda/stage_cuda.h"
+
+/* ------------------------------------------------------------------------------------------ */
+/* device arenas                                                                               */
+
+typedef struct {
+    char *base;  /* NULL while counting */
+    size_t used; /* bytes */
+} gt_arena;
+
+static void *take(gt_arena *a, size_t bytes) {
+    size_t off = (a->used + 255) & ~(size_t)255;
+    a->used = off + bytes;
+    return a->base ? a->base + off : NULL;
+}
+
+static void layout_slot(const gt_stage *s, gt_cu_slot *t, gt_arena *a) {
+    size_t N = (size_t)s->B * s->T, C = (size_t)s->cfg.n_embd, V = (size_t)s->cfg.vocab_size;
+    size_t bh = (size_t)s->B * s->cfg.n_head, bf = sizeof(gt_bf16), f = sizeof(float);
+    t->x0 = take(a, N * C * bf);
+    for (int l = 0; l < s->nl; l++) {
+        gt_cu_layer *L = &t->layers[l];
+        L->ln1 = take(a, N * C * bf);
+        L->ln1_mean = take(a, N * f);
+        L->ln1_rstd = take(a, N * f);
+        L->qkv = take(a, 3 * N * C * bf);
+        L->atty = take(a, N * C * bf);
+        if (s->cudnn != NULL) L->stats = take(a, bh * s->T * f);
+        else L->att = take(a, bh * s->T * s->T * bf);
+        L->res2 = take(a, N * C * bf);
+        L->ln2 = take(a, N * C * bf);
+        L->ln2_mean = take(a, N * f);
+        L->ln2_rstd = take(a, N * f);
+        L->fch = take(a, 4 * N * C * bf);
+        L->fch_gelu = take(a, 4 * N * C * bf);
+        L->res3 = take(a, N * C * bf);
+    }
+    if (s->is_last) {
+        t->lnf = take(a, N * C * bf);
+        t->lnf_mean = take(a, N * f);
+        t->lnf_rstd = take(a, N * f);
+        t->logits = take(a, N * V * bf);
+        t->lse = take(a, N * f);
+        t->losses = take(a, N * f);
+    }
+    t->tokens = take(a, N * sizeof(int32_t));
+    t->targets = take(a, N * sizeof(int32_t));
+    t->groups = take(a, (3 * N + 1) * sizeof(int32_t));
+}
+
+int gt_cu_alloc_slot(gt_stage *s, gt_cu_slot *slot) {
+    int rc = GT_OK;
+    size_t N = (size_t)s->B * s->T;
+    gt_arena a = {NULL, 0};
+    GT_CALLOC(slot->layers, s->nl > 0 ? s->nl : 1);
+    layout_slot(s, slot, &a);
+    CUDA_MALLOC(slot->block, a.used);
+    a.base = slot->block;
+    a.used = 0;
+    layout_slot(s, slot, &a);
+    CUDA_CHECK(cudaMallocHost((void **)&slot->staging, (5 * N + 1) * sizeof(int32_t)));
+    CUDA_CHECK(cudaEventCreateWithFlags(&slot->uploaded, cudaEventDisableTiming));
+cleanup:
+    return rc;
+}
+
+void gt_cu_release_slot(gt_cu_slot *slot) {
+    if (slot->block) cudaFree(slot->block);
+    if (slot->staging) cudaFreeHost(slot->staging);
+    if (slot->uploaded) cudaEventDestroy(slot->uploaded);
+    free(slot->layers);
+    memset(slot, 0, sizeof(*slot));
+}
+
+static void layout_grads(const gt_stage *s, gt_cu_grads *g, gt_arena *a) {
+    size_t N = (size_t)s->B * s->T, C = (size_t)s->cfg.n_embd, bf = sizeof(gt_bf16);
+    for (int r = 0; r < g->n_resid; r++) g->dresid[r] = take(a, N * C * bf);
+    for (int l = 0; l < g->n_layers; l++) {
+        gt_cu_layer_grads *L = &g->layers[l];
+        L->dres2 = take(a, N * C * bf);
+        L->dln1 = take(a, N * C * bf);
+        L->dln2 = take(a, N * C * bf);
+        L->dqkv = take(a, 3 * N * C * bf);
+        L->dfch = take(a, 4 * N * C * bf);
+    }
+    if (s->is_last) g->dlnf = take(a, N * C * bf);
+}
+
+int gt_cu_alloc_grads(gt_stage *s, gt_cu_grads *g, int full) {
+    int rc = GT_OK;
+    gt_arena a = {NULL, 0};
+    g->n_layers = full ? s->nl : (s->nl > 0 ? 1 : 0);
+    g->n_resid = full ? s->nl + 1 : 2;
+    GT_CALLOC(g->layers, g->n_layers > 0 ? g->n_layers : 1);
+    GT_CALLOC(g->dresid, g->n_resid);
+    layout_grads(s, g, &a);
+    CUDA_MALLOC(g->block, a.used);
+    a.base = g->block;
+    a.used = 0;
+    layout_grads(s, g, &a);
+cleanup:
+    return rc;
+}
+
+void gt_cu_release_grads(gt_cu_grads *g) {
+    if (g->block) cudaFree(g->block);
+    free(g->layers);
+    free(g->dresid);
+    memset(g, 0, sizeof(*g));
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* products                                                                                    */
+
+/* y (N,OC) = x (N,IC) @ W (IC,OC) [+ b] [+ resid]; bf16 */
+static int linear_forward(gt_stage *s, gt_bf16 *y, const gt_bf16 *x, const gt_bf16 *W,
+                          const gt_bf16 *b, const gt_bf16 *resid, int N, int IC, int OC) {
+    gt_matmul_args m;
+    memset(&m, 0, sizeof(m));
+    m.D = y, m.A = W, m.B = x;
+    m.m = OC, m.n = N, m.k = IC;
+    m.lda = OC, m.ldb = IC, m.ldd = OC;
+    m.Cin = resid, m.beta = 1.0f;
+    m.epilogue = b ? GT_EPI_BIAS : GT_EPI_NONE;
+    m.bias = b;
+    return gt_matmul(&s->lt, &m, s->stream, NULL);
+}
+
+/* out (N,OC) = gelu(pre), pre = x @ W + b kept for backward (fused epilogue or a kernel) */
+static int linear_gelu_forward(gt_stage *s, gt_bf16 *out, gt_bf16 *pre, const gt_bf16 *x,
+                               const gt_bf16 *W, const gt_bf16 *b, int N, int IC, int OC) {
+    int rc = GT_OK;
+    if (s->gelu_fused) {
+        gt_matmul_args m;
+        int unsupported = 0;
+        memset(&m, 0, sizeof(m));
+        m.D = out, m.A = W, m.B = x;
+        m.m = OC, m.n = N, m.k = IC;
+        m.lda = OC, m.ldb = IC, m.ldd = OC;
+        m.epilogue = GT_EPI_GELU_BIAS;
+        m.bias = b;
+        m.aux = pre;
+        rc = gt_matmul(&s->lt, &m, s->stream, &unsupported);
+        if (rc == GT_OK) goto cleanup;
+        if (!unsupported) goto cleanup;
+        s->gelu_fused = 0; /* fall back from now on */
+        rc = GT_OK;
+    }
+    GT_CHECK(linear_forward(s, pre, x, W, b, NULL, N, IC, OC));
+    CUDA_CHECK(gt_cu_gelu_forward(out, pre, (size_t)N * OC, s->stream));
+cleanup:
+    return rc;
+}
+
+/* dx (N,IC) = dy (N,OC) @ W^T; with pre != NULL also dx *= gelu'(pre) */
+static int linear_backward_input(gt_stage *s, gt_bf16 *dx, const gt_bf16 *dy, const gt_bf16 *W,
+                                 const gt_bf16 *pre, int N, int IC, int OC) {
+    int rc = GT_OK;
+    gt_matmul_args m;
+    memset(&m, 0, sizeof(m));
+    m.D = dx, m.A = W, m.B = dy;
+    m.m = IC, m.n = N, m.k = OC;
+    m.transa = 1;
+    m.lda = OC, m.ldb = OC, m.ldd = IC;
+    if (pre != NULL && s->dgelu_fused) {
+        int unsupported = 0;
+        m.epilogue = GT_EPI_DGELU;
+        m.aux = (void *)pre;
+        rc = gt_matmul(&s->lt, &m, s->stream, &unsupported);
+        if (rc == GT_OK || !unsupported) goto cleanup;
+        s->dgelu_fused = 0;
+        rc = GT_OK;
+        m.epilogue = GT_EPI_NONE;
+        m.aux = NULL;
+    }
+    GT_CHECK(gt_matmul(&s->lt, &m, s->stream, NULL));
+    if (pre != NULL) CUDA_CHECK(gt_cu_gelu_backward_inplace(dx, pre, (size_t)N * IC, s->stream));
+cleanup:
+    return rc;
+}
+
+/* dW (IC,OC) += x^T (IC,N) @ dy (N,OC) in fp32; db (OC) += colsum(dy) if db */
+static int linear_backward_weight(gt_stage *s, float *dW, float *db, const gt_bf16 *dy,
+                                  const gt_bf16 *x, int N, int IC, int OC) {
+    int rc = GT_OK;
+    gt_matmul_args m;
+    memset(&m, 0, sizeof(m));
+    m.D = dW, m.Cin = dW, m.beta = 1.0f, m.d_fp32 = 1;
+    m.A = dy, m.B = x;
+    m.m = OC, m.n = IC, m.k = N;
+    m.transb = 1;
+    m.lda = OC, m.ldb = IC, m.ldd = OC;
+    GT_CHECK(gt_matmul(&s->lt, &m, s->stream, NULL));
+    if (db != NULL) CUDA_CHECK(gt_cu_bias_backward(db, dy, N, OC, s->colsum, s->stream));
+cleanup:
+    return rc;
+}
+
+/* Batched (over B*NH) column-major product for the reference attention. */
+static int batched(gt_stage *s, gt_bf16 *D, const gt_bf16 *A, const gt_bf16 *B, int m, int n,
+                   int k, int transa, int transb, int lda, int ldb, int ldd, long long sa,
+                   long long sb, long long sd) {
+    gt_matmul_args g;
+    memset(&g, 0, sizeof(g));
+    g.D = D, g.A = A, g.B = B;
+    g.m = m, g.n = n, g.k = k;
+    g.transa = transa, g.transb = transb;
+    g.lda = lda, g.ldb = ldb, g.ldd = ldd;
+    g.batch = s->B * s->cfg.n_head;
+    g.stride_a = sa, g.stride_b = sb, g.stride_d = sd;
+    return gt_matmul(&s->lt, &g, s->stream, NULL);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* attention                                                                                   */
+
+static int attention_forward(gt_stage *s, gt_cu_layer *L) {
+    int rc = GT_OK;
+    int B = s->B, T = s->T, NH = s->cfg.n_head, C = s->cfg.n_embd, hs = C / NH;
+    size_t NC = (size_t)B * T * C;
+#ifdef GANTRY_HAVE_CUDNN
+    if (s->cudnn != NULL) {
+        char err[512];
+        if (gt_cudnn_attn_forward(s->cudnn, L->atty, L->stats, L->qkv, B, T, NH, hs, s->stream,
+                                  err, sizeof(err)) != 0)
+            GT_FAIL(GT_ESTATE, "%s", err);
+        goto cleanup;
+    }
+#endif
+    {
+        gt_bf16 *q = s->ref_qkv, *k = q + NC, *v = k + NC, *y = v + NC;
+        gt_bf16 *pre = s->ref_scores;
+        long long ths = (long long)T * hs, tt = (long long)T * T;
+        CUDA_CHECK(gt_cu_attn_permute(q, k, v, L->qkv, B, T, NH, hs, s->stream));
+        /* pre (T1,T2) row-major = q k^T: col-major (T2,T1) = K^T (T2,hs) @ Q (hs,T1) */
+        GT_CHECK(batched(s, pre, k, q, T, T, hs, 1, 0, hs, hs, T, ths, ths, tt));
+        CUDA_CHECK(gt_cu_causal_softmax_forward(L->att, pre, 1.0f / sqrtf((float)hs), B * NH, T,
+                                                s->stream));
+        /* y (T,hs) row-major = att @ v: col-major (hs,T1) = V (hs,T2) @ att (T2,T1) */
+        GT_CHECK(batched(s, y, v, L->att, hs, T, T, 0, 0, hs, T, hs, ths, tt, ths));
+        CUDA_CHECK(gt_cu_attn_unpermute(L->atty, y, B, T, NH, hs, s->stream));
+    }
+cleanup:
+    return rc;
+}
+
+/* dqkv (N,3C) from datty (N,C) */
+static int attention_backward(gt_stage *s, gt_cu_layer *L, gt_bf16 *dqkv, const gt_bf16 *datty) {
+    int rc = GT_OK;
+    int B = s->B, T = s->T, NH = s->cfg.n_head, C = s->cfg.n_embd, hs = C / NH;
+    size_t NC = (size_t)B * T * C;
+#ifdef GANTRY_HAVE_CUDNN
+    if (s->cudnn != NULL) {
+        char err[512];
+        if (gt_cudnn_attn_backward(s->cudnn, dqkv, datty, L->qkv, L->atty, L->stats, B, T, NH,
+                                   hs, s->stream, err, sizeof(err)) != 0)
+            GT_FAIL(GT_ESTATE, "%s", err);
+        goto cleanup;
+    }
+#endif
+    {
+        /* recompute the permuted q, k, v (the forward scratch was reused by later layers) */
+        gt_bf16 *q = s->ref_qkv, *k = q + NC, *v = k + NC, *dy = v + NC;
+        size_t scores = (size_t)B * NH * T * T;
+        gt_bf16 *datt = s->ref_scores, *dpre = s->ref_scores + scores;
+        gt_bf16 *dq = s->datty; /* free here: datty was consumed into dy below first */
+        long long ths = (long long)T * hs, tt = (long long)T * T;
+        CUDA_CHECK(gt_cu_attn_permute(q, k, v, L->qkv, B, T, NH, hs, s->stream));
+        CUDA_CHECK(gt_cu_attn_unpermute_backward(dy, datty, B, T, NH, hs, s->stream));
+        /* datt (T1,T2) row-major = dy v^T: col-major (T2,T1) = V^T (T2,hs) @ dY (hs,T1) */
+        GT_CHECK(batched(s, datt, v, dy, T, T, hs, 1, 0, hs, hs, T, ths, ths, tt));
+        CUDA_CHECK(gt_cu_causal_softmax_backward(dpre, datt, L->att, 1.0f / sqrtf((float)hs),
+                                                 B * NH, T, s->stream));
+        /* dv (T2,hs) = att^T dy: col-major (hs,T2) = dY (hs,T1) @ att^T; v is free now */
+        GT_CHECK(batched(s, v, dy, L->att, hs, T, T, 0, 1, hs, T, hs, ths, tt, ths));
+        /* dk (T2,hs) = dpre^T q: col-major (hs,T2) = Q (hs,T1) @ dpre^T; into dy (free) */
+        GT_CHECK(batched(s, dy, q, dpre, hs, T, T, 0, 1, hs, T, hs, ths, tt, ths));
+        /* dq (T1,hs) = dpre k: col-major (hs,T1) = K (hs,T2) @ dpre (T2,T1); into q */
+        GT_CHECK(batched(s, q, k, dpre, hs, T, T, 0, 0, hs, T, hs, ths, tt, ths));
+        (void)dq;
+        CUDA_CHECK(gt_cu_attn_permute_backward(dqkv, q, dy, v, B, T, NH, hs, s->stream));
+    }
+cleanup:
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* forward                                                                                     */
+
+static int check_slot(const gt_stage *s, int slot, int want_state, const char *fn) {
+    int rc = GT_OK;
+    static const char *const states[] = {"free", "forward done", "input gradient done"};
+    if (s == NULL) GT_INPUT_FAIL("%s: stage is NULL", fn);
+    if (slot < 0 || slot >= s->n_slots)
+        GT_INPUT_FAIL("%s: slot %d out of range [0, %d)", fn, slot, s->n_slots);
+    if (s->slots[slot].state != want_state)
+        GT_FAIL(GT_ESTATE, "%s: slot %d is '%s', expected '%s'", fn, slot,
+                states[s->slots[slot].state], states[want_state]);
+cleanup:
+    return rc;
+}
+
+static int check_ids(const int32_t *ids, size_t N, int V, const char *what) {
+    int rc = GT_OK;
+    for (size_t i = 0; i < N; i++)
+        if (ids[i] < 0 || ids[i] >= V)
+            GT_INPUT_FAIL("%s[%zu] = %d is out of the vocabulary [0, %d)", what, i, (int)ids[i], V);
+cleanup:
+    return rc;
+}
+
+static int cmp_pos(const void *a, const void *b, void *tokens) {
+    const int32_t *t = tokens;
+    int32_t pa = *(const int32_t *)a, pb = *(const int32_t *)b;
+    if (t[pa] != t[pb]) return t[pa] < t[pb] ? -1 : 1;
+    return pa < pb ? -1 : (pa > pb);
+}
+
+/* Encoder-backward groups of the tokens (host): positions sorted by (token, position). */
+static int build_groups(const int32_t *tokens, size_t N, int32_t *out, int *n_groups) {
+    int32_t *tok = out, *start = out + N, *pos = out + 2 * N + 1;
+    int g = 0;
+    for (size_t i = 0; i < N; i++) pos[i] = (int32_t)i;
+    qsort_r(pos, N, sizeof(int32_t), cmp_pos, (void *)tokens);
+    for (size_t i = 0; i < N; i++) {
+        if (i == 0 || tokens[pos[i]] != tokens[pos[i - 1]]) {
+            tok[g] = tokens[pos[i]];
+            start[g] = (int32_t)i;
+            g++;
+        }
+    }
+    start[g] = (int32_t)N;
+    *n_groups = g;
+    return GT_OK;
+}
+
+int gt_stage_forward(gt_stage *s, int slot, const int32_t *tokens, const float *x_in,
+                     float *x_out, const int32_t *targets, float *loss_out) {
+    int rc = GT_OK;
+    GT_CHECK(check_slot(s, slot, GT_SLOT_FREE, "gt_stage_forward"));
+    size_t N = (size_t)s->B * s->T;
+    int B = s->B, T = s->T, C = s->cfg.n_embd, V = s->cfg.vocab_size, n = (int)N;
+    gt_cu_slot *a = &s->slots[slot];
+    const gt_bf16 *P = s->params16;
+    cudaStream_t st = s->stream;
+    if (s->is_first && tokens == NULL) GT_INPUT_FAIL("gt_stage_forward: first stage needs tokens");
+    if (!s->is_first && x_in == NULL) GT_INPUT_FAIL("gt_stage_forward: x_in is NULL");
+    if (!s->is_last && x_out == NULL) GT_INPUT_FAIL("gt_stage_forward: x_out is NULL");
+    if (s->is_last && (targets == NULL || loss_out == NULL))
+        GT_INPUT_FAIL("gt_stage_forward: last stage needs targets and loss_out");
+    if (s->is_first) GT_CHECK(check_ids(tokens, N, V, "tokens"));
+    if (s->is_last) GT_CHECK(check_ids(targets, N, V, "targets"));
+
+    /* host inputs -> pinned staging -> device (the previous upload of this slot is done) */
+    if (s->is_first || s->is_last) {
+        CUDA_CHECK(cudaEventSynchronize(a->uploaded));
+        if (s->is_first) {
+            memcpy(a->staging, tokens, N * sizeof(int32_t));
+            build_groups(tokens, N, a->staging + 2 * N, &a->n_groups);
+            CUDA_CHECK(cudaMemcpyAsync(a->tokens, a->staging, N * sizeof(int32_t),
+                                       cudaMemcpyHostToDevice, st));
+            CUDA_CHECK(cudaMemcpyAsync(a->groups, a->staging + 2 * N,
+                                       (3 * N + 1) * sizeof(int32_t), cudaMemcpyHostToDevice, st));
+        }
+        if (s->is_last) {
+            memcpy(a->staging + N, targets, N * sizeof(int32_t));
+            CUDA_CHECK(cudaMemcpyAsync(a->targets, a->staging + N, N * sizeof(int32_t),
+                                       cudaMemcpyHostToDevice, st));
+        }
+        CUDA_CHECK(cudaEventRecord(a->uploaded, st));
+    }
+    if (s->is_first) {
+        CUDA_CHECK(gt_cu_encoder_forward(a->x0, a->tokens, P + s->tensors[0].offset,
+                                         P + s->tensors[1].offset, B, T, C, st));
+    } else {
+        CUDA_CHECK(cudaMemcpyAsync(a->x0, x_in, N * C * sizeof(gt_bf16), cudaMemcpyDeviceToDevice,
+                                   st));
+    }
+    for (int l = 0; l < s->nl; l++) {
+        gt_cu_layer *L = &a->layers[l];
+        const gt_bf16 *x = l == 0 ? a->x0 : a->layers[l - 1].res3;
+#define W(k) (P + gt_cu_tensor_offset(s, l, (k)))
+        CUDA_CHECK(gt_cu_layernorm_forward(L->ln1, L->ln1_mean, L->ln1_rstd, x, W(GT_LN1_W),
+                                           W(GT_LN1_B), n, C, st));
+        GT_CHECK(linear_forward(s, L->qkv, L->ln1, W(GT_QKV_W), W(GT_QKV_B), NULL, n, C, 3 * C));
+        GT_CHECK(attention_forward(s, L));
+        GT_CHECK(linear_forward(s, L->res2, L->atty, W(GT_ATTPROJ_W), W(GT_ATTPROJ_B), x, n, C,
+                                C));
+        CUDA_CHECK(gt_cu_layernorm_forward(L->ln2, L->ln2_mean, L->ln2_rstd, L->res2,
+                                           W(GT_LN2_W), W(GT_LN2_B), n, C, st));
+        GT_CHECK(linear_gelu_forward(s, L->fch_gelu, L->fch, L->ln2, W(GT_FC_W), W(GT_FC_B), n, C,
+                                     4 * C));
+        GT_CHECK(linear_forward(s, L->res3, L->fch_gelu, W(GT_FCPROJ_W), W(GT_FCPROJ_B), L->res2,
+                                n, 4 * C, C));
+#undef W
+    }
+    const gt_bf16 *out = s->nl > 0 ? a->layers[s->nl - 1].res3 : a->x0;
+    if (s->is_last) {
+        const gt_bf16 *wte = P + s->tensors[0].offset;
+        const gt_bf16 *lnfw = P + s->tensors[s->num_tensors - 2].offset;
+        const gt_bf16 *lnfb = P + s->tensors[s->num_tensors - 1].offset;
+        gt_matmul_args m;
+        CUDA_CHECK(gt_cu_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, out, lnfw, lnfb, n,
+                                           C, st));
+        /* logits (N,V) = lnf @ wte^T: col-major (V,N) = wte^T (V,C) @ lnf (C,N) */
+        memset(&m, 0, sizeof(m));
+        m.D = a->logits, m.A = wte, m.B = a->lnf;
+        m.m = V, m.n = n, m.k = C;
+        m.transa = 1;
+        m.lda = C, m.ldb = C, m.ldd = V;
+        GT_CHECK(gt_matmul(&s->lt, &m, st, NULL));
+        CUDA_CHECK(gt_cu_crossentropy_forward(a->lse, a->losses, a->logits, a->targets, n, V, st));
+        CUDA_CHECK(gt_cu_mean(s->loss, a->losses, n, st));
+        CUDA_CHECK(cudaMemcpyAsync(s->host_loss, s->loss, sizeof(float), cudaMemcpyDeviceToHost,
+                                   st));
+        CUDA_CHECK(cudaStreamSynchronize(st));
+        *loss_out = *s->host_loss;
+    } else {
+        CUDA_CHECK(cudaMemcpyAsync(x_out, out, N * C * sizeof(gt_bf16), cudaMemcpyDeviceToDevice,
+                                   st));
+    }
+    a->state = GT_SLOT_FORWARD_DONE;
+cleanup:
+    return rc;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* backward                                                                                    */
+
+/* Gradients of local layer l's activations: with g holding one layer (full backward) index 0 and
+ * the residual gradients ping-pong; with g holding all layers, index l. */
+static gt_cu_layer_grads *layer_grads(gt_cu_grads *g, int l) {
+    return &g->layers[g->n_layers == 1 ? 0 : l];
+}
+static gt_bf16 *dresid(gt_cu_grads *g, int l) {
+    return g->dresid[g->n_resid == 2 ? (l & 1) : l];
+}
+
+static int layer_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int l) {
+    int rc = GT_OK;
+    int n = s->B * s->T, C = s->cfg.n_embd;
+    const gt_bf16 *P = s->params16;
+    gt_cu_layer *L = &a->layers[l];
+    gt_cu_layer_grads *G = layer_grads(g, l);
+    const gt_bf16 *x = l == 0 ? a->x0 : a->layers[l - 1].res3;
+    const gt_bf16 *dout = dresid(g, l + 1);
+#define W(k) (P + gt_cu_tensor_offset(s, l, (k)))
+    GT_CHECK(linear_backward_input(s, G->dfch, dout, W(GT_FCPROJ_W), L->fch, n, 4 * C, C));
+    GT_CHECK(linear_backward_input(s, G->dln2, G->dfch, W(GT_FC_W), NULL, n, C, 4 * C));
+    CUDA_CHECK(gt_cu_layernorm_backward_input(G->dres2, dout, G->dln2, L->res2, L->ln2_mean,
+                                              L->ln2_rstd, W(GT_LN2_W), n, C, s->stream));
+    GT_CHECK(linear_backward_input(s, s->datty, G->dres2, W(GT_ATTPROJ_W), NULL, n, C, C));
+    GT_CHECK(attention_backward(s, L, G->dqkv, s->datty));
+    GT_CHECK(linear_backward_input(s, G->dln1, G->dqkv, W(GT_QKV_W), NULL, n, C, 3 * C));
+    CUDA_CHECK(gt_cu_layernorm_backward_input(dresid(g, l), G->dres2, G->dln1, x, L->ln1_mean,
+                                              L->ln1_rstd, W(GT_LN1_W), n, C, s->stream));
+#undef W
+cleanup:
+    return rc;
+}
+
+static int layer_backward_weight(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int l) {
+    int rc = GT_OK;
+    int n = s->B * s->T, C = s->cfg.n_embd;
+    float *Gb = s->buffers[GT_BUF_GRADS];
+    gt_cu_layer *L = &a->layers[l];
+    gt_cu_layer_grads *G = layer_grads(g, l);
+    const gt_bf16 *x = l == 0 ? a->x0 : a->layers[l - 1].res3;
+    const gt_bf16 *dout = dresid(g, l + 1);
+#define DW(k) (Gb + gt_cu_tensor_offset(s, l, (k)))
+    GT_CHECK(linear_backward_weight(s, DW(GT_FCPROJ_W), DW(GT_FCPROJ_B), dout, L->fch_gelu, n,
+                                    4 * C, C));
+    GT_CHECK(linear_backward_weight(s, DW(GT_FC_W), DW(GT_FC_B), G->dfch, L->ln2, n, C, 4 * C));
+    CUDA_CHECK(gt_cu_layernorm_backward_weight(DW(GT_LN2_W), DW(GT_LN2_B), G->dln2, L->res2,
+                                               L->ln2_mean, L->ln2_rstd, n, C, s->colsum,
+                                               s->stream));
+    GT_CHECK(linear_backward_weight(s, DW(GT_ATTPROJ_W), DW(GT_ATTPROJ_B), G->dres2, L->atty, n,
+                                    C, C));
+    GT_CHECK(linear_backward_weight(s, DW(GT_QKV_W), DW(GT_QKV_B), G->dqkv, L->ln1, n, C, 3 * C));
+    CUDA_CHECK(gt_cu_layernorm_backward_weight(DW(GT_LN1_W), DW(GT_LN1_B), G->dln1, x,
+                                               L->ln1_mean, L->ln1_rstd, n, C, s->colsum,
+                                               s->stream));
+#undef DW
+cleanup:
+    return rc;
+}
+
+static int head_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, float loss_scale) {
+    int rc = GT_OK;
+    int n = s->B * s->T, C = s->cfg.n_embd, V = s->cfg.vocab_size, nl = s->nl;
+    const gt_bf16 *P = s->params16;
+    const gt_bf16 *out = nl > 0 ? a->layers[nl - 1].res3 : a->x0;
+    gt_matmul_args m;
+    CUDA_CHECK(gt_cu_crossentropy_backward(a->logits, a->lse, a->targets, loss_scale / (float)n,
+                                           n, V, s->stream));
+    /* dlnf (N,C) = dlogits (N,V) @ wte (V,C): col-major (C,N) = wte (C,V) @ dl (V,N) */
+    memset(&m, 0, sizeof(m));
+    m.D = g->dlnf, m.A = P + s->tensors[0].offset, m.B = a->logits;
+    m.m = C, m.n = n, m.k = V;
+    m.lda = C, m.ldb = V, m.ldd = C;
+    GT_CHECK(gt_matmul(&s->lt, &m, s->stream, NULL));
+    CUDA_CHECK(gt_cu_layernorm_backward_input(dresid(g, nl), NULL, g->dlnf, out, a->lnf_mean,
+                                              a->lnf_rstd, P + s->tensors[s->num_tensors - 2].offset,
+                                              n, C, s->stream));
+cleanup:
+    return rc;
+}
+
+static int head_backward_weight(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g) {
+    int rc = GT_OK;
+    int n = s->B * s->T, C = s->cfg.n_embd, V = s->cfg.vocab_size, nl = s->nl;
+    float *Gb = s->buffers[GT_BUF_GRADS];
+    const gt_bf16 *out = nl > 0 ? a->layers[nl - 1].res3 : a->x0;
+    gt_matmul_args m;
+    /* dwte (V,C) += dlogits^T lnf: col-major (C,V) = lnf (C,N) @ dl^T (N,V) */
+    memset(&m, 0, sizeof(m));
+    m.D = Gb + s->tensors[0].offset, m.Cin = m.D, m.beta = 1.0f, m.d_fp32 = 1;
+    m.A = a->lnf, m.B = a->logits;
+    m.m = C, m.n = V, m.k = n;
+    m.transb = 1;
+    m.lda = C, m.ldb = V, m.ldd = C;
+    GT_CHECK(gt_matmul(&s->lt, &m, s->stream, NULL));
+    CUDA_CHECK(gt_cu_layernorm_backward_weight(Gb + s->tensors[s->num_tensors - 2].offset,
+                                               Gb + s->tensors[s->num_tensors - 1].offset,
+                                               g->dlnf, out, a->lnf_mean, a->lnf_rstd, n, C,
+                                               s->colsum, s->stream));
+cleanup:
+    return rc;
+}
+
+static int encoder_backward(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g) {
+    int rc = GT_OK;
+    size_t N = (size_t)s->B * s->T;
+    float *Gb = s->buffers[GT_BUF_GRADS];
+    CUDA_CHECK(gt_cu_encoder_backward(Gb + s->tensors[0].offset, Gb + s->tensors[1].offset,
+                                      dresid(g, 0), a->groups, a->groups + N,
+                                      a->groups + 2 * N + 1, a->n_groups, s->B, s->T,
+                                      s->cfg.n_embd, s->stream));
+cleanup:
+    return rc;
+}
+
+/* do_weight: 0 = input gradients only (split), 1 = both, layer by layer (full backward) */
+static int run_backward(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, const float *dx_out,
+                        float *dx_in, float loss_scale, int do_weight) {
+    int rc = GT_OK;
+    size_t NCb = (size_t)s->B * s->T * s->cfg.n_embd * sizeof(gt_bf16);
+    if (s->is_last) {
+        GT_CHECK(head_backward_input(s, a, g, loss_scale));
+        if (do_weight) GT_CHECK(head_backward_weight(s, a, g));
+    } else {
+        CUDA_CHECK(cudaMemcpyAsync(dresid(g, s->nl), dx_out, NCb, cudaMemcpyDeviceToDevice,
+                                   s->stream));
+    }
+    for (int l = s->nl - 1; l >= 0; l--) {
+        GT_CHECK(layer_backward_input(s, a, g, l));
+        if (do_weight) GT_CHECK(layer_backward_weight(s, a, g, l));
+    }
+    if (!s->is_first)
+        CUDA_CHECK(cudaMemcpyAsync(dx_in, dresid(g, 0), NCb, cudaMemcpyDeviceToDevice,
+                                   s->stream));
+    else if (do_weight)
+        GT_CHECK(encoder_backward(s, a, g));
+cleanup:
+    return rc;
+}
+
+static int check_backward_args(const gt_stage *s, const float *dx_out, const float *dx_in,
+                               const char *fn) {
+    int rc = GT_OK;
+    if (!s->is_last && dx_out == NULL) GT_INPUT_FAIL("%s: dx_out is NULL on a non-last stage", fn);
+    if (!s->is_first && dx_in == NULL) GT_INPUT_FAIL("%s: dx_in is NULL on a non-first stage", fn);
+cleanup:
+    return rc;
+}
+
+int gt_stage_backward(gt_stage *s, int slot, const float *dx_out, float *dx_in,
+                      float loss_scale) {
+    int rc = GT_OK;
+    GT_CHECK(check_slot(s, slot, GT_SLOT_FORWARD_DONE, "gt_stage_backward"));
+    GT_CHECK(check_backward_args(s, dx_out, dx_in, "gt_stage_backward"));
+    GT_CHECK(run_backward(s, &s->slots[slot], &s->shared_grads, dx_out, dx_in, loss_scale, 1));
+    s->slots[slot].state = GT_SLOT_FREE;
+cleanup:
+    return rc;
+}
+
+int gt_stage_backward_input(gt_stage *s, int slot, const float *dx_out, float *dx_in,
+                            float loss_scale) {
+    int rc = GT_OK;
+    gt_cu_grads *fresh = NULL;
+    GT_CHECK(check_slot(s, slot, GT_SLOT_FORWARD_DONE, "gt_stage_backward_input"));
+    GT_CHECK(check_backward_args(s, dx_out, dx_in, "gt_stage_backward_input"));
+    if (s->slot_grads[slot] == NULL) {
+        GT_CALLOC(fresh, 1);
+        GT_CHECK(gt_cu_alloc_grads(s, fresh, 1));
+        s->slot_grads[slot] = fresh;
+        fresh = NULL;
+    }
+    GT_CHECK(run_backward(s, &s->slots[slot], s->slot_grads[slot], dx_out, dx_in, loss_scale, 0));
+    s->slots[slot].state = GT_SLOT_INPUT_GRAD_DONE;
+cleanup:
+    if (fresh != NULL) gt_cu_release_grads(fresh);
+    free(fresh);
+    return rc;
+}
+
+int gt_stage_backward_weight(gt_stage *s, int slot) {
+    int rc = GT_OK;
+    GT_CHECK(check_slot(s, slot, GT_SLOT_INPUT_GRAD_DONE, "gt_stage_backward_weight"));
+    {
+        gt_cu_slot *a = &s->slots[slot];
+        gt_cu_grads *g = s->slot_grads[slot];
+        if (s->is_last) GT_CHECK(head_backward_weight(s, a, g));
+        for (int l = s->nl - 1; l >= 0; l--) GT_CHECK(layer_backward_weight(s, a, g, l));
+        if (s->is_first) GT_CHECK(encoder_backward(s, a, g));
+    }
+    s->slots[slot].state = GT_SLOT_FREE;
+cleanup:
+    return rc;
+}

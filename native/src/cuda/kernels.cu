@@ -1,0 +1,587 @@
+/*
+ * kernels.cu — CUDA kernels of one GPT-2 stage (see kernels.h for shapes and contracts).
+ *
+ * bf16 storage, fp32 math. Row-wise kernels (LayerNorm, softmax, cross-entropy) give one warp
+ * (or one block for vocabulary rows) to a row; column sums (bias and LayerNorm weight
+ * gradients) are two-phase with a fixed partition, so every reduction is deterministic.
+ */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <float.h>
+#include <math.h>
+
+#include "kernels.h"
+
+typedef __nv_bfloat16 bf16;
+
+#define WARP 32
+
+static inline unsigned ceil_div(size_t a, size_t b) { return (unsigned)((a + b - 1) / b); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* Sum over a block of blockDim.x (multiple of 32, <= 1024) threads; result to all threads. */
+__device__ float block_sum(float v) {
+    __shared__ float shared[32];
+    int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP, nw = blockDim.x / WARP;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) shared[wid] = v;
+    __syncthreads();
+    v = lane < nw ? shared[lane] : 0.0f;
+    return warp_sum(v);
+}
+__device__ float block_max(float v) {
+    __shared__ float shared[32];
+    int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP, nw = blockDim.x / WARP;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) shared[wid] = v;
+    __syncthreads();
+    v = lane < nw ? shared[lane] : -FLT_MAX;
+    return warp_max(v);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* conversions                                                                                 */
+
+__global__ void f32_to_bf16_kernel(bf16 *dst, const float *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __float2bfloat16(src[i]);
+}
+__global__ void bf16_to_f32_kernel(float *dst, const bf16 *src, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = __bfloat162float(src[i]);
+}
+
+static unsigned grid_for(size_t n) {
+    size_t g = (n + 255) / 256;
+    if (g > 132 * 32) g = 132 * 32;
+    return (unsigned)(g ? g : 1);
+}
+
+extern "C" cudaError_t gt_cu_f32_to_bf16(gt_bf16 *dst, const float *src, size_t n,
+                                         cudaStream_t stream) {
+    f32_to_bf16_kernel<<<grid_for(n), 256, 0, stream>>>((bf16 *)dst, src, n);
+    return cudaGetLastError();
+}
+extern "C" cudaError_t gt_cu_bf16_to_f32(float *dst, const gt_bf16 *src, size_t n,
+                                         cudaStream_t stream) {
+    bf16_to_f32_kernel<<<grid_for(n), 256, 0, stream>>>(dst, (const bf16 *)src, n);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* embeddings                                                                                  */
+
+__global__ void encoder_forward_kernel(bf16 *out, const int32_t *tokens, const bf16 *wte,
+                                       const bf16 *wpe, int B, int T, int C) {
+    size_t total = (size_t)B * T * C;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        size_t row = i / C;
+        int c = (int)(i % C), t = (int)(row % T);
+        float v = __bfloat162float(wte[(size_t)tokens[row] * C + c]) +
+                  __bfloat162float(wpe[(size_t)t * C + c]);
+        out[i] = __float2bfloat16(v);
+    }
+}
+
+/* one block per (unique token); threads over channels; positions summed in increasing order */
+__global__ void encoder_backward_wte_kernel(float *dwte, const bf16 *dout, const int32_t *tok,
+                                            const int32_t *start, const int32_t *pos, int C) {
+    int g = blockIdx.x;
+    int s = start[g], e = start[g + 1];
+    float *row = dwte + (size_t)tok[g] * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float acc = 0.0f;
+        for (int j = s; j < e; j++) acc += __bfloat162float(dout[(size_t)pos[j] * C + c]);
+        row[c] += acc;
+    }
+}
+
+/* one thread per (t, c): sum over b in order */
+__global__ void encoder_backward_wpe_kernel(float *dwpe, const bf16 *dout, int B, int T, int C) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i >= (size_t)T * C) return;
+    float acc = 0.0f;
+    for (int b = 0; b < B; b++) acc += __bfloat162float(dout[(size_t)b * T * C + i]);
+    dwpe[i] += acc;
+}
+
+extern "C" cudaError_t gt_cu_encoder_forward(gt_bf16 *out, const int32_t *tokens,
+                                             const gt_bf16 *wte, const gt_bf16 *wpe, int B,
+                                             int T, int C, cudaStream_t stream) {
+    encoder_forward_kernel<<<grid_for((size_t)B * T * C), 256, 0, stream>>>(
+        (bf16 *)out, tokens, (const bf16 *)wte, (const bf16 *)wpe, B, T, C);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t gt_cu_encoder_backward(float *dwte, float *dwpe, const gt_bf16 *dout,
+                                              const int32_t *group_token,
+                                              const int32_t *group_start,
+                                              const int32_t *group_pos, int n_groups, int B,
+                                              int T, int C, cudaStream_t stream) {
+    if (n_groups > 0)
+        encoder_backward_wte_kernel<<<n_groups, 256, 0, stream>>>(
+            dwte, (const bf16 *)dout, group_token, group_start, group_pos, C);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    encoder_backward_wpe_kernel<<<ceil_div((size_t)T * C, 256), 256, 0, stream>>>(
+        dwpe, (const bf16 *)dout, B, T, C);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* LayerNorm                                                                                   */
+
+/* one warp per row */
+__global__ void layernorm_forward_kernel(bf16 *out, float *mean, float *rstd, const bf16 *inp,
+                                         const bf16 *w, const bf16 *b, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= N) return;
+    const bf16 *x = inp + (size_t)row * C;
+    float sum = 0.0f;
+    for (int c = lane; c < C; c += WARP) sum += __bfloat162float(x[c]);
+    float m = warp_sum(sum) / C;
+    float var = 0.0f;
+    for (int c = lane; c < C; c += WARP) {
+        float d = __bfloat162float(x[c]) - m;
+        var += d * d;
+    }
+    float s = rsqrtf(warp_sum(var) / C + 1e-5f);
+    bf16 *o = out + (size_t)row * C;
+    for (int c = lane; c < C; c += WARP) {
+        float n = (__bfloat162float(x[c]) - m) * s;
+        o[c] = __float2bfloat16(n * __bfloat162float(w[c]) + __bfloat162float(b[c]));
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+__global__ void layernorm_backward_input_kernel(bf16 *dinp, const bf16 *dresid, const bf16 *dout,
+                                                const bf16 *inp, const float *mean,
+                                                const float *rstd, const bf16 *w, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= N) return;
+    size_t base = (size_t)row * C;
+    float m = mean[row], s = rstd[row];
+    float dsum = 0.0f, dxsum = 0.0f;
+    for (int c = lane; c < C; c += WARP) {
+        float dn = __bfloat162float(w[c]) * __bfloat162float(dout[base + c]);
+        float xhat = (__bfloat162float(inp[base + c]) - m) * s;
+        dsum += dn;
+        dxsum += dn * xhat;
+    }
+    dsum = warp_sum(dsum) / C;
+    dxsum = warp_sum(dxsum) / C;
+    for (int c = lane; c < C; c += WARP) {
+        float dn = __bfloat162float(w[c]) * __bfloat162float(dout[base + c]);
+        float xhat = (__bfloat162float(inp[base + c]) - m) * s;
+        float dx = s * (dn - dsum - xhat * dxsum);
+        float r = dresid ? __bfloat162float(dresid[base + c]) : 0.0f;
+        dinp[base + c] = __float2bfloat16(r + dx);
+    }
+}
+
+extern "C" cudaError_t gt_cu_layernorm_forward(gt_bf16 *out, float *mean, float *rstd,
+                                               const gt_bf16 *inp, const gt_bf16 *w,
+                                               const gt_bf16 *b, int N, int C,
+                                               cudaStream_t stream) {
+    layernorm_forward_kernel<<<ceil_div(N, 8), 256, 0, stream>>>(
+        (bf16 *)out, mean, rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)b, N, C);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t gt_cu_layernorm_backward_input(gt_bf16 *dinp, const gt_bf16 *dresid,
+                                                      const gt_bf16 *dout, const gt_bf16 *inp,
+                                                      const float *mean, const float *rstd,
+                                                      const gt_bf16 *w, int N, int C,
+                                                      cudaStream_t stream) {
+    layernorm_backward_input_kernel<<<ceil_div(N, 8), 256, 0, stream>>>(
+        (bf16 *)dinp, (const bf16 *)dresid, (const bf16 *)dout, (const bf16 *)inp, mean, rstd,
+        (const bf16 *)w, N, C);
+    return cudaGetLastError();
+}
+
+/* Column sums, phase 1: block (32, 8) over 32 columns and one chunk of rows; per column the
+ * partial of chunk k goes to partial[k * C + c] (and partial2 for the second sum). */
+template <bool LN>
+__global__ void colsum_partial_kernel(float *partial, float *partial2, const bf16 *dout,
+                                      const bf16 *inp, const float *mean, const float *rstd,
+                                      int N, int C, int rows_per_chunk) {
+    __shared__ float s1[8][33], s2[8][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    int chunk = blockIdx.y;
+    int r0 = chunk * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
+    float a = 0.0f, b = 0.0f;
+    if (c < C) {
+        for (int r = r0 + threadIdx.y; r < r1; r += 8) {
+            float d = __bfloat162float(dout[(size_t)r * C + c]);
+            a += d;
+            if (LN) b += d * (__bfloat162float(inp[(size_t)r * C + c]) - mean[r]) * rstd[r];
+        }
+    }
+    s1[threadIdx.y][threadIdx.x] = a;
+    s2[threadIdx.y][threadIdx.x] = b;
+    __syncthreads();
+    if (threadIdx.y == 0 && c < C) {
+        float sa = 0.0f, sb = 0.0f;
+        for (int k = 0; k < 8; k++) {
+            sa += s1[k][threadIdx.x];
+            sb += s2[k][threadIdx.x];
+        }
+        partial[(size_t)chunk * C + c] = sa;
+        if (LN) partial2[(size_t)chunk * C + c] = sb;
+    }
+}
+
+/* phase 2: dst[c] += sum_k partial[k*C + c], k in order */
+__global__ void colsum_finish_kernel(float *dst, const float *partial, int C, int chunks) {
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float acc = 0.0f;
+    for (int k = 0; k < chunks; k++) acc += partial[(size_t)k * C + c];
+    dst[c] += acc;
+}
+
+extern "C" cudaError_t gt_cu_layernorm_backward_weight(float *dw, float *db, const gt_bf16 *dout,
+                                                       const gt_bf16 *inp, const float *mean,
+                                                       const float *rstd, int N, int C,
+                                                       float *scratch, cudaStream_t stream) {
+    int chunks = GT_CU_COLSUM_CHUNKS, per = (N + chunks - 1) / chunks;
+    float *p_db = scratch, *p_dw = scratch + (size_t)chunks * C;
+    colsum_partial_kernel<true><<<dim3(ceil_div(C, 32), chunks), dim3(32, 8), 0, stream>>>(
+        p_db, p_dw, (const bf16 *)dout, (const bf16 *)inp, mean, rstd, N, C, per);
+    colsum_finish_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(db, p_db, C, chunks);
+    colsum_finish_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dw, p_dw, C, chunks);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t gt_cu_bias_backward(float *dbias, const gt_bf16 *dout, int N, int OC,
+                                           float *scratch, cudaStream_t stream) {
+    int chunks = GT_CU_COLSUM_CHUNKS, per = (N + chunks - 1) / chunks;
+    colsum_partial_kernel<false><<<dim3(ceil_div(OC, 32), chunks), dim3(32, 8), 0, stream>>>(
+        scratch, NULL, (const bf16 *)dout, NULL, NULL, NULL, N, OC, per);
+    colsum_finish_kernel<<<ceil_div(OC, 256), 256, 0, stream>>>(dbias, scratch, OC, chunks);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* GELU (tanh), residual                                                                       */
+
+#define GELU_SCALE 0.7978845608028654f /* sqrt(2/pi) */
+
+__global__ void gelu_forward_kernel(bf16 *out, const bf16 *inp, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float x = __bfloat162float(inp[i]);
+        float cube = 0.044715f * x * x * x;
+        out[i] = __float2bfloat16(0.5f * x * (1.0f + tanhf(GELU_SCALE * (x + cube))));
+    }
+}
+
+__global__ void gelu_backward_kernel(bf16 *d, const bf16 *pre, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float x = __bfloat162float(pre[i]);
+        float cube = 0.044715f * x * x * x;
+        float arg = GELU_SCALE * (x + cube);
+        float th = tanhf(arg);
+        float sech2 = 1.0f - th * th;
+        float grad = 0.5f * (1.0f + th) +
+                     x * 0.5f * sech2 * GELU_SCALE * (1.0f + 3.0f * 0.044715f * x * x);
+        d[i] = __float2bfloat16(grad * __bfloat162float(d[i]));
+    }
+}
+
+__global__ void residual_kernel(bf16 *out, const bf16 *a, const bf16 *b, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        out[i] = __float2bfloat16(__bfloat162float(a[i]) + __bfloat162float(b[i]));
+}
+
+extern "C" cudaError_t gt_cu_gelu_forward(gt_bf16 *out, const gt_bf16 *inp, size_t n,
+                                          cudaStream_t stream) {
+    gelu_forward_kernel<<<grid_for(n), 256, 0, stream>>>((bf16 *)out, (const bf16 *)inp, n);
+    return cudaGetLastError();
+}
+extern "C" cudaError_t gt_cu_gelu_backward_inplace(gt_bf16 *d, const gt_bf16 *pre, size_t n,
+                                                   cudaStream_t stream) {
+    gelu_backward_kernel<<<grid_for(n), 256, 0, stream>>>((bf16 *)d, (const bf16 *)pre, n);
+    return cudaGetLastError();
+}
+extern "C" cudaError_t gt_cu_residual_forward(gt_bf16 *out, const gt_bf16 *a, const gt_bf16 *b,
+                                              size_t n, cudaStream_t stream) {
+    residual_kernel<<<grid_for(n), 256, 0, stream>>>((bf16 *)out, (const bf16 *)a,
+                                                     (const bf16 *)b, n);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* reference attention: permutes and causal softmax                                            */
+
+/* i over (b, h, t, d) of the (B,NH,T,hs) layout; src index in (B,T,3,NH,hs) */
+__global__ void attn_permute_kernel(bf16 *q, bf16 *k, bf16 *v, const bf16 *qkv, int B, int T,
+                                    int NH, int hs, int backward) {
+    size_t total = (size_t)B * NH * T * hs;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int d = (int)(i % hs);
+        size_t r = i / hs;
+        int t = (int)(r % T);
+        r /= T;
+        int h = (int)(r % NH);
+        int b = (int)(r / NH);
+        size_t C = (size_t)NH * hs;
+        size_t src = ((size_t)b * T + t) * 3 * C + (size_t)h * hs + d;
+        if (!backward) {
+            q[i] = qkv[src];
+            k[i] = qkv[src + C];
+            v[i] = qkv[src + 2 * C];
+        } else { /* qkv is the output here */
+            bf16 *dqkv = (bf16 *)qkv;
+            dqkv[src] = q[i];
+            dqkv[src + C] = k[i];
+            dqkv[src + 2 * C] = v[i];
+        }
+    }
+}
+
+__global__ void attn_unpermute_kernel(bf16 *out, bf16 *y, int B, int T, int NH, int hs,
+                                      int backward) {
+    size_t total = (size_t)B * NH * T * hs;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total;
+         i += (size_t)gridDim.x * blockDim.x) {
+        int d = (int)(i % hs);
+        size_t r = i / hs;
+        int t = (int)(r % T);
+        r /= T;
+        int h = (int)(r % NH);
+        int b = (int)(r / NH);
+        size_t dst = (((size_t)b * T + t) * NH + h) * hs + d;
+        if (!backward) out[dst] = y[i];
+        else y[i] = out[dst];
+    }
+}
+
+extern "C" cudaError_t gt_cu_attn_permute(gt_bf16 *q, gt_bf16 *k, gt_bf16 *v, const gt_bf16 *qkv,
+                                          int B, int T, int NH, int hs, cudaStream_t stream) {
+    attn_permute_kernel<<<grid_for((size_t)B * NH * T * hs), 256, 0, stream>>>(
+        (bf16 *)q, (bf16 *)k, (bf16 *)v, (const bf16 *)qkv, B, T, NH, hs, 0);
+    return cudaGetLastError();
+}
+extern "C" cudaError_t gt_cu_attn_permute_backward(gt_bf16 *dqkv, const gt_bf16 *dq,
+                                                   const gt_bf16 *dk, const gt_bf16 *dv, int B,
+                                                   int T, int NH, int hs, cudaStream_t stream) {
+    attn_permute_kernel<<<grid_for((size_t)B * NH * T * hs), 256, 0, stream>>>(
+        (bf16 *)dq, (bf16 *)dk, (bf16 *)dv, (const bf16 *)dqkv, B, T, NH, hs, 1);
+    return cudaGetLastError();
+}
+extern "C" cudaError_t gt_cu_attn_unpermute(gt_bf16 *out, const gt_bf16 *y, int B, int T, int NH,
+                                            int hs, cudaStream_t stream) {
+    attn_unpermute_kernel<<<grid_for((size_t)B * NH * T * hs), 256, 0, stream>>>(
+        (bf16 *)out, (bf16 *)y, B, T, NH, hs, 0);
+    return cudaGetLastError();
+}
+extern "C" cudaError_t gt_cu_attn_unpermute_backward(gt_bf16 *dy, const gt_bf16 *dout, int B,
+                                                     int T, int NH, int hs,
+                                                     cudaStream_t stream) {
+    attn_unpermute_kernel<<<grid_for((size_t)B * NH * T * hs), 256, 0, stream>>>(
+        (bf16 *)dout, (bf16 *)dy, B, T, NH, hs, 1);
+    return cudaGetLastError();
+}
+
+/* one warp per row (bh, t) */
+__global__ void causal_softmax_forward_kernel(bf16 *att, const bf16 *preatt, float scale, int BH,
+                                              int T) {
+    size_t row = blockIdx.x * (size_t)(blockDim.x / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= (size_t)BH * T) return;
+    int t = (int)(row % T);
+    const bf16 *x = preatt + row * T;
+    bf16 *y = att + row * T;
+    float mx = -FLT_MAX;
+    for (int j = lane; j <= t; j += WARP) mx = fmaxf(mx, scale * __bfloat162float(x[j]));
+    mx = warp_max(mx);
+    float sum = 0.0f;
+    for (int j = lane; j <= t; j += WARP) sum += expf(scale * __bfloat162float(x[j]) - mx);
+    float inv = 1.0f / warp_sum(sum);
+    for (int j = lane; j < T; j += WARP)
+        y[j] = __float2bfloat16(j <= t ? expf(scale * __bfloat162float(x[j]) - mx) * inv : 0.0f);
+}
+
+__global__ void causal_softmax_backward_kernel(bf16 *dpreatt, const bf16 *datt, const bf16 *att,
+                                               float scale, int BH, int T) {
+    size_t row = blockIdx.x * (size_t)(blockDim.x / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= (size_t)BH * T) return;
+    int t = (int)(row % T);
+    const bf16 *a = att + row * T, *da = datt + row * T;
+    float dot = 0.0f;
+    for (int j = lane; j <= t; j += WARP) dot += __bfloat162float(a[j]) * __bfloat162float(da[j]);
+    dot = warp_sum(dot);
+    bf16 *out = dpreatt + row * T;
+    for (int j = lane; j < T; j += WARP) {
+        float v = j <= t ? scale * __bfloat162float(a[j]) * (__bfloat162float(da[j]) - dot) : 0.0f;
+        out[j] = __float2bfloat16(v);
+    }
+}
+
+extern "C" cudaError_t gt_cu_causal_softmax_forward(gt_bf16 *att, const gt_bf16 *preatt,
+                                                    float scale, int BH, int T,
+                                                    cudaStream_t stream) {
+    causal_softmax_forward_kernel<<<ceil_div((size_t)BH * T, 8), 256, 0, stream>>>(
+        (bf16 *)att, (const bf16 *)preatt, scale, BH, T);
+    return cudaGetLastError();
+}
+extern "C" cudaError_t gt_cu_causal_softmax_backward(gt_bf16 *dpreatt, const gt_bf16 *datt,
+                                                     const gt_bf16 *att, float scale, int BH,
+                                                     int T, cudaStream_t stream) {
+    causal_softmax_backward_kernel<<<ceil_div((size_t)BH * T, 8), 256, 0, stream>>>(
+        (bf16 *)dpreatt, (const bf16 *)datt, (const bf16 *)att, scale, BH, T);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* cross-entropy over bf16 logits                                                              */
+
+/* one block per row; 16-byte loads when V % 8 == 0 */
+__global__ void crossentropy_forward_kernel(float *lse, float *losses, const bf16 *logits,
+                                            const int32_t *targets, int V) {
+    size_t row = blockIdx.x;
+    const bf16 *x = logits + row * V;
+    float mx = -FLT_MAX;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, __bfloat162float(x[j]));
+    mx = block_max(mx);
+    float sum = 0.0f;
+    for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(__bfloat162float(x[j]) - mx);
+    sum = block_sum(sum);
+    if (threadIdx.x == 0) {
+        float l = mx + logf(sum);
+        lse[row] = l;
+        losses[row] = l - __bfloat162float(x[targets[row]]);
+    }
+}
+
+__global__ void crossentropy_backward_kernel(bf16 *logits, const float *lse,
+                                             const int32_t *targets, float dloss, int V) {
+    size_t row = blockIdx.x;
+    bf16 *x = logits + row * V;
+    float l = lse[row];
+    int tgt = targets[row];
+    for (int j = threadIdx.x; j < V; j += blockDim.x) {
+        float p = expf(__bfloat162float(x[j]) - l);
+        x[j] = __float2bfloat16((p - (j == tgt ? 1.0f : 0.0f)) * dloss);
+    }
+}
+
+__global__ void mean_kernel(float *out, const float *x, int n) {
+    float acc = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
+    acc = block_sum(acc);
+    if (threadIdx.x == 0) out[0] = acc / n;
+}
+
+extern "C" cudaError_t gt_cu_crossentropy_forward(float *lse, float *losses,
+                                                  const gt_bf16 *logits, const int32_t *targets,
+                                                  int N, int V, cudaStream_t stream) {
+    crossentropy_forward_kernel<<<N, 512, 0, stream>>>(lse, losses, (const bf16 *)logits,
+                                                       targets, V);
+    return cudaGetLastError();
+}
+extern "C" cudaError_t gt_cu_crossentropy_backward(gt_bf16 *logits, const float *lse,
+                                                   const int32_t *targets, float dloss, int N,
+                                                   int V, cudaStream_t stream) {
+    crossentropy_backward_kernel<<<N, 512, 0, stream>>>((bf16 *)logits, lse, targets, dloss, V);
+    return cudaGetLastError();
+}
+extern "C" cudaError_t gt_cu_mean(float *out, const float *x, int n, cudaStream_t stream) {
+    mean_kernel<<<1, 1024, 0, stream>>>(out, x, n);
+    return cudaGetLastError();
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* sum of squares (double), AdamW                                                              */
+
+__global__ void sq_partial_kernel(double *partial, const float *x, size_t n) {
+    __shared__ double shared[256];
+    size_t per = (n + gridDim.x - 1) / gridDim.x;
+    size_t b0 = blockIdx.x * per, b1 = min(n, b0 + per);
+    double acc = 0.0;
+    for (size_t i = b0 + threadIdx.x; i < b1; i += blockDim.x) acc += (double)x[i] * x[i];
+    shared[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) partial[blockIdx.x] = shared[0];
+}
+
+__global__ void sq_finish_kernel(double *out, const double *partial, int n) {
+    if (threadIdx.x != 0 || blockIdx.x != 0) return;
+    double acc = 0.0;
+    for (int i = 0; i < n; i++) acc += partial[i];
+    out[0] = acc;
+}
+
+extern "C" cudaError_t gt_cu_sq_sum(double *out, double *partial, const float *x, size_t n,
+                                    cudaStream_t stream) {
+    sq_partial_kernel<<<GT_CU_SQ_BLOCKS, 256, 0, stream>>>(partial, x, n);
+    sq_finish_kernel<<<1, 32, 0, stream>>>(out, partial, GT_CU_SQ_BLOCKS);
+    return cudaGetLastError();
+}
+
+#define ADAMW_PER_BLOCK 4096
+
+__global__ void adamw_kernel(float *params, bf16 *params16, const float *grads, float *m,
+                             float *v, size_t n, const uint64_t *seg_end,
+                             const uint8_t *seg_decay, int n_segments, gt_cu_adamw_args a) {
+    size_t b0 = (size_t)blockIdx.x * ADAMW_PER_BLOCK;
+    size_t b1 = min(n, b0 + ADAMW_PER_BLOCK);
+    /* first segment whose end is beyond b0 (binary search, same for the whole block) */
+    int lo = 0, hi = n_segments - 1;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        if (seg_end[mid] > b0) hi = mid;
+        else lo = mid + 1;
+    }
+    int seg = lo;
+    for (size_t i = b0 + threadIdx.x; i < b1; i += blockDim.x) {
+        while (seg < n_segments - 1 && i >= seg_end[seg]) seg++;
+        float decay = seg_decay[seg] ? 1.0f - a.lr * a.weight_decay : 1.0f;
+        float g = grads[i] * a.grad_scale;
+        float p = params[i] * decay;
+        float mi = m[i] + a.one_minus_beta1 * (g - m[i]);
+        float vi = v[i] * a.beta2 + a.one_minus_beta2 * g * g;
+        float denom = sqrtf(vi) / a.bc2_sqrt + a.eps;
+        p = p - a.step_size * (mi / denom);
+        params[i] = p;
+        params16[i] = __float2bfloat16(p);
+        m[i] = mi;
+        v[i] = vi;
+    }
+}
+
+extern "C" cudaError_t gt_cu_adamw(float *params, gt_bf16 *params16, const float *grads,
+                                   float *m, float *v, size_t n, const uint64_t *seg_end,
+                                   const uint8_t *seg_decay, int n_segments,
+                                   gt_cu_adamw_args args, cudaStream_t stream) {
+    if (n == 0) return cudaSuccess;
+    adamw_kernel<<<ceil_div(n, ADAMW_PER_BLOCK), 256, 0, stream>>>(
+        params, (bf16 *)params16, grads, m, v, n, seg_end, seg_decay, n_segments, args);
+    return cudaGetLastError();
+}

@@ -1,0 +1,121 @@
+/*
+ * kernels.h — the CUDA kernels of one GPT-2 stage, as C-callable launchers (kernels.cu).
+ *
+ * Every launcher enqueues on `stream`, returns the launch status (cudaGetLastError) and never
+ * synchronizes. Activations are bf16 (gt_bf16 is its 16-bit storage type on the C side), all
+ * statistics and gradients of parameters fp32, math inside kernels fp32.
+ * Shapes: B batch, T sequence, C channels, NH heads, hs = C/NH, V vocabulary, N = B*T rows.
+ * "+=" marks outputs accumulated into. Reductions use a fixed partition and order and no atomics,
+ * so results are bit-reproducible run to run.
+ */
+#ifndef GANTRY_CUDA_KERNELS_H
+#define GANTRY_CUDA_KERNELS_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef uint16_t gt_bf16; /* storage of one bfloat16 */
+
+/* Rows per block-row of the two-phase column sums; partial buffers hold
+ * GT_CU_COLSUM_CHUNKS * C floats per reduced vector. */
+#define GT_CU_COLSUM_CHUNKS 64
+
+/* dst (n) bf16 = src (n) fp32, round to nearest even */
+cudaError_t gt_cu_f32_to_bf16(gt_bf16 *dst, const float *src, size_t n, cudaStream_t stream);
+/* dst (n) fp32 = src (n) bf16 */
+cudaError_t gt_cu_bf16_to_f32(float *dst, const gt_bf16 *src, size_t n, cudaStream_t stream);
+
+/* out (N,C) = wte[tokens] (V,C) + wpe[t] (maxT,C) */
+cudaError_t gt_cu_encoder_forward(gt_bf16 *out, const int32_t *tokens, const gt_bf16 *wte,
+                                  const gt_bf16 *wpe, int B, int T, int C, cudaStream_t stream);
+/* dwpe (maxT,C) += sum_b dout[b,t]; dwte (V,C) += dout rows grouped by token:
+ * groups: n_groups unique tokens; group g has token group_token[g] and positions
+ * group_pos[group_start[g] .. group_start[g+1]) in increasing order (built on the host). */
+cudaError_t gt_cu_encoder_backward(float *dwte, float *dwpe, const gt_bf16 *dout,
+                                   const int32_t *group_token, const int32_t *group_start,
+                                   const int32_t *group_pos, int n_groups, int B, int T, int C,
+                                   cudaStream_t stream);
+
+/* out (N,C) = (inp - mean) * rstd * w + b; mean, rstd (N) fp32 saved for backward */
+cudaError_t gt_cu_layernorm_forward(gt_bf16 *out, float *mean, float *rstd, const gt_bf16 *inp,
+                                    const gt_bf16 *w, const gt_bf16 *b, int N, int C,
+                                    cudaStream_t stream);
+/* dinp (N,C) = dresid (N,C) + d LN/d inp given dout (N,C); dinp may alias dresid */
+cudaError_t gt_cu_layernorm_backward_input(gt_bf16 *dinp, const gt_bf16 *dresid,
+                                           const gt_bf16 *dout, const gt_bf16 *inp,
+                                           const float *mean, const float *rstd,
+                                           const gt_bf16 *w, int N, int C, cudaStream_t stream);
+/* dw (C) += sum_n dout * xhat, db (C) += sum_n dout; scratch: 2 * GT_CU_COLSUM_CHUNKS * C */
+cudaError_t gt_cu_layernorm_backward_weight(float *dw, float *db, const gt_bf16 *dout,
+                                            const gt_bf16 *inp, const float *mean,
+                                            const float *rstd, int N, int C, float *scratch,
+                                            cudaStream_t stream);
+/* dbias (OC) += sum_n dout (N,OC); scratch: GT_CU_COLSUM_CHUNKS * OC floats */
+cudaError_t gt_cu_bias_backward(float *dbias, const gt_bf16 *dout, int N, int OC, float *scratch,
+                                cudaStream_t stream);
+
+/* tanh-GELU: out (n) = gelu(inp); backward in place: d (n) = gelu'(pre) * d */
+cudaError_t gt_cu_gelu_forward(gt_bf16 *out, const gt_bf16 *inp, size_t n, cudaStream_t stream);
+cudaError_t gt_cu_gelu_backward_inplace(gt_bf16 *d, const gt_bf16 *pre, size_t n,
+                                        cudaStream_t stream);
+/* out (n) = a + b */
+cudaError_t gt_cu_residual_forward(gt_bf16 *out, const gt_bf16 *a, const gt_bf16 *b, size_t n,
+                                   cudaStream_t stream);
+
+/* Reference attention helpers (materialized scores).
+ * qkv (B,T,3,NH,hs) -> q, k, v (B,NH,T,hs) each */
+cudaError_t gt_cu_attn_permute(gt_bf16 *q, gt_bf16 *k, gt_bf16 *v, const gt_bf16 *qkv, int B,
+                               int T, int NH, int hs, cudaStream_t stream);
+/* y (B,NH,T,hs) -> out (B,T,NH,hs) */
+cudaError_t gt_cu_attn_unpermute(gt_bf16 *out, const gt_bf16 *y, int B, int T, int NH, int hs,
+                                 cudaStream_t stream);
+/* dq, dk, dv (B,NH,T,hs) -> dqkv (B,T,3,NH,hs) */
+cudaError_t gt_cu_attn_permute_backward(gt_bf16 *dqkv, const gt_bf16 *dq, const gt_bf16 *dk,
+                                        const gt_bf16 *dv, int B, int T, int NH, int hs,
+                                        cudaStream_t stream);
+/* dy (B,NH,T,hs) <- dout (B,T,NH,hs) */
+cudaError_t gt_cu_attn_unpermute_backward(gt_bf16 *dy, const gt_bf16 *dout, int B, int T, int NH,
+                                          int hs, cudaStream_t stream);
+/* att (BH,T,T) = causal softmax(scale * preatt) (rows t: columns > t are 0) */
+cudaError_t gt_cu_causal_softmax_forward(gt_bf16 *att, const gt_bf16 *preatt, float scale,
+                                         int BH, int T, cudaStream_t stream);
+/* dpreatt (BH,T,T) = scale * att * (datt - sum_j att*datt) (causal; upper triangle 0) */
+cudaError_t gt_cu_causal_softmax_backward(gt_bf16 *dpreatt, const gt_bf16 *datt,
+                                          const gt_bf16 *att, float scale, int BH, int T,
+                                          cudaStream_t stream);
+
+/* Cross-entropy over bf16 logits (N,V): lse (N) = logsumexp, losses (N) = lse - logit[target] */
+cudaError_t gt_cu_crossentropy_forward(float *lse, float *losses, const gt_bf16 *logits,
+                                       const int32_t *targets, int N, int V, cudaStream_t stream);
+/* In place: logits (N,V) -> dlogits = (softmax - onehot(target)) * dloss */
+cudaError_t gt_cu_crossentropy_backward(gt_bf16 *logits, const float *lse, const int32_t *targets,
+                                        float dloss, int N, int V, cudaStream_t stream);
+/* out (1) = sum of x (n) / n, fixed order (one block) */
+cudaError_t gt_cu_mean(float *out, const float *x, int n, cudaStream_t stream);
+
+/* Sum of squares of x[begin, end) in double; partial: GT_CU_SQ_BLOCKS doubles; out (1) */
+#define GT_CU_SQ_BLOCKS 512
+cudaError_t gt_cu_sq_sum(double *out, double *partial, const float *x, size_t n,
+                         cudaStream_t stream);
+
+/* AdamW over the whole buffer (torch.optim.AdamW semantics, see stage.h); segments: the buffer
+ * is cut into n_segments runs [seg_end[i-1], seg_end[i]) with weight decay seg_decay[i] (0/1).
+ * Also writes the bf16 copy of the updated parameters into params16. */
+typedef struct {
+    float lr, beta1, beta2, eps, weight_decay, grad_scale;
+    float step_size, bc2_sqrt, one_minus_beta1, one_minus_beta2;
+} gt_cu_adamw_args;
+cudaError_t gt_cu_adamw(float *params, gt_bf16 *params16, const float *grads, float *m, float *v,
+                        size_t n, const uint64_t *seg_end, const uint8_t *seg_decay,
+                        int n_segments, gt_cu_adamw_args args, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* GANTRY_CUDA_KERNELS_H */

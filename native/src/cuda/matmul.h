@@ -1,0 +1,56 @@
+/*
+ * matmul.h — bf16 matrix products through cuBLASLt with fused epilogues (CUDA backend).
+ *
+ * Column-major, as cuBLAS: D (m,n) = op(A) (m,k) @ op(B) (k,n) + beta * Cin, optionally batched
+ * with strides. A and B are bf16; Cin/D are bf16 or fp32 (fp32 for accumulating weight
+ * gradients into the master-precision gradient buffer with beta = 1). Epilogues: bias (bf16,
+ * length m, added to every column), bias + tanh-GELU with the pre-activation written to aux,
+ * and dGELU (D *= gelu'(aux)). A row-major (rows, cols) matrix is a column-major (cols, rows)
+ * one, which is how stage_cuda.c maps Hugging Face's Conv1D layout onto these calls.
+ */
+#ifndef GANTRY_CUDA_MATMUL_H
+#define GANTRY_CUDA_MATMUL_H
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+
+typedef struct {
+    cublasLtHandle_t handle;
+    void *workspace;       /* device */
+    size_t workspace_size; /* bytes */
+} gt_lt;
+
+typedef enum {
+    GT_EPI_NONE = 0,
+    GT_EPI_BIAS = 1,      /* D = AB + beta*Cin + bias */
+    GT_EPI_GELU_BIAS = 2, /* aux = AB + bias; D = gelu(aux)  (Cin unused) */
+    GT_EPI_DGELU = 3      /* D = (AB) * gelu'(aux)           (Cin unused) */
+} gt_epilogue;
+
+typedef struct {
+    void *D;
+    const void *Cin;   /* NULL: beta is ignored (0) */
+    const void *A, *B;
+    int m, n, k;
+    int transa, transb;
+    int lda, ldb, ldd;
+    int d_fp32;        /* D and Cin are fp32 (else bf16) */
+    float beta;
+    gt_epilogue epilogue;
+    const void *bias;  /* bf16 (m) */
+    void *aux;         /* bf16 (m,n), ld = ldd */
+    int batch;         /* 0 or 1: not batched */
+    long long stride_a, stride_b, stride_d;
+} gt_matmul_args;
+
+/* Creates the handle and a workspace of `workspace_size` bytes. */
+int gt_lt_create(gt_lt *lt, size_t workspace_size);
+void gt_lt_destroy(gt_lt *lt);
+
+/* Runs one product on `stream`. If cuBLASLt has no algorithm for the requested epilogue,
+ * returns GT_EINPUT-free status GT_ESTATE with *unsupported = 1 (callers fall back to a plain
+ * product plus a kernel); any other failure is GT_ESTATE with the cuBLASLt status and file:line. */
+int gt_matmul(gt_lt *lt, const gt_matmul_args *args, cudaStream_t stream, int *unsupported);
+
+#endif /* GANTRY_CUDA_MATMUL_H */

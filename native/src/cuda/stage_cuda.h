@@ -1,0 +1,128 @@
+/*
+ * stage_cuda.h — the gt_stage struct of the CUDA backend, shared by stage_cuda.c (create, free,
+ * buffers), compute_cuda.c (forward / backward), optim_cuda.c (AdamW, norms, schedule) and
+ * stage_io_cuda.c (safetensors). Not part of the public API.
+ *
+ * Memory: parameters, gradients and AdamW moments are fp32 device buffers in the stage.h layout;
+ * params16 is their bf16 copy used by every kernel (refreshed by AdamW, load and writes).
+ * Activations of a micro-batch (one slot) are bf16 in one device allocation.
+ */
+#ifndef GANTRY_STAGE_CUDA_H
+#define GANTRY_STAGE_CUDA_H
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cuda/attention_cudnn.h"
+#include "cuda/kernels.h"
+#include "cuda/matmul.h"
+#include "gantry/stage.h"
+
+/* Tensors of one transformer block, in buffer order (as stage_internal.h). */
+enum {
+    GT_LN1_W, GT_LN1_B, GT_QKV_W, GT_QKV_B, GT_ATTPROJ_W, GT_ATTPROJ_B,
+    GT_LN2_W, GT_LN2_B, GT_FC_W, GT_FC_B, GT_FCPROJ_W, GT_FCPROJ_B,
+    GT_TENSORS_PER_LAYER
+};
+
+/* Forward activations of one local layer (N = B*T). */
+typedef struct {
+    gt_bf16 *ln1;              /* (N,C) */
+    float *ln1_mean, *ln1_rstd; /* (N) */
+    gt_bf16 *qkv;              /* (N,3C) = (B,T,3,NH,hs) */
+    gt_bf16 *atty;             /* (N,C) attention output before c_proj */
+    float *stats;              /* cuDNN: (B,NH,T) log-sum-exp */
+    gt_bf16 *att;              /* reference attention: (B,NH,T,T) probabilities */
+    gt_bf16 *res2;             /* (N,C) */
+    gt_bf16 *ln2;              /* (N,C) */
+    float *ln2_mean, *ln2_rstd; /* (N) */
+    gt_bf16 *fch;              /* (N,4C) pre-GELU */
+    gt_bf16 *fch_gelu;         /* (N,4C) */
+    gt_bf16 *res3;             /* (N,C) layer output */
+} gt_cu_layer;
+
+typedef struct {
+    gt_cu_layer *layers;       /* [nl] (host array of device pointers) */
+    gt_bf16 *x0;               /* (N,C) stage input */
+    gt_bf16 *lnf;              /* last: (N,C) */
+    float *lnf_mean, *lnf_rstd; /* last: (N) */
+    gt_bf16 *logits;           /* last: (N,V); dlogits after backward_input */
+    float *lse, *losses;       /* last: (N) */
+    int32_t *tokens, *targets; /* device (N) */
+    int32_t *groups;           /* first: device [3N+1]: token, start, pos of encoder groups */
+    int32_t *staging;          /* pinned host: tokens (N), targets (N), groups (3N+1) */
+    int n_groups;
+    cudaEvent_t uploaded;      /* after the host-to-device copies of staging */
+    void *block;               /* the device allocation behind the pointers */
+    int state;                 /* GT_SLOT_* */
+} gt_cu_slot;
+
+enum { GT_SLOT_FREE = 0, GT_SLOT_FORWARD_DONE = 1, GT_SLOT_INPUT_GRAD_DONE = 2 };
+
+/* Activation gradients of one local layer. */
+typedef struct {
+    gt_bf16 *dres2, *dln1, *dln2; /* (N,C) */
+    gt_bf16 *dqkv;                /* (N,3C) */
+    gt_bf16 *dfch;                /* (N,4C) gradient at the c_fc output (pre-GELU) */
+} gt_cu_layer_grads;
+
+/* Full backward keeps one layer and two residual gradients (ping-pong); the split backward
+ * keeps every layer (per slot) for backward_weight. */
+typedef struct {
+    gt_cu_layer_grads *layers; /* [n_layers] */
+    gt_bf16 **dresid;          /* [n_resid] (N,C) */
+    gt_bf16 *dlnf;             /* last: (N,C) */
+    int n_layers, n_resid;
+    void *block;
+} gt_cu_grads;
+
+struct gt_stage {
+    gt_config cfg;
+    int layer_begin, layer_end, nl;
+    int is_first, is_last;
+    int B, T, n_slots;
+
+    gt_tensor_info *tensors;
+    char *names;
+    int num_tensors, layer_tensor0, has_wte, has_wpe;
+    size_t num_params;
+
+    float *buffers[4];         /* device fp32 */
+    gt_bf16 *params16;         /* device bf16 copy of the parameters */
+    uint64_t *seg_end;         /* device: AdamW decay segments */
+    uint8_t *seg_decay;
+    int n_segments;
+
+    cudaStream_t stream;
+    gt_lt lt;
+    gt_cudnn_attn *cudnn;      /* NULL: reference attention */
+    int gelu_fused, dgelu_fused;
+    char info[512];
+
+    gt_cu_slot *slots;
+    gt_cu_grads shared_grads;
+    gt_cu_grads **slot_grads;  /* [n_slots], allocated on first split backward */
+
+    /* scratch shared by all slots (the stream orders their uses) */
+    gt_bf16 *datty;            /* (N,C) */
+    float *colsum;             /* 2 * GT_CU_COLSUM_CHUNKS * 4C */
+    double *sq;                /* 1 + GT_CU_SQ_BLOCKS */
+    float *loss;               /* 1 */
+    float *host_loss;          /* pinned 1 */
+    double *host_sq;           /* pinned 1 */
+    gt_bf16 *ref_qkv;          /* reference attention: q,k,v (3 * N*C), y (N*C) */
+    gt_bf16 *ref_scores;       /* reference attention: 2 * (B,NH,T,T) */
+};
+
+static inline size_t gt_cu_tensor_offset(const struct gt_stage *s, int l, int k) {
+    return s->tensors[s->layer_tensor0 + l * GT_TENSORS_PER_LAYER + k].offset;
+}
+
+/* compute_cuda.c */
+int gt_cu_alloc_slot(struct gt_stage *s, gt_cu_slot *slot);
+void gt_cu_release_slot(gt_cu_slot *slot);
+int gt_cu_alloc_grads(struct gt_stage *s, gt_cu_grads *g, int full);
+void gt_cu_release_grads(gt_cu_grads *g);
+
+#endif /* GANTRY_STAGE_CUDA_H */
