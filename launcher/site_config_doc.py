@@ -12,7 +12,6 @@ import inspect
 import sys
 import types
 import typing
-from pathlib import Path
 from typing import Any
 
 from launcher import site_config
