@@ -24,7 +24,8 @@ def demo_job(data_glob: str, sysfs_root: Path, state_dir: Path, steps: int) -> d
                   "data": data_glob},
         "resources": {"nodes": 4, "spares": 1, "time_limit": "00:10:00"},
         "checkpoint": {"dir": "checkpoints", "interval": max(1, steps // 2), "keep": 2},
-        "policy": {"preflight_level": "quick", "requeue": True, "max_restarts": 1},
+        "policy": {"preflight_level": "quick", "requeue": True, "max_restarts": 1,
+                   "hang_timeout_s": 60},
         "env": {
             # The fault drill: preflight reads InfiniBand ports from this fake sysfs tree,
             # where one planned node's port is down.

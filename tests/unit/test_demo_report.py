@@ -181,3 +181,17 @@ def test_cli_step_not_traced_is_refused_and_writes_nothing(tmp_path: Path) -> No
     assert result.returncode == 2
     assert "--step: 7 is not allowed (traced steps: 1)" in result.stderr
     assert not (run_dir / "report").exists()
+
+
+def test_demo_bad_input_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    work = tmp_path / "work"
+    for args, message in [
+        (("--steps", "1"), "error: --steps: 1 is not allowed (expected >= 2)"),
+        (("--faulty", "zz"), "error: --faulty: 'zz' is not allowed (expected a node of"),
+        (("--site", str(REPO / "site_configs" / "example-large.yaml")),
+         "slurm.embedded: false is not allowed for `gantry demo`"),
+    ]:
+        result = gantry("demo", "--work-dir", str(work), *args)
+        assert result.returncode == 2, result.stderr
+        assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
+    assert not work.exists()
