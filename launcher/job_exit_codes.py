@@ -14,6 +14,22 @@ REQUEUED = 66
 STOPPED = 67
 #: The script could not prepare (attempt directory, node list).
 SETUP_FAILED = 68
+#: The training step failed (crash, hang, lost node); the job requeued itself to resume
+#: from the last complete checkpoint.
+RECOVERING = 69
+#: The job was requeued more than policy.max_restarts times (e.g. by Slurm on node failure).
+RESTARTS_EXHAUSTED = 70
+
+# Exit codes of `gantry train` itself (one process per rank), read by the batch script.
+#: Stopped on USR1/TERM at an agreed step boundary after checkpointing on every rank.
+TRAINER_STOPPED = 75
+#: The watchdog saw no progress for policy.hang_timeout_s and aborted the rank (the launcher
+#: then kills the step).
+TRAINER_HUNG = 76
+#: A fault hook (tests only, see launcher/train/faults.py) crashed the rank on purpose.
+TRAINER_FAULT_INJECTED = 77
+#: Bad input (job YAML, checkpoint given with --resume-from, ...): never retried.
+TRAINER_BAD_INPUT = 2
 
 #: (code, meaning) in the order the script header lists them.
 DOCUMENTED: tuple[tuple[int, str], ...] = (
@@ -23,4 +39,6 @@ DOCUMENTED: tuple[tuple[int, str], ...] = (
     (REQUEUED, "stopped by USR1: checkpointed, then requeued"),
     (STOPPED, "stopped by a signal: not requeued (TERM, policy off, max_restarts reached)"),
     (SETUP_FAILED, "setup failed (attempt directory, node list)"),
+    (RECOVERING, "training step failed (crash, hang, lost node): requeued to resume"),
+    (RESTARTS_EXHAUSTED, "requeued more than policy.max_restarts times: not run again"),
 )

@@ -50,10 +50,12 @@ def layout_line(request: JobRequest) -> str:
 
 
 def train_argv(request: JobRequest, job_dir: Path, gantry: Sequence[str]) -> tuple[str, ...]:
-    """What every rank runs: the job's command, else ``gantry train <job dir>/spec.yaml``."""
+    """What every rank runs: the job's command, else ``gantry train <job dir>/spec.yaml``
+    (with ``--resume``: every attempt continues from the newest complete checkpoint)."""
     if request.spec.command:
         return tuple(request.spec.command)
-    return (*gantry, "train", str(job_dir / "spec.yaml"), "--site", str(request.site.path))
+    return (*gantry, "train", str(job_dir / "spec.yaml"), "--site", str(request.site.path),
+            "--resume")
 
 
 def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,

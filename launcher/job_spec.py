@@ -121,7 +121,17 @@ class CheckpointSpec:
     interval: int = 0
     """Save every N steps (0: only on signal and at the end)."""
     keep: int = 2
-    """How many complete checkpoints to keep."""
+    """How many complete checkpoints to keep (0: all)."""
+    async_write: bool = False
+    """Write shards in a background thread from copies of the buffers, overlapping the next
+    step (the manifest follows once every rank's shards are durable). Pays off only where
+    the rank has idle cores (see docs/BENCHMARKS.md)."""
+
+    def validate(self) -> None:
+        if self.interval < 0:
+            raise FieldError("interval", f"{self.interval} is not allowed (expected >= 0)")
+        if self.keep < 0:
+            raise FieldError("keep", f"{self.keep} is not allowed (expected >= 0, 0 = all)")
 
 
 @dataclass(frozen=True)
@@ -173,8 +183,15 @@ class PolicySpec:
     """Give up after this many restarts."""
     signal_lead_s: int = 120
     """Seconds before the time limit that Slurm sends USR1 (checkpoint then requeue)."""
-    hang_timeout_s: int = 300
-    """Watchdog: a rank with no progress for this long fails the job into recovery."""
+    hang_timeout_s: float = 300
+    """Watchdog: a rank with no progress for this long fails the job into recovery (0: off)."""
+
+    def validate(self) -> None:
+        if self.max_restarts < 0:
+            raise FieldError("max_restarts", f"{self.max_restarts} is not allowed (expected >= 0)")
+        if self.hang_timeout_s < 0:
+            raise FieldError("hang_timeout_s",
+                             f"{self.hang_timeout_s} is not allowed (expected >= 0 s, 0 = off)")
 
 
 @dataclass(frozen=True)

@@ -61,10 +61,22 @@ class SlurmSection:
     """Batch script template: a name in sbatch_templates/, or a path relative to the site file."""
     sbatch_options: list[str] = field(default_factory=list)
     """Extra #SBATCH options for every job of the site, e.g. ["--exclusive"]."""
+    slurmd_timeout_s: int = 60
+    """Embedded: SlurmdTimeout (a node whose slurmd stops answering is DOWN after this long;
+    its jobs are requeued or killed)."""
+    cred_expire_s: int | None = None
+    """Embedded: AuthInfo cred_expire, the job credential lifetime; a requeued job also waits
+    cred_expire + 1 s before it starts again. None: Slurm's default (120 s)."""
 
     def validate(self) -> None:
         _check_port("controller_port", self.controller_port)
         _check_port("slurmd_port_base", self.slurmd_port_base)
+        if self.slurmd_timeout_s < 5:
+            raise FieldError("slurmd_timeout_s",
+                             f"{self.slurmd_timeout_s} is not allowed (expected >= 5 s)")
+        if self.cred_expire_s is not None and self.cred_expire_s < 5:
+            raise FieldError("cred_expire_s",
+                             f"{self.cred_expire_s} is not allowed (expected >= 5 s)")
 
 
 @dataclass(frozen=True)

@@ -215,19 +215,19 @@ def write_test_site(
     overrides: Mapping[str, Any] | None = None,
 ) -> Path:
     """A copy of site_configs/local.yaml with its own run dir, cluster name and ports;
-    ``overrides`` replace whole top-level sections (e.g. {"nodes": {...}})."""
+    ``overrides`` replace whole top-level sections (e.g. {"nodes": {...}}; a "slurm"
+    override keeps the test's name, run dir and ports)."""
     data = yaml.safe_load(DEFAULT_SITE.read_text())
     data["name"] = "test"
-    data["slurm"].update(
-        {
-            "cluster_name": f"gantry-test-{directory.name[-8:].lower().replace('_', '')}",
-            "run_dir": str(directory / "run"),
-            "controller_port": port_base,
-            "slurmd_port_base": port_base + 1,
-        }
-    )
     for key, value in (overrides or {}).items():
         data[key] = value
+    data["slurm"] = {  # the test's own name, run dir and ports win over any override
+        **data["slurm"],
+        "cluster_name": f"gantry-test-{directory.name[-8:].lower().replace('_', '')}",
+        "run_dir": str(directory / "run"),
+        "controller_port": port_base,
+        "slurmd_port_base": port_base + 1,
+    }
     path = directory / "site.yaml"
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path

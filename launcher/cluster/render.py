@@ -101,7 +101,8 @@ def render_slurm_conf(
         f"SlurmUser={daemon_user}",
         f"SlurmdUser={daemon_user}",
         "AuthType=auth/munge",
-        f"AuthInfo=socket={layout.munge_socket}",
+        f"AuthInfo=socket={layout.munge_socket}"
+        + ("" if slurm.cred_expire_s is None else f",cred_expire={slurm.cred_expire_s}"),
         "CredType=cred/munge",
         "",
         "# Everything lives under the run dir; %n is the emulated node's name.",
@@ -124,7 +125,7 @@ def render_slurm_conf(
         "# Drained nodes stay drained; a node that was DOWN returns when its slurmd registers.",
         "ReturnToService=2",
         "SlurmctldTimeout=60",
-        "SlurmdTimeout=60",
+        f"SlurmdTimeout={slurm.slurmd_timeout_s}",
         "MessageTimeout=10",
         "InactiveLimit=0",
         "KillWait=5",

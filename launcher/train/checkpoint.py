@@ -4,7 +4,8 @@ Layout: ``<dir>/step_<N>/stage_<S>.safetensors`` (params under their HF names, A
 as ``exp_avg.<name>`` / ``exp_avg_sq.<name>``; metadata: step, data position, seed) and
 ``<dir>/step_<N>/manifest.json`` ({"step", "files": {name: sha256}}), which rank 0 writes
 after every shard is durable: a directory without a valid manifest is incomplete.
-Writes go to a temp file, fsync, rename, fsync of the directory.
+Writes go to a temp file, fsync, rename, fsync of the directory. A write that crashes leaves
+a directory without a manifest, which resume ignores and the next manifest write removes.
 
 Resume policy: ``--resume`` takes the newest complete checkpoint whose shards all match the
 manifest, skipping (with a warning) newer ones that fail verification; an explicit
@@ -20,11 +21,13 @@ import shutil
 from pathlib import Path
 
 import numpy as np
+import numpy.typing as npt
 from safetensors import SafetensorError
-from safetensors.numpy import load_file, save_file
+from safetensors.numpy import load_file, save
 
 from launcher.errors import UserInputError
 from launcher.native.binding import Buffer
+from launcher.train import faults
 from launcher.train.native_pipeline import Chunk
 
 MANIFEST = "manifest.json"
@@ -65,25 +68,48 @@ def sha256_of(path: Path) -> str:
     return digest.hexdigest()
 
 
-def save_chunk(root: Path, step: int, chunk: Chunk, seed: int) -> tuple[str, str]:
-    """Writes one stage shard; returns (file name, sha256)."""
-    directory = step_dir(root, step)
-    directory.mkdir(parents=True, exist_ok=True)
-    tensors = {}
+Snapshot = dict[str, npt.NDArray[np.float32]]
+
+
+def snapshot_chunk(chunk: Chunk) -> Snapshot:
+    """Copies of one stage's params and AdamW moments (taken between steps; writing the
+    copies can then overlap the next steps)."""
+    tensors: Snapshot = {}
     for which, prefix in _PREFIX.items():
         buf = chunk.buffer(which)
         for info in chunk.tensors:
             tensors[prefix + info.name] = buf[info.offset : info.offset + info.numel].reshape(
                 info.shape).copy()
-    path = directory / shard_name(chunk.stage)
-    tmp = path.with_name(path.name + ".tmp")
+    return tensors
+
+
+def write_shard(root: Path, step: int, stage: int, tensors: Snapshot, seed: int,
+                rank: int = 0) -> tuple[str, str]:
+    """Writes one stage shard atomically (temp file, fsync, rename, fsync of the directory);
+    returns (file name, sha256). The crash fault hook fires half-way through the temp file."""
+    directory = step_dir(root, step)
+    directory.mkdir(parents=True, exist_ok=True)
     meta = {"format": "pt", "step": str(step), "data_position": str(step), "seed": str(seed)}
-    save_file(tensors, str(tmp), metadata=meta)
-    with open(tmp, "rb+") as handle:
+    data = save(tensors, metadata=meta)
+    path = directory / shard_name(stage)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as handle:
+        if faults.crash_point(step, rank):
+            handle.write(data[: len(data) // 2])
+            handle.flush()
+            os.fsync(handle.fileno())
+            faults.crash_now(str(tmp))
+        handle.write(data)
+        handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
     _fsync_dir(directory)
-    return path.name, sha256_of(path)
+    return path.name, hashlib.sha256(data).hexdigest()
+
+
+def save_chunk(root: Path, step: int, chunk: Chunk, seed: int) -> tuple[str, str]:
+    """Writes one stage shard now; returns (file name, sha256)."""
+    return write_shard(root, step, chunk.stage, snapshot_chunk(chunk), seed)
 
 
 def write_manifest(root: Path, step: int, files: dict[str, str], keep: int) -> None:
@@ -94,6 +120,19 @@ def write_manifest(root: Path, step: int, files: dict[str, str], keep: int) -> N
     complete = sorted(complete_steps(root))
     for old in complete[:-keep] if keep > 0 else []:
         shutil.rmtree(step_dir(root, old), ignore_errors=True)
+    remove_incomplete(root, older_than=step)
+
+
+def remove_incomplete(root: Path, older_than: int) -> list[Path]:
+    """Deletes step directories without a manifest (a write that crashed) older than the
+    newest complete checkpoint; returns them."""
+    removed = []
+    for child in root.glob("step_*") if root.is_dir() else []:
+        if (child.name[5:].isdigit() and int(child.name[5:]) < older_than
+                and not (child / MANIFEST).is_file()):
+            shutil.rmtree(child, ignore_errors=True)
+            removed.append(child)
+    return removed
 
 
 def complete_steps(root: Path) -> list[int]:

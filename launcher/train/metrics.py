@@ -1,4 +1,10 @@
-"""Per-step metrics (JSONL, rank 0) and per-rank trace events (Chrome trace JSON, Perfetto)."""
+"""Per-step metrics (JSONL, rank 0), run events (start/stop, JSONL) and per-rank trace events
+(Chrome trace JSON, Perfetto).
+
+On resume from step S, records of steps after S (run by an attempt that was interrupted
+before checkpointing them) move to metrics.replayed.jsonl, so metrics.jsonl stays the one
+trajectory of the run.
+"""
 
 from __future__ import annotations
 
@@ -9,6 +15,36 @@ from typing import Any
 from launcher.schedules import Op
 
 _NAMES = {int(op): op.name.lower() for op in Op}
+
+
+METRICS = "metrics.jsonl"
+REPLAYED = "metrics.replayed.jsonl"
+EVENTS = "events.jsonl"
+
+
+def set_aside_after(run_dir: Path, step: int) -> int:
+    """Moves records with "step" > ``step`` from metrics.jsonl to metrics.replayed.jsonl;
+    returns how many moved."""
+    path = run_dir / METRICS
+    if not path.is_file():
+        return 0
+    kept: list[str] = []
+    moved: list[str] = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        try:
+            later = int(json.loads(line)["step"]) > step
+        except (ValueError, KeyError, TypeError):
+            later = False  # not ours to judge: keep it where it was
+        (moved if later else kept).append(line)
+    if moved:
+        with open(run_dir / REPLAYED, "a", encoding="utf-8") as handle:
+            handle.write("".join(f"{line}\n" for line in moved))
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
+        tmp.replace(path)
+    return len(moved)
 
 
 def append_jsonl(path: Path, record: dict[str, Any]) -> None:

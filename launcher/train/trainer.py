@@ -4,12 +4,17 @@ mpi4py init -> rank layout -> schedule table (generated here, the executor only 
 -> FLOP-balanced layer split -> native pipeline (communicator handed over as a Fortran
 handle) -> weights (checkpoint, init file or seeded init) -> steps: this replica's slice of
 the global batch, one native step, metrics (rank 0), trace spans, checkpoints.
+Resilience: USR1/TERM stop every rank at the same step boundary after a checkpoint (exit
+TRAINER_STOPPED); a per-rank watchdog aborts a rank that stops making progress; checkpoints
+are written in the background (launcher/train/checkpoint_writer.py); rank 0 logs start/stop
+events with wall times to events.jsonl (recovery times are measured from them).
 Errors found on any rank are agreed on collectively so that every rank stops together and
 only rank 0 reports.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from dataclasses import dataclass
@@ -17,14 +22,21 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import GantryError, UserInputError
+from launcher.job_exit_codes import TRAINER_STOPPED
 from launcher.job_spec import JobSpec
 from launcher.native.model_config import GPTConfig
 from launcher.schedules import ScheduleError, generate
-from launcher.train import checkpoint, data, metrics
+from launcher.train import checkpoint, data, faults, metrics
+from launcher.train.checkpoint_writer import CheckpointWriter
 from launcher.train.init_weights import init_chunk
 from launcher.train.layout import make_layout, node_name, read_rank_order
 from launcher.train.native_pipeline import Pipeline, StepArgs, load_library
 from launcher.train.split import split_layers
+from launcher.train.stop_signals import StopRequest, signal_name
+from launcher.train.watchdog import Watchdog
+
+#: File in $GANTRY_ATTEMPT_DIR naming the signal the trainer stopped on ("USR1 <step>").
+STOP_FILE = "trainer-stop"
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,15 @@ def _resolve(base: Path, value: str | None) -> Path | None:
 
 
 def run(spec: JobSpec, opts: TrainOptions) -> int:
+    stop = StopRequest()
+    stop.install()  # before MPI init: an early USR1 must not kill the rank
+    try:
+        return _run(spec, opts, stop)
+    finally:
+        stop.uninstall()
+
+
+def _run(spec: JobSpec, opts: TrainOptions, stop: StopRequest) -> int:
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
@@ -82,6 +103,7 @@ def run(spec: JobSpec, opts: TrainOptions) -> int:
     par, model = spec.parallelism, spec.model
     error: GantryError | None = None
     try:
+        faults.check_environment()
         order = read_rank_order(opts.rank_order, size) if opts.rank_order else None
         layout = make_layout(rank, size, par.pp, par.dp, order)
         table = generate(par.schedule, par.pp, par.micro_batches, par.virtual_stages)
@@ -103,7 +125,7 @@ def run(spec: JobSpec, opts: TrainOptions) -> int:
                     seq_len=model.seq_len, stage_layers=ranges,
                     slots_per_stage=table.slots_per_stage)
     try:
-        return _train(world, spec, opts, layout, table, pipe, lib)
+        return _train(world, spec, opts, layout, table, pipe, lib, stop)
     finally:
         pipe.close()
 
@@ -148,7 +170,7 @@ def _load_start(world: Any, spec: JobSpec, opts: TrainOptions, pipe: Pipeline) -
 
 
 def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: Any,
-           pipe: Pipeline, lib: Any) -> int:
+           pipe: Pipeline, lib: Any, stop: StopRequest) -> int:
     par, model, train = spec.parallelism, spec.model, spec.train
     rank = world.Get_rank()
     start = _load_start(world, spec, opts, pipe)
@@ -164,55 +186,95 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
     n_micro = par.dp * par.micro_batches
     rows = slice(layout.replica * par.micro_batches, (layout.replica + 1) * par.micro_batches)
     ckpt_root = _resolve(opts.base_dir, spec.checkpoint.dir)
+    writer = None
+    if ckpt_root is not None:
+        writer = CheckpointWriter(world, _agree, ckpt_root, keep=spec.checkpoint.keep,
+                                  seed=train.seed, writes=layout.replica == 0,
+                                  background=spec.checkpoint.async_write)
+    resuming = opts.resume or opts.resume_from is not None
+    nodes = sorted(set(world.allgather(node_name())))
     if rank == 0:
         opts.run_dir.mkdir(parents=True, exist_ok=True)
+        if resuming:
+            metrics.set_aside_after(opts.run_dir, start)
+        metrics.append_jsonl(opts.run_dir / metrics.EVENTS, {
+            "event": "start", "time": time.time(), "step": start, "resumed": start > 0,
+            "attempt": os.environ.get("SLURM_RESTART_COUNT", "0"),
+            "nodes": nodes})
     end = train.steps if opts.max_steps is None else min(train.steps, start + opts.max_steps)
     events: list[dict[str, Any]] = []
+    watchdog = Watchdog(spec.policy.hang_timeout_s, rank)
+    watchdog.start()
     # Trace times count from rank 0's wall clock: ranks (and hosts with synchronised clocks)
     # share one time axis in trace.json, so the report can line their timelines up.
     t_begin = float(world.bcast(time.time(), root=0))
-    for step in range(start, end):
-        inputs, targets = data.global_batch(step, n_micro, par.micro_batch_size, model.seq_len,
-                                            model.vocab_size, train.seed, shards)
-        args = StepArgs(step, train.steps, 1 if train.lr_schedule == "cosine" else 0,
-                        train.warmup_steps, train.lr, train.min_lr, train.beta1, train.beta2,
-                        train.eps, train.weight_decay, train.grad_clip)
-        t_step = time.time() - t_begin
-        result = pipe.step(actions, inputs[rows].copy(), targets[rows].copy(), args)
-        events.extend(metrics.trace_events(rank, step, t_step, pipe.trace()))
-        timings = {k: getattr(result, k) for k in
-                   ("compute_s", "send_s", "recv_s", "bubble_s", "sync_s", "total_s")}
-        per_rank = world.gather(timings, root=0)
-        if rank == 0:
-            slowest = max(t["total_s"] for t in per_rank)
-            record = {
-                "step": step + 1, "loss": result.loss, "lr": result.lr,
-                "grad_norm": result.grad_norm,
-                "tokens_per_s": n_micro * par.micro_batch_size * model.seq_len / slowest,
-                "ranks": per_rank,
-            }
-            metrics.append_jsonl(opts.run_dir / "metrics.jsonl", record)
-            print(f"step {step + 1}/{train.steps} loss {result.loss:.6f} "
-                  f"norm {result.grad_norm:.4f} lr {result.lr:.3e}", flush=True)
-        interval = spec.checkpoint.interval
-        if ckpt_root is not None and ((interval and (step + 1) % interval == 0)
-                                      or step + 1 == train.steps):
-            files: dict[str, str] = {}
-            error = None
-            try:  # replicas hold identical state: replica 0 writes the shards
-                if layout.replica == 0:
-                    files = dict(checkpoint.save_chunk(ckpt_root, step + 1, c, train.seed)
-                                 for c in pipe.chunks)
-            except (GantryError, OSError) as err:
-                error = GantryError(f"checkpoint at step {step + 1}: {err}")
-            _agree(world, error)
-            gathered = world.gather(files, root=0)
+    try:
+        for step in range(start, end):
+            faults.maybe_hang(step + 1, rank, world.Get_size())
+            watchdog.beat(f"step {step + 1}")
+            inputs, targets = data.global_batch(step, n_micro, par.micro_batch_size,
+                                                model.seq_len, model.vocab_size, train.seed,
+                                                shards)
+            args = StepArgs(step, train.steps, 1 if train.lr_schedule == "cosine" else 0,
+                            train.warmup_steps, train.lr, train.min_lr, train.beta1,
+                            train.beta2, train.eps, train.weight_decay, train.grad_clip)
+            t_step = time.time() - t_begin
+            result = pipe.step(actions, inputs[rows].copy(), targets[rows].copy(), args)
+            events.extend(metrics.trace_events(rank, step, t_step, pipe.trace()))
+            timings = {k: getattr(result, k) for k in
+                       ("compute_s", "send_s", "recv_s", "bubble_s", "sync_s", "total_s")}
+            per_rank = world.gather(timings, root=0)
             if rank == 0:
-                merged = {k: v for part in gathered for k, v in part.items()}
-                checkpoint.write_manifest(ckpt_root, step + 1, merged, spec.checkpoint.keep)
-            world.barrier()
+                slowest = max(t["total_s"] for t in per_rank)
+                record = {
+                    "step": step + 1, "loss": result.loss, "lr": result.lr,
+                    "grad_norm": result.grad_norm, "time": time.time(),
+                    "tokens_per_s": n_micro * par.micro_batch_size * model.seq_len / slowest,
+                    "ranks": per_rank,
+                }
+                metrics.append_jsonl(opts.run_dir / "metrics.jsonl", record)
+                print(f"step {step + 1}/{train.steps} loss {result.loss:.6f} "
+                      f"norm {result.grad_norm:.4f} lr {result.lr:.3e}", flush=True)
+            faults.after_step()
+            watchdog.beat(f"after step {step + 1}")
+            signum = stop.agreed(world)
+            interval = spec.checkpoint.interval
+            if writer is not None and ((interval and (step + 1) % interval == 0)
+                                       or step + 1 == train.steps or signum):
+                watchdog.beat(f"checkpoint {step + 1}")
+                writer.save(step + 1, pipe.chunks)
+            elif writer is not None:
+                writer.poll()
+            if signum and step + 1 < end:
+                watchdog.beat(f"checkpoint {step + 1} (stopping)")
+                if writer is not None:
+                    writer.wait()
+                return _stopped(world, opts, signum, step + 1, writer)
+        watchdog.beat("final checkpoint")
+        if writer is not None:
+            writer.wait()
+    finally:
+        watchdog.stop()
     all_events = world.gather(events, root=0)
     if rank == 0:
         flat = [e for part in all_events for e in part]
         metrics.write_trace(opts.run_dir / "trace.json", flat, world.Get_size())
     return 0
+
+
+def _stopped(world: Any, opts: TrainOptions, signum: int, step: int,
+             writer: CheckpointWriter | None) -> int:
+    """After a stop signal: record it (rank 0) and return TRAINER_STOPPED on every rank."""
+    name = signal_name(signum)
+    saved = writer is not None and step in writer.completed
+    if world.Get_rank() == 0:
+        where = f"checkpoint step {step}" if saved else "no checkpoint (checkpoint.dir unset)"
+        sys.stderr.write(f"gantry train: SIG{name}: stopped after step {step}, {where}\n")
+        metrics.append_jsonl(opts.run_dir / metrics.EVENTS, {
+            "event": "stop", "time": time.time(), "signal": name, "step": step,
+            "checkpointed": saved})
+        attempt = os.environ.get("GANTRY_ATTEMPT_DIR")
+        if attempt:  # the batch script reads it when only the step got the signal
+            Path(attempt, STOP_FILE).write_text(f"{name} {step}\n")
+    world.barrier()
+    return TRAINER_STOPPED

@@ -1,0 +1,133 @@
+"""Fault-injection hooks of the trainer, for tests only (real users never set these).
+
+Each hook is an environment variable read by every rank; a hook that names a step fires at
+most once per job: before firing, the rank creates ``<state dir>/fault-<name>.fired``
+(O_EXCL), so the attempt that resumes after the fault runs clean. The state dir is
+$GANTRY_FAULT_STATE_DIR, else $GANTRY_JOB_DIR (set by the batch script); with neither set a
+hook fires every time. The marker's mtime is when the fault fired (recovery time is measured
+from it).
+
+- ``GANTRY_FAULT_CRASH_IN_CHECKPOINT=STEP[:RANK]``: the rank (default: every writing rank
+  that gets there first) ``_exit(77)``s half-way through writing its shard of checkpoint STEP.
+- ``GANTRY_FAULT_HANG=STEP[:RANK]``: the rank (default: the last) stops itself (SIGSTOP)
+  before running step STEP (1-based, as in metrics.jsonl), like a peer gone mid-collective.
+- ``GANTRY_FAULT_STEP_DELAY_S=SECONDS``: every rank sleeps this long after each step, so
+  that a test can act while the job is mid-run.
+
+Malformed values are one-line errors naming the variable (exit 2).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from launcher.errors import UserInputError
+from launcher.job_exit_codes import TRAINER_FAULT_INJECTED
+
+CRASH_IN_CHECKPOINT = "GANTRY_FAULT_CRASH_IN_CHECKPOINT"
+HANG = "GANTRY_FAULT_HANG"
+STEP_DELAY = "GANTRY_FAULT_STEP_DELAY_S"
+STATE_DIR = "GANTRY_FAULT_STATE_DIR"
+
+
+@dataclass(frozen=True)
+class StepFault:
+    """A hook that fires at one step, on one rank or on any."""
+
+    step: int
+    """1-based step (checkpoint step for the crash hook)."""
+    rank: int | None
+    """World rank it fires on; None: the hook's default."""
+
+
+def parse_step_fault(variable: str, value: str) -> StepFault:
+    """``STEP`` or ``STEP:RANK`` -> StepFault; anything else is a UserInputError."""
+    parts = value.split(":")
+    if len(parts) in (1, 2) and all(p.isdigit() for p in parts) and int(parts[0]) >= 1:
+        return StepFault(int(parts[0]), int(parts[1]) if len(parts) == 2 else None)
+    raise UserInputError(
+        f"{variable}: {value!r} is not allowed (expected STEP or STEP:RANK, STEP >= 1)"
+    )
+
+
+def step_fault(variable: str) -> StepFault | None:
+    value = os.environ.get(variable)
+    return parse_step_fault(variable, value) if value else None
+
+
+def step_delay() -> float:
+    value = os.environ.get(STEP_DELAY)
+    if not value:
+        return 0.0
+    try:
+        delay = float(value)
+    except ValueError:
+        delay = -1.0
+    if not 0.0 <= delay <= 3600.0:
+        raise UserInputError(f"{STEP_DELAY}: {value!r} is not allowed (expected 0..3600 s)")
+    return delay
+
+
+def check_environment() -> None:
+    """Validates every hook up front (so a typo fails at start, not mid-run)."""
+    step_fault(CRASH_IN_CHECKPOINT)
+    step_fault(HANG)
+    step_delay()
+
+
+def _state_dir() -> Path | None:
+    value = os.environ.get(STATE_DIR) or os.environ.get("GANTRY_JOB_DIR")
+    return Path(value) if value else None
+
+
+def claim(name: str) -> bool:
+    """True when this process may fire hook ``name`` (first time in this job)."""
+    directory = _state_dir()
+    if directory is None:
+        return True
+    try:
+        fd = os.open(directory / f"fault-{name}.fired", os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+    except FileExistsError:
+        return False
+    os.write(fd, f"{time.time():.6f} pid {os.getpid()}\n".encode())
+    os.close(fd)
+    return True
+
+
+def _say(message: str) -> None:
+    sys.stderr.write(f"gantry fault hook: {message}\n")
+    sys.stderr.flush()
+
+
+def maybe_hang(step: int, rank: int, world: int) -> None:
+    """GANTRY_FAULT_HANG: SIGSTOP this process before step ``step`` (1-based)."""
+    fault = step_fault(HANG)
+    target = world - 1 if fault is None or fault.rank is None else fault.rank
+    if fault is None or fault.step != step or rank != target or not claim("hang"):
+        return
+    _say(f"rank {rank} stops itself before step {step} (SIGSTOP)")
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+def crash_point(step: int, rank: int) -> bool:
+    """GANTRY_FAULT_CRASH_IN_CHECKPOINT: should this rank crash writing checkpoint ``step``?"""
+    fault = step_fault(CRASH_IN_CHECKPOINT)
+    if fault is None or fault.step != step or fault.rank not in (None, rank):
+        return False
+    return claim("crash-in-checkpoint")
+
+
+def crash_now(what: str) -> None:
+    _say(f"crashing in the middle of writing {what} (_exit {TRAINER_FAULT_INJECTED})")
+    os._exit(TRAINER_FAULT_INJECTED)
+
+
+def after_step() -> None:
+    delay = step_delay()
+    if delay:
+        time.sleep(delay)
