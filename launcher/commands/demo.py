@@ -31,6 +31,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
                         help="training steps (default 60)")
     parser.add_argument("--faulty", default=None, metavar="NODE",
                         help="node to break (default: the second planned node)")
+    parser.add_argument("--timeout", type=float, default=600.0, metavar="SECONDS",
+                        help="cancel the training job if it runs longer (default 600)")
     parser.add_argument("--keep-drained", action="store_true",
                         help="leave the broken node drained at the end")
     parser.add_argument("--json", action="store_true",
@@ -43,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
 
     console = make_console(stderr=args.json)
     result = run_demo(DemoOptions(args.site, args.work_dir, args.steps, args.faulty,
-                                  not args.keep_drained), console)
+                                  not args.keep_drained, args.timeout), console)
     if args.json:
         print_json(result.to_json())
     ok = result.summary is not None and result.summary.state == "COMPLETED"

@@ -58,6 +58,8 @@ class DemoOptions:
     """Node to break (None: the second planned rank node)."""
     restore: bool = True
     """Lift the simulated fault's drain at the end."""
+    timeout_s: float = 600.0
+    """Cancel the training job when it runs longer than this."""
 
 
 @dataclass
@@ -132,6 +134,8 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
     """Run the whole demo; GantryError when a step fails (the cluster stays up)."""
     if opts.steps < 2:
         raise UserInputError(f"--steps: {opts.steps} is not allowed (expected >= 2)")
+    if opts.timeout_s <= 0:
+        raise UserInputError(f"--timeout: {opts.timeout_s} is not allowed (expected seconds > 0)")
     site = _checked_site(opts.site)
     if opts.faulty is not None and opts.faulty not in site.config.nodes.node_list():
         raise UserInputError(f"--faulty: {opts.faulty!r} is not allowed (expected a node of "
@@ -196,7 +200,7 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
     result.job_id, result.job_dir = str(record["job_id"]), str(record["job_dir"])
     console.print(f"submitted job {result.job_id}: {result.job_dir}", markup=False)
     info, result.summary = follow_job(JobDir(Path(result.job_dir)), result.job_id, client,
-                                      console)
+                                      console, timeout_s=opts.timeout_s)
     if info is not None:
         JobDir(Path(result.job_dir)).update_meta(last_state=info.to_json())
 

@@ -204,9 +204,10 @@ class _Follower:
 
 
 def follow_job(job_dir: JobDir, job_id: str, client: SlurmClient, console: Console,
-               poll_s: float = 0.5, state_every_s: float = 2.0
-               ) -> tuple[JobInfo | None, RunSummary]:
-    """Show the job live until it ends; return its last Slurm state and the summary."""
+               poll_s: float = 0.5, state_every_s: float = 2.0,
+               timeout_s: float | None = None) -> tuple[JobInfo | None, RunSummary]:
+    """Show the job live until it ends; return its last Slurm state and the summary.
+    ``timeout_s``: cancel the job when it runs longer (and keep following until it ended)."""
     nodes, topology, total = _site_context(job_dir)
     placement = read_placement(job_dir.path / "placement.json")
     view = LiveView(console, total)
@@ -214,10 +215,16 @@ def follow_job(job_dir: JobDir, job_id: str, client: SlurmClient, console: Conso
     follower = _Follower(job_dir, job_id, client, view, placement, topology, nodes)
     info: JobInfo | None = None
     last_check = 0.0
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
         while True:
             follower.handle(follower.watcher.poll())
             now = time.monotonic()
+            if deadline is not None and now > deadline:
+                deadline = None
+                view.print(f"job {job_id} still running after {timeout_s:.0f} s: cancelling it",
+                           style="bold red")
+                client.cancel(job_id)
             if now - last_check >= state_every_s:
                 last_check = now
                 info = client.job_states([job_id]).get(job_id)

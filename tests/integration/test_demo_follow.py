@@ -90,3 +90,33 @@ def test_follow_shows_gate_excluding_faulty_node_steps_and_summary(
     finally:
         c.cancel_all()
         c.run("scontrol", "update", f"NodeName={FAULTY}", "State=RESUME", check=False)
+
+
+def test_follow_cancels_a_job_past_its_timeout(embedded_cluster: EmbeddedCluster,
+                                               tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from launcher.job_dir import JobDir
+    from launcher.live.follow import follow_job
+    from launcher.slurm import CommandRunner, make_client
+
+    c = embedded_cluster
+    job = tmp_path / "sleepy.yaml"
+    job.write_text("name: sleepy\nresources: {nodes: 1, time_limit: '00:05:00'}\n"
+                   "policy: {preflight_level: 'off'}\n")
+    try:
+        submitted = gantry(c, tmp_path, "submit", str(job), "--site", str(c.site_path),
+                           "--json", "--", "sleep", "300")
+        assert submitted.returncode == 0, submitted.stderr
+        record = json.loads(submitted.stdout)
+        console = Console(record=True, width=120, color_system=None)
+        client = make_client("cli", runner=CommandRunner(env=c.env))
+        info, summary = follow_job(JobDir(Path(record["job_dir"])), str(record["job_id"]),
+                                   client, console, poll_s=0.2, timeout_s=3.0)
+        assert info is not None and info.state == "CANCELLED", info
+        assert summary.state == "CANCELLED"
+        text = console.export_text()
+        assert f"job {record['job_id']} still running after 3 s: cancelling it" in text
+        assert f"job {record['job_id']} CANCELLED" in text
+    finally:
+        c.cancel_all()

@@ -187,6 +187,7 @@ def test_demo_bad_input_is_refused_before_anything_starts(tmp_path: Path) -> Non
     work = tmp_path / "work"
     for args, message in [
         (("--steps", "1"), "error: --steps: 1 is not allowed (expected >= 2)"),
+        (("--timeout", "0"), "error: --timeout: 0.0 is not allowed (expected seconds > 0)"),
         (("--faulty", "zz"), "error: --faulty: 'zz' is not allowed (expected a node of"),
         (("--site", str(REPO / "site_configs" / "example-large.yaml")),
          "slurm.embedded: false is not allowed for `gantry demo`"),
