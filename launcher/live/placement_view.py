@@ -21,11 +21,13 @@ def _node_label(node: str, role: str, outcome: str | None) -> str:
 
 def placement_tree(topology: Topology | None, placement: PlacementInfo,
                    outcomes: Mapping[str, str] | None = None) -> Tree:
-    """A rich Tree (prints as indented text when piped); a one-line tree without roles."""
+    """A rich Tree (prints as indented text when piped); a one-line tree without roles.
+    With ``outcomes`` (after the gate) each node says what became of it."""
+    title = "placement after the gate" if outcomes else "placement"
     outcomes = outcomes or {}
+    root = Tree(f"{title}: {placement.summary}")
     if not placement.roles:
-        return Tree(f"placement: {placement.summary}")
-    root = Tree(f"placement: {placement.summary}")
+        return root
     leaves = list(dict.fromkeys(r.leaf for r in placement.roles))
     if topology is None or any(leaf not in topology.switch_ids for leaf in leaves):
         for role in placement.roles:

@@ -131,12 +131,16 @@ class JobDirWatcher:
                 if attempt.is_attempt:
                     events.append(AttemptStarted(path.name, path))
         attempts = [a for a in self.attempts if a.is_attempt]
+        gate: list[Event] = []
         for attempt in self.attempts:
             over = final or (attempt.is_attempt and attempt is not attempts[-1])
-            events += self._attempt_events(attempt, over)
-        if text:  # after the steps: "training finished" follows the last step
+            for event in self._attempt_events(attempt, over):
+                (gate if isinstance(event, PreflightDone) else events).append(event)
+        # Order within one poll: new attempts and steps, then the log (so "training finished"
+        # follows the last step), then the gate's outcome (after the log's gate lines).
+        if text:
             events.append(LogLines(tuple(text.splitlines())))
-        return events
+        return events + gate
 
     def _run_dirs(self) -> list[Path]:
         """This job's attempts (<job id>-<restart>, in order), then other run directories

@@ -119,15 +119,15 @@ def test_watcher_reports_complete_lines_attempts_gate_and_steps(
     (attempt / "metrics.jsonl").write_text(metrics_line(1, 4.0) + "{bad\n"
                                            + metrics_line(2, 3.5)[:20])
     events = watcher.poll()
-    assert events[-1] == LogLines(("half a line",))  # log lines come after the steps
-    done = events[0]
+    assert events[-2] == LogLines(("half a line",))  # the log after the steps, then the gate
+    done = events[-1]
     assert isinstance(done, PreflightDone)
     assert done.chosen == done.launch == ("n1", "n2", "n4", "n5")
     assert {n: v.status for n, v in done.verdicts.items()} == {
         "n1": "PASS", "n2": "PASS", "n3": "FAIL", "n4": "PASS", "n5": "PASS"}
     assert done.verdicts["n3"].drain_reason() == "gantry:net.ib_ports:mlx5_0-1-down"
-    assert isinstance(events[1], StepDone) and events[1].record.step == 1
-    assert isinstance(events[2], Note) and "skipped a metrics line" in events[2].text
+    assert isinstance(events[0], StepDone) and events[0].record.step == 1
+    assert isinstance(events[1], Note) and "skipped a metrics line" in events[1].text
     assert len(events) == 4  # the half-written step 2 waits
     with (attempt / "metrics.jsonl").open("a") as handle:
         handle.write(metrics_line(2, 3.5)[20:])
@@ -186,7 +186,9 @@ def test_rows_tree_and_summary_after_a_spare_stepped_in(tmp_path: Path,
     topology = site_topology(load_site(DEFAULT_SITE))
     console = Console(width=120, record=True, color_system=None)
     console.print(placement_tree(topology, placement, outcomes))
-    text = console.export_text().split("\n", 1)[1]  # below the summary line
+    whole = console.export_text()
+    assert whole.startswith("placement after the gate: n[1-4] (spares n5)")
+    text = whole.split("\n", 1)[1]  # below the summary line
     assert text.index("core") < text.index("spine1") < text.index("leaf1") < text.index("n1")
     assert "n1  replica 0 · stage 0  ✓ runs" in text
     assert "n3  replica 1 · stage 0  ✗ excluded, drained: gantry:net.ib_ports:x" in text
