@@ -37,7 +37,8 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]],
             f'<td class="num">{escape(c)}</td>' if flags[i] else f"<td>{escape(c)}</td>"
             for i, c in enumerate(row)) + "</tr>"
         for row in rows)
-    return f"<table><tr>{head}</tr>{body}</table>"
+    header_row = f"<tr>{head}</tr>" if any(header) else ""
+    return f"<table>{header_row}{body}</table>"
 
 
 def render_page(title: str, summary: Sequence[tuple[str, str]], loss_png: Path,
