@@ -48,7 +48,9 @@ def run(args: argparse.Namespace) -> int:
     console = make_console()
     bubble = "-" if result.measured_bubble is None else f"{result.measured_bubble:.1%}"
     theory = "" if result.theory is None else (
-        f", theory {result.theory.fraction:.1%} for {result.theory.describe()}")
+        f", theory {result.theory.fraction:.1%} for {result.theory.describe()}" + (
+            "" if result.theory.with_measured_costs is None else
+            f" ({result.theory.with_measured_costs:.1%} at measured op times)"))
     console.print(f"{result.steps} steps: loss {result.first_loss:.4f} → {result.last_loss:.4f}"
                   f", {result.median_tokens_per_s:,.0f} tokens/s (median), bubble {bubble}"
                   f"{theory}", markup=False)

@@ -23,7 +23,12 @@ from launcher.report.run_data import (
     read_trace,
 )
 from launcher.report.sources import RunSources
-from launcher.report.theory import ScheduleError, TheoreticalBubble, theoretical_bubble
+from launcher.report.theory import (
+    ScheduleError,
+    TheoreticalBubble,
+    measured_op_costs,
+    theoretical_bubble,
+)
 from launcher.report.timeline import (
     measured_bubble,
     step_bubble,
@@ -75,6 +80,8 @@ class ReportResult:
             "median_tokens_per_s": self.median_tokens_per_s,
             "measured_bubble": self.measured_bubble,
             "theoretical_bubble": None if self.theory is None else self.theory.fraction,
+            "theoretical_bubble_measured_costs":
+                None if self.theory is None else self.theory.with_measured_costs,
             "schedule": None if self.theory is None else self.theory.describe(),
             "shown_step": self.shown_step, "notes": list(self.notes),
         }
@@ -84,16 +91,18 @@ def _tmp(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp")
 
 
-def _theory(spec: Path | None, notes: list[str]) -> tuple[str | None, TheoreticalBubble | None]:
+def _theory(spec: Path | None, events: list[TraceEvent],
+            notes: list[str]) -> tuple[str | None, TheoreticalBubble | None]:
     """(job name, theoretical bubble) from the job spec, when there is one."""
     if spec is None:
         notes.append("no job spec: the theoretical bubble needs the schedule (pass --spec)")
         return None, None
     job = load_job(spec)
     par = job.parallelism
+    costs = measured_op_costs(events, par.virtual_stages) if events else None
     try:
         return job.name, theoretical_bubble(par.schedule, par.pp, par.micro_batches,
-                                            par.virtual_stages)
+                                            par.virtual_stages, costs)
     except ScheduleError as err:
         raise UserInputError(f"{spec}: parallelism: {err}") from None
 
@@ -116,9 +125,9 @@ def build_report(sources: RunSources, out_dir: Path | None = None,
         [read_metrics(d / "metrics.jsonl", d.name) for d in sources.run_dirs])
     if not records:
         raise GantryError(f"{sources.run_dirs[-1] / 'metrics.jsonl'}: no complete step yet")
-    spec_name, theory = _theory(sources.spec, notes)
-    name = sources.name if sources.job_dir is not None or spec_name is None else spec_name
     events: list[TraceEvent] = read_trace(sources.trace) if sources.trace else []
+    spec_name, theory = _theory(sources.spec, events, notes)
+    name = sources.name if sources.job_dir is not None or spec_name is None else spec_name
     traced = steps_in(events)
     if sources.trace is None:
         notes.append("no trace.json yet (rank 0 writes it when training ends): no timeline")
@@ -159,8 +168,11 @@ def _write(sources: RunSources, name: str, records: list[StepRecord], events: li
         timeline = step_timeline(events, shown0)
         totals = totals_by_rank(events)
         this = next((step_bubble(r) for r in records if r.step == shown), None)
-        theory_text = (f"; schedule theory {theory.fraction:.0%} ({theory.describe()}, unit "
-                       "costs)") if theory else ""
+        theory_text = ""
+        if theory is not None:
+            theory_text = f"; theory ({theory.describe()}) {theory.fraction:.0%} at unit costs"
+            if theory.with_measured_costs is not None:
+                theory_text += f", {theory.with_measured_costs:.0%} at measured op times"
         title = (f"step {shown}: bubble {_bubble_text(this)} (median over steps "
                  f"{_bubble_text(bubble)}){theory_text}")
         timeline_png = out / "timeline.png"
@@ -177,7 +189,9 @@ def _write(sources: RunSources, name: str, records: list[StepRecord], events: li
         ("measured bubble", f"{_bubble_text(bubble)} (median over steps; native timers: "
                             "1 − Σ compute / (ranks × slowest pipeline time))"),
         ("theoretical bubble", "-" if theory is None else
-         f"{theory.fraction:.1%} ({theory.describe()}, unit op costs)"),
+         f"{theory.fraction:.1%} ({theory.describe()}, unit op costs)"
+         + ("" if theory.with_measured_costs is None else
+            f"; {theory.with_measured_costs:.1%} with the trace's mean op times")),
     ]
     attempts = []
     for run_dir in sources.run_dirs:

@@ -196,3 +196,27 @@ def test_demo_bad_input_is_refused_before_anything_starts(tmp_path: Path) -> Non
         assert result.returncode == 2, result.stderr
         assert message in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert not work.exists()
+
+
+def test_theory_with_measured_op_costs() -> None:
+    from launcher.report.theory import measured_op_costs
+    from launcher.schedules import Op
+
+    events = [
+        event(0, 0, "forward s0 mb0", "compute", 0.0, 9.0),  # warm-up step: left out
+        event(0, 1, "forward s0 mb0", "compute", 0.0, 1.0),
+        event(0, 1, "forward s0 mb1", "compute", 2.0, 5.0),
+        event(0, 1, "backward_input s0 mb0", "compute", 5.0, 6.0),
+        event(0, 1, "weight s0 mb0", "compute", 6.0, 10.0),
+        event(0, 1, "send_act s0 mb0", "comm", 1.0, 1.5),
+    ]
+    costs = measured_op_costs(events)
+    assert costs == {Op.FORWARD: 2.0, Op.BACKWARD_INPUT: 1.0, Op.WEIGHT: 4.0}
+    assert measured_op_costs(events, virtual_stages=2)[Op.FORWARD] == 4.0
+    # 1F1B's bubble does not depend on the F:B ratio; ZB-H1's does (W fills the bubble).
+    assert theoretical_bubble("1f1b", 4, 8, 1, {Op.FORWARD: 1.0, Op.BACKWARD: 5.0}
+                              ).with_measured_costs == pytest.approx(3 / 11)
+    zb = theoretical_bubble("zb-h1", 4, 8, 1, costs)
+    assert zb.with_measured_costs is not None
+    assert zb.with_measured_costs != pytest.approx(zb.fraction)
+    assert theoretical_bubble("zb-h1", 4, 8).with_measured_costs is None
