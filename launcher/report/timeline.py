@@ -137,9 +137,10 @@ def step_bubble(record: StepRecord) -> float | None:
 
 
 def measured_bubble(records: Sequence[StepRecord]) -> float | None:
-    """Median measured bubble over the steps, leaving out the first (warm-up) when there are
-    others."""
-    values = [b for b in (step_bubble(r) for r in records[1:] or records) if b is not None]
+    """Median measured bubble over the steps, leaving out each attempt's first (warm-up) step
+    when there are others."""
+    warm = [r for i, r in enumerate(records) if i and r.attempt == records[i - 1].attempt]
+    values = [b for b in (step_bubble(r) for r in warm or records) if b is not None]
     return statistics.median(values) if values else None
 
 

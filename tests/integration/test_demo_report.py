@@ -58,7 +58,7 @@ def test_report_of_a_restarted_pp2_dp2_run(tmp_path: Path, native_lib_path: Path
     assert report["schedule"] == "1f1b pp=2 m=4"
     assert report["theoretical_bubble"] == pytest.approx(0.2)
     assert 0.0 <= report["measured_bubble"] < 1.0
-    assert report["shown_step"] in range(5, 9)  # the newest attempt's trace
+    assert report["shown_step"] in range(6, 9)  # newest attempt's trace, not its first step
     for name in ("loss.png", "timeline.png"):
         data = (out / name).read_bytes()
         assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000, name
@@ -70,10 +70,12 @@ def test_report_of_a_restarted_pp2_dp2_run(tmp_path: Path, native_lib_path: Path
     assert not list(out.glob(".*.tmp"))
 
     # One clock for all ranks: default layout, replica r = ranks 2r (stage 0), 2r+1 (stage 1).
+    # The attempt's first step (4) is left out, as the report's timeline does: a rank's first
+    # native call may be delayed between its step-start clock reading and the native step.
     events = read_trace(second / "trace.json")
     spans = {(e.rank, e.step, e.name): e for e in events}
     checked = 0
-    for step in range(4, 8):
+    for step in range(5, 8):
         for replica in (0, 1):
             for mb in range(4):
                 feed = spans[(2 * replica, step, f"forward s0 mb{mb}")]
@@ -83,4 +85,4 @@ def test_report_of_a_restarted_pp2_dp2_run(tmp_path: Path, native_lib_path: Path
                 back = spans[(2 * replica, step, f"backward s0 mb{mb}")]
                 assert back.start_s >= grad.end_s - TOLERANCE_S, (step, replica, mb)
                 checked += 1
-    assert checked == 32
+    assert checked == 24
