@@ -122,6 +122,11 @@ def test_bubble_formula_and_median_skips_warmup() -> None:
     assert step_bubble(StepRecord(1, 1.0, 1.0, 1.0, 1.0, ())) is None
     assert typical_step(records, [0, 1, 2, 3]) == 1  # pipeline times 4, 5, 3 -> step 2
     assert typical_step(records, [2]) == 2
+    # A restart's first step is warm-up too: left out like the run's first.
+    restarted = [*records, StepRecord(5, 1.0, 1.0, 1.0, 1.0, (
+        RankTiming(0.1, 0.0, 0.0, 9.0, 0.0, 9.1),), "b"),
+        StepRecord(6, 1.0, 1.0, 1.0, 1.0, rec(6, (3.0, 2.0), 1.0).ranks, "b")]
+    assert measured_bubble(restarted) == pytest.approx(3 / 8)  # 3/8, 2/5, 1/3, 3/8
 
 
 @pytest.mark.parametrize("schedule,pp,m,v,expected", [
