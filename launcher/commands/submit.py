@@ -18,9 +18,9 @@ from typing import Any
 
 import launcher
 from launcher.build import build_site, library_path
-from launcher.console import print_json
+from launcher.console import make_console, print_json
 from launcher.errors import EXIT_FAILURE, EXIT_OK, GantryError
-from launcher.job_cli import add_request_args, follow_log, overrides_from_args
+from launcher.job_cli import add_request_args, overrides_from_args
 from launcher.job_dir import (
     create_job_dir,
     jobs_root,
@@ -37,6 +37,7 @@ from launcher.job_placement import (
 )
 from launcher.job_request import JobRequest, resolve_request
 from launcher.job_script import RANK_ORDER_FILE, layout_line, render_job
+from launcher.live.follow import follow_job
 from launcher.sbatch_render import Placement
 
 
@@ -52,7 +53,8 @@ def register(subparsers: Any) -> None:
                         help="ask Slurm to validate the script (sbatch --test-only); submit "
                              "nothing and leave no job directory")
     parser.add_argument("-f", "--follow", action="store_true",
-                        help="stream the job's output until it ends; exit 0 only if it "
+                        help="show the job live until it ends (placement, log, preflight "
+                             "table, steps with loss/tokens/ETA, summary); exit 0 only if it "
                              "COMPLETED")
     parser.add_argument("--json", action="store_true", help="print the result as JSON")
     parser.set_defaults(func=run)
@@ -138,18 +140,20 @@ def run(args: argparse.Namespace) -> int:
         remove_job_dir(job_dir)
         raise
     record_submission(root, job_dir, job_id)
-    if args.json:
+    if args.json and not args.follow:
         print_json({"job_id": job_id, "job_dir": str(job_dir.path), "name": request.spec.name,
                     "placement": placement.summary})
-    else:
+    elif not args.json:
         sys.stdout.write(f"submitted job {job_id} ({request.spec.name}): {job_dir.path}\n"
                          f"placement: {placement.summary}\n")
     sys.stdout.flush()
     if not args.follow:
         return EXIT_OK
-    info = follow_log(job_dir, job_id, client)
+    # The live view (launcher/live): placement, log, preflight table, steps, summary. With
+    # --json it goes to stderr and the summary is printed as JSON at the end.
+    info, summary = follow_job(job_dir, job_id, client, make_console(stderr=args.json))
     if info is not None:
         job_dir.update_meta(last_state=info.to_json())
-    state = info.state if info is not None else "UNKNOWN"
-    sys.stderr.write(f"job {job_id} ended: {state}\n")
-    return EXIT_OK if state == "COMPLETED" else EXIT_FAILURE
+    if args.json:
+        print_json({"job_id": job_id, "job_dir": str(job_dir.path), "summary": summary.to_json()})
+    return EXIT_OK if summary.state == "COMPLETED" else EXIT_FAILURE
