@@ -77,6 +77,16 @@ target_compile_options(gantry_native PRIVATE
   $<$<COMPILE_LANGUAGE:C>:-Wall -Wextra -Werror -fvisibility=hidden>
   $<$<COMPILE_LANGUAGE:CXX>:-fvisibility=hidden>)
 target_link_libraries(gantry_native PRIVATE ${GANTRY_CUDA_LIBS})
+# Keep the C++ runtime private: a toolchain that links libstdc++ statically (the lent H200
+# image's /opt/gcc does) would otherwise export all of libstdc++ from this library, and in a
+# process that already has libstdc++.so (Python with numpy, torch) the two copies interpose
+# each other's symbols: cuDNN frontend code then crashed in std::ostream inside
+# gt_stage_create. Hide archive symbols and bind the library's own references locally.
+target_link_options(gantry_native PRIVATE "LINKER:--exclude-libs,ALL" "LINKER:-Bsymbolic")
+if(GANTRY_SITE_INCLUDE_DIR)
+  target_include_directories(gantry_native PRIVATE "${GANTRY_SITE_INCLUDE_DIR}")
+  target_compile_definitions(gantry_native PRIVATE GANTRY_HAVE_SITE_H=1)
+endif()
 
 # gantry-native-check passes host activations between stages: CPU build only.
 add_executable(gantry-cuda-smoke tools/gantry_cuda_smoke.c)

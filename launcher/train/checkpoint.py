@@ -76,7 +76,7 @@ def snapshot_chunk(chunk: Chunk) -> Snapshot:
     copies can then overlap the next steps)."""
     tensors: Snapshot = {}
     for which, prefix in _PREFIX.items():
-        buf = chunk.buffer(which)
+        buf = chunk.read(which)
         for info in chunk.tensors:
             tensors[prefix + info.name] = buf[info.offset : info.offset + info.numel].reshape(
                 info.shape).copy()
@@ -201,4 +201,4 @@ def load_chunk(directory: Path, chunk: Chunk) -> None:
                     f"expected float32{list(info.shape)}")
             staged.append((which, info, value))
     for which, info, value in staged:
-        chunk.buffer(which)[info.offset : info.offset + info.numel] = value.reshape(-1)
+        chunk.write(which, info.offset, value)

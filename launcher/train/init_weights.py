@@ -24,11 +24,11 @@ def init_tensor(name: str, shape: tuple[int, ...], n_layer: int,
     key = "transformer.wte.weight" if name == "lm_head.weight" else name
     std = 0.02 / math.sqrt(2 * n_layer) if name.endswith("c_proj.weight") else 0.02
     rng = np.random.default_rng([seed, zlib.crc32(key.encode())])
-    return (rng.standard_normal(shape) * std).astype(np.float32)
+    values = rng.standard_normal(shape, dtype=np.float32)  # float32 draws: 4x faster
+    values *= np.float32(std)
+    return values
 
 
 def init_chunk(chunk: Chunk, n_layer: int, seed: int) -> None:
-    params = chunk.buffer(Buffer.PARAMS)
     for info in chunk.tensors:
-        values = init_tensor(info.name, info.shape, n_layer, seed)
-        params[info.offset : info.offset + info.numel] = values.reshape(-1)
+        chunk.write(Buffer.PARAMS, info.offset, init_tensor(info.name, info.shape, n_layer, seed))

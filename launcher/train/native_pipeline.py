@@ -1,5 +1,8 @@
-"""ctypes binding of the pipeline executor (``native/include/gantry/pipeline.h``) and the MPI
-comm layer (``native/src/comm.h``), on top of the stage binding's loaded library."""
+"""ctypes binding of the pipeline executor (``native/include/gantry/pipeline.h``) and the comm
+layer (``native/src/comm.h``: MPI on the CPU build, NCCL on the CUDA build), on top of the stage
+binding's loaded library. Stage buffers are read and written through copies
+(``gt_stage_read_buffer`` / ``gt_stage_write_buffer``), so the same code drives host (CPU) and
+device (CUDA) buffers."""
 
 from __future__ import annotations
 
@@ -49,8 +52,28 @@ class TraceEvent(ctypes.Structure):
     ]
 
 
+COMM_ID_BYTES = 128
+"""Size of the communicator bootstrap id (``GT_COMM_ID_BYTES``, an ncclUniqueId)."""
+
 _SIGNATURES = {
+    "gt_backend_name": (ctypes.c_char_p, []),
+    "gt_comm_backend": (ctypes.c_char_p, []),
+    "gt_comm_unique_id": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]),
+    "gt_comm_create": (
+        ctypes.c_int,
+        [ctypes.c_int] * 6 + [ctypes.c_char_p, ctypes.c_size_t, _P(ctypes.c_void_p)],
+    ),
     "gt_comm_mpi_create": (ctypes.c_int, [ctypes.c_int] * 6 + [_P(ctypes.c_void_p)]),
+    "gt_stage_read_buffer": (
+        ctypes.c_int,
+        [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, _P(ctypes.c_float)],
+    ),
+    "gt_stage_write_buffer": (
+        ctypes.c_int,
+        [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, _P(ctypes.c_float)],
+    ),
+    "gt_backend_memory": (ctypes.c_int, [_P(ctypes.c_size_t), _P(ctypes.c_size_t)]),
+    "gt_stage_backend_info": (ctypes.c_char_p, [ctypes.c_void_p]),
     "gt_comm_free": (None, [ctypes.c_void_p]),
     "gt_pipeline_create": (
         ctypes.c_int,
@@ -83,6 +106,21 @@ def _ptr(array: npt.NDArray[np.int32]) -> ctypes._Pointer[ctypes.c_int32]:
     return array.ctypes.data_as(_i32p)
 
 
+def make_comm_id(lib: NativeLibrary) -> bytes:
+    """A new communicator bootstrap id (call on world rank 0 only, then broadcast it): an
+    ncclUniqueId on the CUDA build, zeros on the CPU build."""
+    buf = ctypes.create_string_buffer(COMM_ID_BYTES)
+    lib.check(lib.lib.gt_comm_unique_id(buf, COMM_ID_BYTES))
+    return buf.raw
+
+
+def device_memory_used(lib: NativeLibrary) -> int:
+    """Bytes of device memory in use on this rank's GPU (0 on the CPU build)."""
+    used, total = ctypes.c_size_t(), ctypes.c_size_t()
+    lib.check(lib.lib.gt_backend_memory(ctypes.byref(used), ctypes.byref(total)))
+    return int(used.value)
+
+
 @dataclass
 class Chunk:
     """A stage owned by the pipeline (borrowed pointer: valid while the pipeline lives)."""
@@ -94,9 +132,22 @@ class Chunk:
     tensors: list[TensorInfo]
     num_params: int
 
-    def buffer(self, which: Buffer) -> npt.NDArray[np.float32]:
-        ptr = self.lib.lib.gt_stage_buffer(self.handle, int(which))
-        return np.ctypeslib.as_array(ptr, shape=(self.num_params,))
+    def info(self) -> str:
+        """The backend's one-line description of this stage's kernels."""
+        return str(self.lib.lib.gt_stage_backend_info(self.handle).decode())
+
+    def read(self, which: Buffer) -> npt.NDArray[np.float32]:
+        """A host copy of one whole buffer."""
+        out = np.empty(self.num_params, dtype=np.float32)
+        self.lib.check(self.lib.lib.gt_stage_read_buffer(
+            self.handle, int(which), 0, self.num_params, out.ctypes.data_as(_P(ctypes.c_float))))
+        return out
+
+    def write(self, which: Buffer, offset: int, values: npt.NDArray[np.float32]) -> None:
+        """Copies float32 ``values`` into buffer ``which`` at element ``offset``."""
+        flat = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+        self.lib.check(self.lib.lib.gt_stage_write_buffer(
+            self.handle, int(which), offset, flat.size, flat.ctypes.data_as(_P(ctypes.c_float))))
 
     def load(self, path: Path, which: Buffer = Buffer.PARAMS) -> None:
         self.lib.check(self.lib.lib.gt_stage_load(self.handle, str(path).encode(), int(which)))
@@ -108,11 +159,12 @@ class Pipeline:
     def __init__(self, lib: NativeLibrary, config: GPTConfig, world_fint: int, *, pp: int,
                  dp: int, pipe_rank: int, replica: int, node_id: int, v: int, m: int,
                  batch: int, seq_len: int, stage_layers: list[tuple[int, int]],
-                 slots_per_stage: tuple[int, ...]) -> None:
+                 slots_per_stage: tuple[int, ...], comm_id: bytes) -> None:
         self.lib = lib
+        self._handle: ctypes.c_void_p | None = None
         comm = ctypes.c_void_p()
-        lib.check(lib.lib.gt_comm_mpi_create(world_fint, pp, dp, pipe_rank, replica, node_id,
-                                             ctypes.byref(comm)))
+        lib.check(lib.lib.gt_comm_create(world_fint, pp, dp, pipe_rank, replica, node_id,
+                                         comm_id, len(comm_id), ctypes.byref(comm)))
         self._comm: ctypes.c_void_p | None = comm
         cfg = _Config(config.vocab_size, config.max_seq_len, config.n_layer, config.n_head,
                       config.n_embd)
@@ -124,7 +176,7 @@ class Pipeline:
         if status != 0:
             self.close()
             lib.check(status)
-        self._handle: ctypes.c_void_p | None = handle
+        self._handle = handle
         self.chunks: list[Chunk] = []
         for c in range(lib.lib.gt_pipeline_num_chunks(handle)):
             stage = int(lib.lib.gt_pipeline_chunk(handle, c))

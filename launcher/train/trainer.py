@@ -1,9 +1,11 @@
 """The per-rank training loop of `gantry train` (runs under mpirun / srun --mpi=pmix, or alone).
 
 mpi4py init -> rank layout -> schedule table (generated here, the executor only follows it)
--> FLOP-balanced layer split -> native pipeline (communicator handed over as a Fortran
-handle) -> weights (checkpoint, init file or seeded init) -> steps: this replica's slice of
-the global batch, one native step, metrics (rank 0), trace spans, checkpoints.
+-> FLOP-balanced layer split -> communicator bootstrap (world rank 0 makes the id — an
+ncclUniqueId on the CUDA build — and mpi4py broadcasts it) -> native pipeline (communicator
+handed over as a Fortran handle plus the id) -> weights (checkpoint, init file or seeded
+init) -> steps: this replica's slice of the global batch, one native step, metrics (rank 0),
+trace spans, checkpoints.
 Resilience: USR1/TERM stop every rank at the same step boundary after a checkpoint (exit
 TRAINER_STOPPED); a per-rank watchdog aborts a rank that stops making progress; checkpoints
 are written in the background (launcher/train/checkpoint_writer.py); rank 0 logs start/stop
@@ -30,7 +32,13 @@ from launcher.train import checkpoint, data, faults, metrics
 from launcher.train.checkpoint_writer import CheckpointWriter
 from launcher.train.init_weights import init_chunk
 from launcher.train.layout import make_layout, node_name, read_rank_order
-from launcher.train.native_pipeline import Pipeline, StepArgs, load_library
+from launcher.train.native_pipeline import (
+    Pipeline,
+    StepArgs,
+    device_memory_used,
+    load_library,
+    make_comm_id,
+)
 from launcher.train.split import split_layers
 from launcher.train.stop_signals import StopRequest, signal_name
 from launcher.train.watchdog import Watchdog
@@ -102,9 +110,10 @@ def _run(spec: JobSpec, opts: TrainOptions, stop: StopRequest) -> int:
     rank, size = world.Get_rank(), world.Get_size()
     par, model = spec.parallelism, spec.model
     error: GantryError | None = None
+    names = world.allgather(node_name())
     try:
         faults.check_environment()
-        order = read_rank_order(opts.rank_order, size) if opts.rank_order else None
+        order = read_rank_order(opts.rank_order, size, names) if opts.rank_order else None
         layout = make_layout(rank, size, par.pp, par.dp, order)
         table = generate(par.schedule, par.pp, par.micro_batches, par.virtual_stages)
         ranges = split_layers(model.n_layer, par.pp * par.virtual_stages, model.n_embd,
@@ -114,16 +123,24 @@ def _run(spec: JobSpec, opts: TrainOptions, stop: StopRequest) -> int:
     except GantryError as err:
         error = err
     _agree(world, error)
-    names = world.allgather(node_name())
     node_id = sorted(set(names), key=names.index).index(names[rank])
     config = GPTConfig(model.vocab_size, model.seq_len, model.n_layer, model.n_head,
                        model.n_embd)
     lib = load_library(opts.library)
+    # NCCL bootstrap hook: world rank 0 makes the id, every rank gets the same bytes.
+    comm_id: bytes | None = None
+    try:
+        comm_id = make_comm_id(lib) if rank == 0 else None
+    except GantryError as err:
+        error = err
+    _agree(world, error)
+    comm_id = world.bcast(comm_id, root=0)
+    assert comm_id is not None
     pipe = Pipeline(lib, config, world.py2f(), pp=par.pp, dp=par.dp,
                     pipe_rank=layout.pipe_rank, replica=layout.replica, node_id=node_id,
                     v=par.virtual_stages, m=par.micro_batches, batch=par.micro_batch_size,
                     seq_len=model.seq_len, stage_layers=ranges,
-                    slots_per_stage=table.slots_per_stage)
+                    slots_per_stage=table.slots_per_stage, comm_id=comm_id)
     try:
         return _train(world, spec, opts, layout, table, pipe, lib, stop)
     finally:
@@ -183,6 +200,9 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
         error = err
     _agree(world, error)
     actions = table.rank_array(layout.pipe_rank)
+    if rank == 0:
+        print(f"native backend {lib.lib.gt_backend_name().decode()}, comm "
+              f"{lib.lib.gt_comm_backend().decode()}: {pipe.chunks[0].info()}", flush=True)
     n_micro = par.dp * par.micro_batches
     rows = slice(layout.replica * par.micro_batches, (layout.replica + 1) * par.micro_batches)
     ckpt_root = _resolve(opts.base_dir, spec.checkpoint.dir)
@@ -205,7 +225,9 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
     events: list[dict[str, Any]] = []
     watchdog = Watchdog(spec.policy.hang_timeout_s, rank)
     watchdog.start()
-    t_begin = time.monotonic()
+    # Trace times count from rank 0's wall clock: ranks (and hosts with synchronised clocks)
+    # share one time axis in trace.json, so the report can line their timelines up.
+    t_begin = float(world.bcast(time.time(), root=0))
     try:
         for step in range(start, end):
             faults.maybe_hang(step + 1, rank, world.Get_size())
@@ -216,17 +238,20 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
             args = StepArgs(step, train.steps, 1 if train.lr_schedule == "cosine" else 0,
                             train.warmup_steps, train.lr, train.min_lr, train.beta1,
                             train.beta2, train.eps, train.weight_decay, train.grad_clip)
-            t_step = time.monotonic() - t_begin
+            t_step = time.time() - t_begin
             result = pipe.step(actions, inputs[rows].copy(), targets[rows].copy(), args)
             events.extend(metrics.trace_events(rank, step, t_step, pipe.trace()))
-            timings = {k: getattr(result, k) for k in
-                       ("compute_s", "send_s", "recv_s", "bubble_s", "sync_s", "total_s")}
+            timings: dict[str, float] = {k: getattr(result, k) for k in
+                                         ("compute_s", "send_s", "recv_s", "bubble_s",
+                                          "sync_s", "total_s")}
+            timings["mem_used_bytes"] = device_memory_used(lib)
             per_rank = world.gather(timings, root=0)
             if rank == 0:
                 slowest = max(t["total_s"] for t in per_rank)
                 record = {
                     "step": step + 1, "loss": result.loss, "lr": result.lr,
                     "grad_norm": result.grad_norm, "time": time.time(),
+                    "wall_s": time.monotonic() - t_begin,
                     "tokens_per_s": n_micro * par.micro_batch_size * model.seq_len / slowest,
                     "ranks": per_rank,
                 }

@@ -1,9 +1,12 @@
 /*
  * comm.h — the communication interface of the pipeline executor.
  *
- * One implementation per backend is linked in: comm_mpi.c (CPU build, Open MPI) and, later,
- * comm_nccl.c (GPU build: same functions, NCCL p2p + all-reduce on device buffers, bootstrapped
- * with an id that rank 0 makes and MPI_Bcasts — see gt_comm_mpi_create's hook comment).
+ * One implementation per backend is linked in: comm_mpi.c (CPU build, Open MPI, host buffers)
+ * and comm_nccl.c (CUDA build: NCCL p2p + all-reduces on device buffers, on dedicated streams
+ * linked to the compute stream by events; MPI for host scalars). The NCCL world communicator is
+ * bootstrapped from a unique id that world rank 0 makes (gt_comm_unique_id) and broadcasts over
+ * MPI — `gantry train` does the broadcast with mpi4py (its NCCL hook) and passes the id to
+ * gt_comm_create; gt_comm_mpi_create does it in C.
  *
  * Rank layout: the world has pp * dp ranks; each rank is (replica d, pipeline rank p).
  *   pipe  communicator: the pp ranks of one replica, rank = p     (activations, loss, norm)
@@ -30,23 +33,47 @@ typedef struct gt_comm gt_comm;
  * simulator proves for every table. */
 enum { GT_MSG_ACT = 1, GT_MSG_GRAD = 2 };
 
+/* Bytes of the bootstrap id (NCCL's ncclUniqueId is 128 bytes). */
+#define GT_COMM_ID_BYTES 128
+
+/* Name of the linked implementation: "mpi" or "nccl". */
+GT_API const char *gt_comm_backend(void);
+
+/* Fills `out` (len >= GT_COMM_ID_BYTES) with a new bootstrap id: ncclGetUniqueId on the NCCL
+ * build (call on world rank 0 only, then broadcast the bytes), zeros on the MPI build. */
+GT_API int gt_comm_unique_id(void *out, size_t len);
+
 /* Creates the communicators from a world communicator given as a Fortran handle (mpi4py's
- * comm.py2f()). Collective over the world. */
+ * comm.py2f()) and the bootstrap id world rank 0 made (the same bytes on every rank; ignored
+ * by the MPI build). The NCCL build also picks this rank's GPU: the rank's index among the
+ * ranks with the same node_id, modulo the visible GPUs. Collective over the world. */
+GT_API int gt_comm_create(int world_fint, int pp, int dp, int pipe_rank, int replica,
+                          int node_id, const void *id, size_t id_len, gt_comm **out);
+/* gt_comm_create with the id made on world rank 0 and broadcast here with MPI_Bcast. */
 GT_API int gt_comm_mpi_create(int world_fint, int pp, int dp, int pipe_rank, int replica,
                               int node_id, gt_comm **out);
 GT_API void gt_comm_free(gt_comm *comm);
 
+/* The stream the stages must compute on (a cudaStream_t the NCCL build owns; NULL on the MPI
+ * build). Sends and receives wait for the work enqueued on it before they were posted. */
+void *gt_comm_compute_stream(gt_comm *comm);
+
 /* Request table capacity (grows; existing requests must be complete). */
 int gt_comm_reserve(gt_comm *comm, int n_requests);
 
-/* Non-blocking send/recv of `count` floats to/from pipeline rank `peer`; request id `req`. */
-int gt_comm_isend(gt_comm *comm, int req, int peer, int kind, const float *buf, size_t count);
-int gt_comm_irecv(gt_comm *comm, int req, int peer, int kind, float *buf, size_t count);
-/* Completes request `req`; *was_ready = 1 if it had completed before this call. */
+/* Non-blocking send/recv of `bytes` bytes to/from pipeline rank `peer`; request id `req`.
+ * Activations (GT_MSG_ACT) go to pipe_rank + 1 and come from pipe_rank - 1, gradients the other
+ * way (modulo pp: interleaved schedules wrap around). */
+int gt_comm_isend(gt_comm *comm, int req, int peer, int kind, const void *buf, size_t bytes);
+int gt_comm_irecv(gt_comm *comm, int req, int peer, int kind, void *buf, size_t bytes);
+/* Completes request `req` (blocks the host until the transfer is done; a completed receive is
+ * also ordered before later work of the compute stream); *was_ready = 1 if it had completed
+ * before this call. */
 int gt_comm_wait(gt_comm *comm, int req, int *was_ready);
 
-/* In-place sums. */
-int gt_comm_allreduce_dp(gt_comm *comm, float *buf, size_t count);    /* hierarchical */
+/* In-place sums. The float buffers are the stages' gradient buffers (host on the MPI build,
+ * device on the NCCL build, where the sum is enqueued on the compute stream). */
+int gt_comm_allreduce_dp(gt_comm *comm, float *buf, size_t count); /* MPI: hierarchical */
 int gt_comm_allreduce_tied(gt_comm *comm, float *buf, size_t count);  /* no-op if pp == 1 */
 int gt_comm_allreduce_pipe_double(gt_comm *comm, double *value);
 int gt_comm_allreduce_world_double(gt_comm *comm, double *value);

@@ -9,6 +9,7 @@
 #include <mpi.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "comm.h"
 #include "common.h"
@@ -40,9 +41,32 @@ static void free_comm(MPI_Comm *c) {
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
 }
 
+const char *gt_comm_backend(void) { return "mpi"; }
+
+int gt_comm_unique_id(void *out, size_t len) {
+    int rc = GT_OK;
+    if (out == NULL || len < GT_COMM_ID_BYTES)
+        GT_INPUT_FAIL("gt_comm_unique_id: needs a buffer of %d bytes", GT_COMM_ID_BYTES);
+    memset(out, 0, GT_COMM_ID_BYTES);
+cleanup:
+    return rc;
+}
+
+void *gt_comm_compute_stream(gt_comm *comm) {
+    (void)comm;
+    return NULL;
+}
+
 int gt_comm_mpi_create(int world_fint, int pp, int dp, int pipe_rank, int replica, int node_id,
                        gt_comm **out) {
+    return gt_comm_create(world_fint, pp, dp, pipe_rank, replica, node_id, NULL, 0, out);
+}
+
+int gt_comm_create(int world_fint, int pp, int dp, int pipe_rank, int replica, int node_id,
+                   const void *id, size_t id_len, gt_comm **out) {
     int rc = GT_OK;
+    (void)id;
+    (void)id_len;
     gt_comm *c = NULL;
     *out = NULL;
     if (pp < 1 || dp < 1 || pipe_rank < 0 || pipe_rank >= pp || replica < 0 || replica >= dp)
@@ -66,8 +90,6 @@ int gt_comm_mpi_create(int world_fint, int pp, int dp, int pipe_rank, int replic
                              &c->leaders));
     int in_tied = pp > 1 && (pipe_rank == 0 || pipe_rank == pp - 1);
     MPI_CHECK(MPI_Comm_split(c->world, in_tied ? replica : MPI_UNDEFINED, pipe_rank, &c->tied));
-    /* GPU builds: rank 0 of the world would call ncclGetUniqueId here and MPI_Bcast it over
-     * c->world before ncclCommInitRank (comm_nccl.c). */
     *out = c;
     c = NULL;
 cleanup:
@@ -101,28 +123,28 @@ cleanup:
     return rc;
 }
 
-static int check_p2p(gt_comm *c, int req, int peer, size_t count) {
+static int check_p2p(gt_comm *c, int req, int peer, size_t bytes) {
     int rc = GT_OK;
     if (req < 0 || req >= c->n_reqs) GT_FAIL(GT_ESTATE, "request %d out of range", req);
     if (c->reqs[req] != MPI_REQUEST_NULL) GT_FAIL(GT_ESTATE, "request %d still active", req);
     if (peer < 0 || peer >= c->pp) GT_FAIL(GT_ESTATE, "peer %d out of range (pp=%d)", peer, c->pp);
-    if (count > INT32_MAX) GT_FAIL(GT_ESTATE, "message of %zu floats is too large", count);
+    if (bytes > INT32_MAX) GT_FAIL(GT_ESTATE, "message of %zu bytes is too large", bytes);
 cleanup:
     return rc;
 }
 
-int gt_comm_isend(gt_comm *c, int req, int peer, int kind, const float *buf, size_t count) {
+int gt_comm_isend(gt_comm *c, int req, int peer, int kind, const void *buf, size_t bytes) {
     int rc = GT_OK;
-    GT_CHECK(check_p2p(c, req, peer, count));
-    MPI_CHECK(MPI_Isend(buf, (int)count, MPI_FLOAT, peer, kind, c->pipe, &c->reqs[req]));
+    GT_CHECK(check_p2p(c, req, peer, bytes));
+    MPI_CHECK(MPI_Isend(buf, (int)bytes, MPI_BYTE, peer, kind, c->pipe, &c->reqs[req]));
 cleanup:
     return rc;
 }
 
-int gt_comm_irecv(gt_comm *c, int req, int peer, int kind, float *buf, size_t count) {
+int gt_comm_irecv(gt_comm *c, int req, int peer, int kind, void *buf, size_t bytes) {
     int rc = GT_OK;
-    GT_CHECK(check_p2p(c, req, peer, count));
-    MPI_CHECK(MPI_Irecv(buf, (int)count, MPI_FLOAT, peer, kind, c->pipe, &c->reqs[req]));
+    GT_CHECK(check_p2p(c, req, peer, bytes));
+    MPI_CHECK(MPI_Irecv(buf, (int)bytes, MPI_BYTE, peer, kind, c->pipe, &c->reqs[req]));
 cleanup:
     return rc;
 }

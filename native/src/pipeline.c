@@ -1,11 +1,19 @@
 /*
  * pipeline.c — the schedule-table executor of gantry/pipeline.h (see there for one step).
  *
- * Buffers per owned chunk and activation slot (each (B,T,C) fp32):
+ * Backend-neutral: the same file runs the CPU build (host fp32 activations, MPI) and the CUDA
+ * build (device bf16 activations, NCCL on dedicated streams). Buffers per owned chunk and
+ * activation slot, each one (B,T,C) activation of the backend (gt_stage_alloc_activation):
  *   x_in   received input activations (non-first stages)
  *   x_out  output activations, the source of SEND_ACT until its slot is reused
  *   dx_out received gradient of x_out (non-last stages)
  *   dx_in  gradient of x_in, the source of SEND_GRAD until its slot is reused
+ *
+ * Timing: the stages compute on the communicator's compute stream and every compute action
+ * ends with a stream synchronize (a no-op on the CPU), so the host clock around an action is
+ * the GPU's time for it; sends and receives run on their own streams meanwhile, and a WAIT
+ * blocks the host until its transfer is done. So the per-category times (compute / send /
+ * recv / bubble) and the trace spans are what the GPU did, not launch times.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -27,8 +35,8 @@ const char *gt_build_site(void) { return GANTRY_SITE_NAME; }
 typedef struct {
     gt_stage *stage;
     int global_stage, is_first, is_last, n_slots;
-    float *bufs; /* one allocation: 4 * n_slots * N*C */
-    float **x_in, **x_out, **dx_out, **dx_in; /* [n_slots] */
+    size_t act_bytes; /* one (B,T,C) activation of the backend */
+    float **x_in, **x_out, **dx_out, **dx_in; /* [n_slots] each; backend buffers */
 } gt_chunk;
 
 struct gt_pipeline {
@@ -60,8 +68,8 @@ int gt_pipeline_create(const gt_config *cfg, gt_comm *comm, int v, int m, int B,
     p->pp = gt_comm_pp(comm), p->dp = gt_comm_dp(comm), p->pipe_rank = gt_comm_pipe_rank(comm);
     p->v = v, p->m = m, p->B = B, p->T = T;
     GT_CALLOC(p->chunks, v);
-    const size_t NC = (size_t)B * (size_t)T * (size_t)cfg->n_embd;
     const int n_stages = p->pp * v;
+    void *stream = gt_comm_compute_stream(comm);
     for (int c = 0; c < v; c++) {
         gt_chunk *ch = &p->chunks[c];
         int s = c * p->pp + p->pipe_rank;
@@ -72,12 +80,17 @@ int gt_pipeline_create(const gt_config *cfg, gt_comm *comm, int v, int m, int B,
         if (ch->n_slots < 1) GT_FAIL(GT_EINPUT, "stage %d has %d slots", s, ch->n_slots);
         GT_CHECK(gt_stage_create(cfg, stage_layers[2 * s], stage_layers[2 * s + 1], ch->is_first,
                                  ch->is_last, B, T, ch->n_slots, &ch->stage));
-        GT_CALLOC(ch->bufs, 4 * (size_t)ch->n_slots * NC);
+        if (stream != NULL) GT_CHECK(gt_stage_set_stream(ch->stage, stream));
+        ch->act_bytes = gt_stage_activation_bytes(ch->stage);
         GT_CALLOC(ch->x_in, 4 * (size_t)ch->n_slots);
         ch->x_out = ch->x_in + ch->n_slots;
         ch->dx_out = ch->x_out + ch->n_slots;
         ch->dx_in = ch->dx_out + ch->n_slots;
-        for (int k = 0; k < 4 * ch->n_slots; k++) ch->x_in[k] = ch->bufs + (size_t)k * NC;
+        for (int k = 0; k < 4 * ch->n_slots; k++) {
+            void *buf = NULL;
+            GT_CHECK(gt_stage_alloc_activation(ch->stage, &buf));
+            ch->x_in[k] = buf;
+        }
     }
     *out = p;
     p = NULL;
@@ -89,9 +102,11 @@ cleanup:
 void gt_pipeline_free(gt_pipeline *p) {
     if (p == NULL) return;
     for (int c = 0; p->chunks != NULL && c < p->v; c++) {
-        gt_stage_free(p->chunks[c].stage);
-        free(p->chunks[c].bufs);
-        free(p->chunks[c].x_in);
+        gt_chunk *ch = &p->chunks[c];
+        for (int k = 0; ch->x_in != NULL && k < 4 * ch->n_slots; k++)
+            gt_stage_free_activation(ch->stage, ch->x_in[k]);
+        gt_stage_free(ch->stage);
+        free(ch->x_in);
     }
     free(p->chunks);
     free(p->trace);
@@ -125,7 +140,6 @@ cleanup:
 static int run_table(gt_pipeline *p, const int32_t *actions, int n, const int32_t *tokens,
                      const int32_t *targets, double *loss_sum, gt_step_result *r, double t_start) {
     int rc = GT_OK;
-    const size_t NC = (size_t)p->B * (size_t)p->T * (size_t)p->cfg.n_embd;
     const size_t BT = (size_t)p->B * (size_t)p->T;
     const float loss_scale = 1.0f / (float)(p->m * p->dp);
     for (int i = 0; i < n; i++) {
@@ -164,16 +178,16 @@ static int run_table(gt_pipeline *p, const int32_t *actions, int n, const int32_
             GT_CHECK(gt_stage_backward_weight(ch->stage, slot));
             break;
         case GT_OP_SEND_ACT:
-            GT_CHECK(gt_comm_isend(p->comm, i, peer, GT_MSG_ACT, ch->x_out[slot], NC));
+            GT_CHECK(gt_comm_isend(p->comm, i, peer, GT_MSG_ACT, ch->x_out[slot], ch->act_bytes));
             break;
         case GT_OP_SEND_GRAD:
-            GT_CHECK(gt_comm_isend(p->comm, i, peer, GT_MSG_GRAD, ch->dx_in[slot], NC));
+            GT_CHECK(gt_comm_isend(p->comm, i, peer, GT_MSG_GRAD, ch->dx_in[slot], ch->act_bytes));
             break;
         case GT_OP_RECV_ACT:
-            GT_CHECK(gt_comm_irecv(p->comm, i, peer, GT_MSG_ACT, ch->x_in[slot], NC));
+            GT_CHECK(gt_comm_irecv(p->comm, i, peer, GT_MSG_ACT, ch->x_in[slot], ch->act_bytes));
             break;
         case GT_OP_RECV_GRAD:
-            GT_CHECK(gt_comm_irecv(p->comm, i, peer, GT_MSG_GRAD, ch->dx_out[slot], NC));
+            GT_CHECK(gt_comm_irecv(p->comm, i, peer, GT_MSG_GRAD, ch->dx_out[slot], ch->act_bytes));
             break;
         case GT_OP_WAIT:
             if (peer < 0 || peer >= i) GT_FAIL(GT_ESTATE, "action %d waits on %d", i, peer);
@@ -182,6 +196,7 @@ static int run_table(gt_pipeline *p, const int32_t *actions, int n, const int32_
         default:
             GT_FAIL(GT_ESTATE, "action %d has unknown op %d", i, op);
         }
+        if (op <= GT_OP_WEIGHT) GT_CHECK(gt_stage_synchronize(ch->stage));
         double t1 = now_s(), dt = t1 - t0;
         if (op <= GT_OP_WEIGHT) r->compute_s += dt;
         else if (op == GT_OP_SEND_ACT || op == GT_OP_SEND_GRAD) r->send_s += dt;
@@ -229,6 +244,7 @@ static int sync_and_update(gt_pipeline *p, const gt_step_args *args, gt_step_res
     for (int c = 0; c < p->v; c++)
         GT_CHECK(gt_stage_adamw_step(p->chunks[c].stage, (float)r->lr, args->beta1, args->beta2,
                                      args->eps, args->weight_decay, args->step + 1, scale));
+    for (int c = 0; c < p->v; c++) GT_CHECK(gt_stage_synchronize(p->chunks[c].stage));
 cleanup:
     return rc;
 }

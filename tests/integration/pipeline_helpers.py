@@ -53,7 +53,8 @@ def gantry_train(job: Path, ranks: int, lib: Path, *extra: str,
         cmd += ["--run-dir", str(run_dir)]
     if ranks > 1:
         cmd = ["mpirun", "--oversubscribe", "-np", str(ranks), *cmd]
-    env = {**os.environ, **MPI_ENV, "PYTHONPATH": str(REPO)}
+    path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))
+    env = {**os.environ, **MPI_ENV, "PYTHONPATH": path}
     return subprocess.run(cmd, capture_output=True, text=True, check=False, env=env,
                           cwd=REPO, timeout=300)
 

@@ -68,7 +68,7 @@ extern "C" {
 GT_API const char *gt_last_error(void);
 
 /* Version of this API; bumped when functions are added. */
-#define GT_API_VERSION 2
+#define GT_API_VERSION 3
 GT_API int gt_api_version(void);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -254,6 +254,9 @@ GT_API int gt_stage_read_buffer(gt_stage *stage, gt_buffer which, size_t offset,
 GT_API int gt_stage_write_buffer(gt_stage *stage, gt_buffer which, size_t offset, size_t count,
                                  const float *host_src);
 GT_API int gt_stage_params_updated(gt_stage *stage);
+/* Device memory in use and total on the current device (cudaMemGetInfo: every process's use,
+ * context included); 0 and 0 on the CPU backend. Added in API version 3. */
+GT_API int gt_backend_memory(size_t *used_bytes, size_t *total_bytes);
 
 #ifdef __cplusplus
 }

@@ -322,6 +322,18 @@ cleanup:
     return rc;
 }
 
+int gt_backend_memory(size_t *used_bytes, size_t *total_bytes) {
+    int rc = GT_OK;
+    size_t free_bytes = 0, total = 0;
+    if (used_bytes == NULL || total_bytes == NULL)
+        GT_INPUT_FAIL("gt_backend_memory: NULL argument");
+    CUDA_CHECK(cudaMemGetInfo(&free_bytes, &total));
+    *used_bytes = total - free_bytes;
+    *total_bytes = total;
+cleanup:
+    return rc;
+}
+
 int gt_stage_synchronize(gt_stage *s) {
     int rc = GT_OK;
     if (s == NULL) GT_INPUT_FAIL("gt_stage_synchronize: stage is NULL");

@@ -1,0 +1,191 @@
+"""gantry's side of the GPU benchmark: one `gantry train` run (no torch in the process, so the
+CUDA library's cuDNN flash attention is used), in the anchor's terms.
+
+Writes a job file for the anchor's configs (bench/anchors/torch_pp_baseline.py: GPT of
+L layers, d channels, seq 1024, vocab 50304, random tokens), runs `gantry train` alone (single
+GPU) or under `mpirun -np 2` (PP=2, one GPU per rank), and prints one JSON line: tokens/s over
+the timed steps by wall clock (rank 0, Python loop included), step time, TFLOP/s per GPU with
+the anchor's FLOP formula, peak device memory in use per rank (cudaMemGetInfo after each step),
+and, for PP runs, the per-rank timeline of the last step (compute / send / recv / bubble /
+sync seconds from the executor's synchronized timers) with the measured bubble next to the
+schedule's theoretical bubble (the project's simulator with unit costs F=1, B=2, W=1, and with
+the op costs measured in this run).
+
+    python3 bench/bench_gantry_gpu.py --layout pp2 --schedule 1f1b --layers 24 --dmodel 1024 \
+        --heads 16 --mbs 8 --nmb 8 --lib native/build-cuda/libgantry_native.so --work DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from launcher.schedules import Op, generate  # noqa: E402
+from launcher.schedules.simulator import UNIT_COSTS, simulate  # noqa: E402
+
+_OPS = {"forward": Op.FORWARD, "backward": Op.BACKWARD, "backward_input": Op.BACKWARD_INPUT,
+        "weight": Op.WEIGHT}
+
+
+def flops_per_token(layers: int, d: int, vocab: int, seq: int) -> float:
+    """The anchor's formula (torch_pp_baseline.flops_per_token), copied: that file imports
+    torch."""
+    n = layers * 12 * d * d + vocab * d
+    return 6 * n + 12 * layers * d * seq
+
+
+def write_job(a: argparse.Namespace, work: Path) -> Path:
+    pp = 2 if a.layout == "pp2" else 1
+    schedule = a.schedule if pp > 1 else "1f1b"
+    job = {
+        "name": f"bench-{a.layout}-{schedule}",
+        "model": {"n_layer": a.layers, "n_head": a.heads, "n_embd": a.d,
+                  "vocab_size": a.vocab, "seq_len": a.seq},
+        "parallelism": {"pp": pp, "dp": 1, "schedule": schedule,
+                        "micro_batches": a.nmb, "micro_batch_size": a.mbs,
+                        "virtual_stages": 2 if schedule == "interleaved" else 1},
+        "train": {"steps": a.warmup + a.steps, "lr": 1.0e-4, "lr_schedule": "constant",
+                  "warmup_steps": 0, "weight_decay": 0.1, "grad_clip": 1.0, "seed": 0},
+    }
+    path = work / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    return path
+
+
+def run_gantry(a: argparse.Namespace, job: Path, work: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-m", "launcher", "train", str(job), "--lib", a.lib,
+           "--run-dir", str(work / "run")]
+    if a.layout == "pp2":
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
+               "-x", "PYTHONPATH", "-x", "NCCL_NVLS_ENABLE",
+               "-x", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "-x", "NVSHMEM_DISABLE_NVLS",
+               "-x", "GANTRY_ATTENTION", "--bind-to", "none", *cmd]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
+    env.setdefault("GANTRY_ATTENTION", "cudnn")
+    # own process group: on a timeout mpirun and every rank get SIGTERM, then SIGKILL
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            cwd=REPO, env=env, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=a.timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            stdout, stderr = proc.communicate(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            stdout, stderr = proc.communicate()
+        stderr += f"\ntimed out after {a.timeout} s"
+    return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
+
+
+def op_costs(trace: dict[str, Any], step: int, v: int) -> dict[Op, float]:
+    """Mean seconds of each compute op in `step`, per full stage (x v for interleaved)."""
+    durations: dict[Op, list[float]] = {}
+    for e in trace["traceEvents"]:
+        if e.get("cat") != "compute" or e["args"]["step"] != step:
+            continue
+        op = _OPS.get(e["name"].split(" ")[0])
+        if op is not None:
+            durations.setdefault(op, []).append(e["dur"] * 1e-6 * v)
+    return {op: statistics.fmean(d) for op, d in durations.items()}
+
+
+def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
+             trace: dict[str, Any]) -> dict[str, Any]:
+    """Per-rank timeline of the last step, measured bubble vs theory."""
+    last = records[-1]
+    ranks = last["ranks"]
+    table_times = [r["total_s"] - r["sync_s"] for r in ranks]
+    makespan = max(table_times)
+    busy = sum(r["compute_s"] for r in ranks)
+    measured = 1.0 - busy / (makespan * len(ranks))
+    v = 2 if a.schedule == "interleaved" else 1
+    table = generate(a.schedule, 2, a.nmb, v)
+    costs = op_costs(trace, last["step"] - 1, v)
+    full = dict(UNIT_COSTS)
+    full.update(costs)
+    if Op.BACKWARD not in costs and Op.BACKWARD_INPUT in costs and Op.WEIGHT in costs:
+        full[Op.BACKWARD] = costs[Op.BACKWARD_INPUT] + costs[Op.WEIGHT]
+    return {
+        "ranks": [{k: round(r[k] * 1e3, 2) for k in
+                   ("compute_s", "send_s", "recv_s", "bubble_s", "sync_s", "total_s")}
+                  for r in ranks],
+        "bubble_measured": round(measured, 4),
+        "bubble_theory_unit": round(simulate(table).bubble_fraction, 4),
+        "bubble_theory_measured_costs": round(simulate(table, full).bubble_fraction, 4),
+        "op_ms": {op.name.lower(): round(c * 1e3 / v, 3) for op, c in costs.items()},
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--layout", choices=["single", "pp2"], default="single")
+    p.add_argument("--schedule", choices=["gpipe", "1f1b", "interleaved", "zb-h1"],
+                   default="1f1b")
+    p.add_argument("--lib", required=True, help="CUDA libgantry_native.so (built with NCCL)")
+    p.add_argument("--work", type=Path, required=True, help="directory for job, metrics, trace")
+    p.add_argument("--layers", type=int, default=24)
+    p.add_argument("--dmodel", dest="d", type=int, default=1024)
+    p.add_argument("--heads", type=int, default=16)
+    p.add_argument("--seq", type=int, default=1024)
+    p.add_argument("--vocab", type=int, default=50304)
+    p.add_argument("--mbs", type=int, default=8)
+    p.add_argument("--nmb", type=int, default=8)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--timeout", type=int, default=300)
+    a = p.parse_args()
+    a.work.mkdir(parents=True, exist_ok=True)
+    job = write_job(a, a.work)
+    done = run_gantry(a, job, a.work)
+    (a.work / "train.log").write_text(done.stdout + done.stderr)
+    base = {"impl": "gantry", "mode": a.layout, "schedule": a.schedule if a.layout == "pp2"
+            else "-", "layers": a.layers, "d": a.d, "mbs": a.mbs, "nmb": a.nmb}
+    metrics_path = a.work / "run" / "metrics.jsonl"
+    records = ([json.loads(x) for x in metrics_path.read_text().splitlines()]
+               if metrics_path.is_file() else [])
+    trained = len(records) == a.warmup + a.steps and (a.work / "run" / "trace.json").is_file()
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
+        failure = f"exit {done.returncode}: {' | '.join(tail)}"
+        if not trained:
+            print(json.dumps({**base, "error": failure}))
+            return 1
+        base["warning"] = f"every step ran, then the run failed: {failure}"
+
+    timed = records[a.warmup - 1:]
+    wall = (timed[-1]["wall_s"] - timed[0]["wall_s"]) / (len(timed) - 1)
+    ngpu = 2 if a.layout == "pp2" else 1
+    tok = a.mbs * a.nmb * a.seq / wall
+    info = next((line for line in done.stdout.splitlines() if line.startswith("native backend")),
+                "")
+    result = {
+        **base, "info": info, "tokens_per_s": round(tok), "step_ms": round(wall * 1e3, 2),
+        "tflops_per_gpu": round(tok * flops_per_token(a.layers, a.d, a.vocab, a.seq) / 1e12
+                                / ngpu, 1),
+        "mem_used_gib": round(max(r.get("mem_used_bytes", 0) for rec in records
+                                  for r in rec["ranks"]) / 2**30, 1),
+        "first_loss": round(records[0]["loss"], 4), "last_loss": round(records[-1]["loss"], 4),
+    }
+    if a.layout == "pp2":
+        trace = json.loads((a.work / "run" / "trace.json").read_text())
+        result["timeline"] = timeline(a, records, trace)
+    print(json.dumps(result), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,94 @@
+"""Markdown tables of one GPU benchmark call (results.jsonl of bench/run_gpu_bench.sh): gantry's
+rows (bench_gantry_gpu.py) next to the PyTorch anchor's rows of the same call.
+
+MFU uses the bf16 peak the anchor measured in the same call (its 8192^3 product, median over
+the anchor runs). `vs PyTorch` = gantry tokens/s / the best PyTorch tokens/s of the same model
+and layout (single: the single run; PP=2: the best of the anchor's schedules).
+
+    python3 bench/gpu_bench_table.py results.jsonl
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+_NAMES = {24: "350M", 48: "1.5B"}
+
+
+def _model(r: dict[str, Any]) -> str:
+    return _NAMES.get(int(r["layers"]), f"{r['layers']}L")
+
+
+def _layout(r: dict[str, Any]) -> str:
+    return "1 GPU" if r["mode"] == "single" else "PP=2"
+
+
+def tables(rows: list[dict[str, Any]]) -> str:
+    torch_rows = [r for r in rows if r.get("impl") != "gantry" and "tokens_per_s" in r]
+    ours = [r for r in rows if r.get("impl") == "gantry"]
+    peaks = [r["peak_bf16_tflops"] for r in torch_rows if "peak_bf16_tflops" in r]
+    peak = statistics.median(peaks) if peaks else float("nan")
+    best: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in torch_rows:
+        key = (_model(r), "1 GPU" if r["mode"] == "single" else "PP=2")
+        if key not in best or r["tokens_per_s"] > best[key]["tokens_per_s"]:
+            best[key] = r
+    out = [f"bf16 peak measured by the anchor in this call: {peak:.1f} TFLOP/s", "",
+           "| model | layout | schedule | gantry tokens/s | gantry MFU | gantry mem (max rank) "
+           "| PyTorch tokens/s (same call) | PyTorch MFU | vs PyTorch |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in ours:
+        key = (_model(r), _layout(r))
+        ref = best.get(key)
+        if "error" in r:
+            out.append(f"| {key[0]} | {key[1]} | {r['schedule']} | failed: {r['error'][:80]} "
+                       "| | | | | |")
+            continue
+        ratio = f"**{r['tokens_per_s'] / ref['tokens_per_s']:.2f}x**" if ref else "-"
+        ref_sched = ("single" if ref["mode"] == "single" else ref["schedule"]) if ref else ""
+        ref_text = f"{ref['tokens_per_s'] / 1e3:.1f}K ({ref_sched})" if ref else "-"
+        ref_mfu = f"{ref['tflops_per_gpu'] / peak:.1%}" if ref else "-"
+        out.append(f"| {key[0]} | {key[1]} | {r['schedule']} | {r['tokens_per_s'] / 1e3:.1f}K "
+                   f"| {r['tflops_per_gpu'] / peak:.1%} | {r['mem_used_gib']} GiB | {ref_text} "
+                   f"| {ref_mfu} | {ratio} |")
+    out += ["", "PyTorch rows of the same call:", "",
+            "| model | layout | schedule | tokens/s | MFU |", "|---|---|---|---|---|"]
+    for r in torch_rows:
+        sched = "-" if r["mode"] == "single" else r["schedule"]
+        out.append(f"| {_model(r)} | {_layout(r)} | {sched} | {r['tokens_per_s'] / 1e3:.1f}K "
+                   f"| {r['tflops_per_gpu'] / peak:.1%} |")
+    out += ["", "gantry PP=2 timeline of the last step (ms per rank: compute / send / recv / "
+            "bubble / sync / total) and bubble (idle share of both ranks up to the makespan of "
+            "the schedule phase) vs the simulator's theory (unit costs F=1 B=2 W=1; measured op "
+            "costs):", "",
+            "| model | schedule | rank 0 | rank 1 | measured bubble | theory (unit) | theory "
+            "(measured costs) |", "|---|---|---|---|---|---|---|"]
+    for r in ours:
+        t = r.get("timeline")
+        if not t:
+            continue
+        cells = [" / ".join(f"{x[k]:.1f}" for k in ("compute_s", "send_s", "recv_s", "bubble_s",
+                                                     "sync_s", "total_s")) for x in t["ranks"]]
+        out.append(f"| {_model(r)} | {r['schedule']} | {cells[0]} | {cells[1]} "
+                   f"| {t['bubble_measured']:.1%} | {t['bubble_theory_unit']:.1%} "
+                   f"| {t['bubble_theory_measured_costs']:.1%} |")
+    return "\n".join(out)
+
+
+def main() -> int:
+    rows = []
+    for line in Path(sys.argv[1]).read_text().splitlines():
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    print(tables(rows))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,78 @@
+"""`gantry train` on GPUs: the CUDA stages driven by the pipeline executor with the NCCL
+communicator, under real mpirun ranks (one GPU each), for every schedule at PP=2, against the
+fp32 PyTorch reference trained on the same global batches (bf16 tolerance).
+
+Needs 2 visible GPUs and a CUDA library built with NCCL (``GANTRY_CUDA_LIB``, as
+bench/run_gpu_bench.sh builds it); skips otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import torch
+
+from launcher.native.model_config import GPTConfig
+from launcher.reference.gpt2_torch import TrainSettings, make_model, save_weights, train
+from launcher.train.data import global_batch
+from tests.integration.pipeline_helpers import TRAIN, gantry_train, read_metrics, write_job
+
+MODEL = {"n_layer": 4, "n_head": 4, "n_embd": 64, "vocab_size": 256, "seq_len": 64}
+BATCH = 4
+LOSS_TOL = 1e-2
+"""Largest relative loss difference to the fp32 reference over 10 steps (bf16 compute)."""
+
+
+@pytest.fixture(scope="module")
+def nccl_lib() -> Path:
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        pytest.skip("GPU test: needs 2 CUDA GPUs")
+    given = os.environ.get("GANTRY_CUDA_LIB")
+    if not given:
+        pytest.skip("GPU test: set GANTRY_CUDA_LIB to a CUDA library built with NCCL")
+    return Path(given)
+
+
+def _reference(n_micro: int, weights: Path) -> list[float]:
+    cfg = GPTConfig(MODEL["vocab_size"], MODEL["seq_len"], MODEL["n_layer"], MODEL["n_head"],
+                    MODEL["n_embd"])
+    torch.manual_seed(0)
+    model = make_model(cfg, seed=11, randomize_all=True)
+    save_weights(model, weights)
+    batches = []
+    for step in range(cast(int, TRAIN["steps"])):
+        inputs, targets = global_batch(step, n_micro, BATCH, cfg.max_seq_len, cfg.vocab_size,
+                                       cast(int, TRAIN["seed"]))
+        batches.append((torch.from_numpy(inputs.reshape(-1, cfg.max_seq_len)).long(),
+                        torch.from_numpy(targets.reshape(-1, cfg.max_seq_len)).long()))
+    t = cast(dict[str, Any], TRAIN)
+    settings = TrainSettings(max_lr=t["lr"], min_lr=t["min_lr"], warmup_steps=t["warmup_steps"],
+                             total_steps=t["steps"], cosine=True,
+                             weight_decay=t["weight_decay"], grad_clip=t["grad_clip"])
+    return [loss for loss, _ in train(model, batches, settings)]
+
+
+LAYOUTS = [("1f1b", 1, 1), ("gpipe", 2, 1), ("1f1b", 2, 1), ("interleaved", 2, 2),
+           ("zb-h1", 2, 1)]
+
+
+@pytest.mark.parametrize("schedule,pp,v", LAYOUTS, ids=[f"pp{p}-{s}" for s, p, v in LAYOUTS])
+def test_gpu_trajectory_matches_pytorch(tmp_path: Path, nccl_lib: Path, schedule: str, pp: int,
+                                        v: int) -> None:
+    m = 4
+    weights = tmp_path / "init.safetensors"
+    expected = _reference(m, weights)
+    job = write_job(tmp_path, "gpu", pp=pp, dp=1, schedule=schedule, m=m, v=v, batch=BATCH,
+                    model=MODEL, train={"init_weights": str(weights)})
+    result = gantry_train(job, pp, nccl_lib, run_dir=tmp_path / "run")
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = read_metrics(tmp_path / "run")
+    assert [r["step"] for r in records] == list(range(1, 11))
+    assert [r["loss"] for r in records] == pytest.approx(expected, rel=LOSS_TOL)
+    assert records[-1]["loss"] < records[0]["loss"]
+    for rank in records[-1]["ranks"]:
+        assert rank["mem_used_bytes"] > 0
+        assert 0 < rank["compute_s"] < rank["total_s"]
