@@ -6,6 +6,8 @@ median / p90 in milliseconds:
 
 - sbatch          `sbatch --parsable --wrap true` (the anchor: controller round trip)
 - gantry (API)    resolve + render + job directory + sbatch, in-process
+- gantry (API + placement)  the same plus the live placement (sbatch --version, sinfo --json,
+                  topology plan), as `gantry submit` does
 - gantry (CLI)    `python -m launcher submit job.yaml -- true` (includes interpreter start)
 - submitit        AutoExecutor.submit(fn) (pickle + script + sbatch), in-process
 
@@ -30,6 +32,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from launcher.job_dir import create_job_dir, new_job_dir_path, record_submission  # noqa: E402
+from launcher.job_placement import place_job  # noqa: E402
 from launcher.job_request import CliOverrides, resolve_request  # noqa: E402
 from launcher.job_script import render_job  # noqa: E402
 from launcher.slurm import CommandRunner, make_client  # noqa: E402
@@ -108,6 +111,18 @@ def main() -> int:
             record_submission(root, job_dir, job_id)
             return job_id
 
+        def gantry_api_placed() -> str:
+            request = resolve_request(job, site_path, CliOverrides(command=("true",)))
+            root = tmp / "jobs"
+            path = new_job_dir_path(root, request.spec.name)
+            placement = place_job(request, make_client("cli", runner))  # fresh: no caches
+            script = render_job(request, path, tmp, placement.script_placement())
+            job_dir = create_job_dir(path, script, request.raw, {}, placement.to_json(),
+                                     request.spec.name)
+            job_id = client.submit(job_dir.script)
+            record_submission(root, job_dir, job_id)
+            return job_id
+
         cli_args = [sys.executable, "-m", "launcher", "submit", str(job), "--json",
                     "--jobs-dir", str(tmp / "cli-jobs")]
         if site_path is not None:
@@ -126,11 +141,14 @@ def main() -> int:
         def submitit_submit() -> str:
             return str(executor.submit(noop).job_id)
 
-        for fn in (sbatch, gantry_api, gantry_cli, submitit_submit):  # warm up
+        for fn in (sbatch, gantry_api, gantry_api_placed, gantry_cli,
+                   submitit_submit):  # warm up
             cancel(fn())
         rows = [
             summary("sbatch --parsable --wrap (anchor)", timed(sbatch, cancel, args.samples)),
             summary("gantry submit (in-process API)", timed(gantry_api, cancel, args.samples)),
+            summary("gantry submit (in-process API + live placement)",
+                    timed(gantry_api_placed, cancel, args.samples)),
             summary("gantry submit (CLI process)", timed(gantry_cli, cancel, args.samples)),
             summary(f"submitit {submitit.__version__} AutoExecutor.submit",
                     timed(submitit_submit, cancel, args.samples)),

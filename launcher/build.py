@@ -124,6 +124,11 @@ def build_site(site: LoadedSite, force: bool = False) -> BuildResult:
     return BuildResult(directory, result.library, result.executable, cached=False)
 
 
+def library_path(site: LoadedSite) -> Path:
+    """Where `gantry build` puts (or put) the library of this site and source tree."""
+    return cache_root() / f"{site.config.name}-{build_key(site)}" / LIBRARY_NAME
+
+
 def built_library(site: LoadedSite) -> Path:
     """The library `gantry build` made for this site (error if it has not been built)."""
     directory = cache_root() / f"{site.config.name}-{build_key(site)}"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 import time
 from pathlib import Path
@@ -11,6 +12,7 @@ from typing import IO, Any
 
 from launcher.errors import UserInputError
 from launcher.job_dir import JobDir, find_job_dir, jobs_root
+from launcher.job_placement import site_client
 from launcher.job_request import CliOverrides
 from launcher.site_config import load_site
 from launcher.slurm import JobInfo, SlurmClient, make_client
@@ -62,15 +64,15 @@ def overrides_from_args(args: argparse.Namespace) -> CliOverrides:
 
 
 def client_for_job(job_dir: JobDir | None) -> SlurmClient:
-    """The Slurm client the job's site asks for (``slurm.client``), default auto."""
-    choice = "auto"
+    """The Slurm client the job's site asks for (``slurm.client``; an embedded site's own
+    slurm.conf when SLURM_CONF is unset), default auto."""
     if job_dir is not None:
         try:
             request = json.loads((job_dir.path / "request.json").read_text(encoding="utf-8"))
-            choice = load_site(Path(request["site_path"])).config.slurm.client
+            return site_client(load_site(Path(request["site_path"])))
         except (OSError, KeyError, ValueError, UserInputError):
-            choice = "auto"
-    return make_client(choice)
+            pass
+    return make_client("auto")
 
 
 def resolve_job(args: argparse.Namespace) -> tuple[Path, JobDir]:
@@ -126,4 +128,29 @@ def job_summary(job_dir: JobDir, info: JobInfo | None) -> dict[str, Any]:
         data["state"] = last.get("state", "UNKNOWN")
         data["source"] = "job directory (Slurm no longer knows the job)"
     data["job_dir"] = str(job_dir.path)
+    data.update(run_history(job_dir))
     return data
+
+
+def run_history(job_dir: JobDir) -> dict[str, Any]:
+    """Attempts (runs/<job id>-<restart>), the checkpoint directory and its newest complete
+    checkpoint (a step_<N> directory holding manifest.json, written last by the trainer)."""
+    runs = job_dir.path / "runs"
+    names = [p.name for p in runs.iterdir() if p.is_dir()] if runs.is_dir() else []
+    attempts = sorted((n for n in names if re.fullmatch(r"\d+(_\d+)?-\d+", n)),
+                      key=lambda name: [int(x) for x in re.split(r"[-_]", name)])
+    try:
+        request = json.loads((job_dir.path / "request.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        request = {}
+    configured = request.get("checkpoint_dir") if isinstance(request, dict) else None
+    latest: int | None = None
+    if isinstance(configured, str):
+        root = Path(configured)
+        steps = [int(c.name[5:]) for c in root.glob("step_*") if c.name[5:].isdigit()
+                 and (c / "manifest.json").is_file()] if root.is_dir() else []
+        latest = max(steps) if steps else None
+    return {"attempts": attempts, "checkpoint_dir": configured,
+            "latest_checkpoint_step": latest,
+            "latest_checkpoint": None if latest is None else
+            str(Path(str(configured)) / f"step_{latest:08d}")}

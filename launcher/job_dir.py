@@ -6,7 +6,8 @@ Layout (root: --jobs-dir, else $GANTRY_JOBS_DIR, else ./gantry-jobs)::
         job.sbatch       the rendered batch script (what was submitted)
         spec.yaml        the job spec after CLI overrides
         request.json     resolved request: site, layout, flags used, gantry version
-        placement.json   the placement (nodes, topology options)
+        placement.json   the placement: mode, planned nodes, Slurm options, cluster state
+        rank_order.json  planned nodes in rank order (gantry train --rank-order), if planned
         meta.json        job id, submit time, last known state
         logs/            slurm-<jobid>.out / .err (append mode across requeues)
         runs/<jobid>-<restart>/   one directory per attempt, written by the script
@@ -103,9 +104,29 @@ class JobDir:
         return self.logs / f"slurm-{job_id}.{stream}"
 
 
+#: Job spec fields holding paths that resolve against the job file's directory; they are
+#: made absolute in the job directory's copy (checkpoint.dir is not: relative checkpoint
+#: directories land in the job directory).
+_SPEC_PATHS = (("train", "init_weights"), ("train", "data"))
+
+
+def portable_spec(raw: dict[str, Any], spec_dir: Path) -> dict[str, Any]:
+    """The job mapping for ``spec.yaml`` in the job directory: input paths made absolute."""
+    data = dict(raw)
+    for section, key in _SPEC_PATHS:
+        values = data.get(section)
+        if isinstance(values, dict) and isinstance(values.get(key), str):
+            value = values[key]
+            if not Path(value).is_absolute():
+                data[section] = {**values, key: str(spec_dir / value)}
+    return data
+
+
 def create_job_dir(path: Path, script: str, spec: dict[str, Any], request: dict[str, Any],
-                   placement: dict[str, Any], name: str) -> JobDir:
-    """Create the job directory with its files; nothing is left behind if this fails."""
+                   placement: dict[str, Any], name: str,
+                   extra_files: dict[str, str] | None = None) -> JobDir:
+    """Create the job directory with its files (``extra_files``: name -> text); nothing is
+    left behind if this fails."""
     try:
         path.mkdir(parents=True, exist_ok=False)
         (path / "logs").mkdir()
@@ -114,6 +135,8 @@ def create_job_dir(path: Path, script: str, spec: dict[str, Any], request: dict[
         _write_atomic(path / "spec.yaml", yaml.safe_dump(spec, sort_keys=False))
         _write_json(path / "request.json", request)
         _write_json(path / "placement.json", placement)
+        for file_name, text in (extra_files or {}).items():
+            _write_atomic(path / file_name, text)
         _write_json(path / "meta.json", {"name": name, "created_at": time.time()})
     except FileExistsError:
         raise UserInputError(f"{path}: job directory already exists") from None

@@ -49,19 +49,44 @@ def layout_line(request: JobRequest) -> str:
             f"{request.ranks_per_node} rank{'s' if request.ranks_per_node > 1 else ''}{spare}")
 
 
-def train_argv(request: JobRequest, job_dir: Path, gantry: Sequence[str]) -> tuple[str, ...]:
-    """What every rank runs: the job's command, else ``gantry train <job dir>/spec.yaml``
-    (with ``--resume``: every attempt continues from the newest complete checkpoint)."""
+#: The rank-order file of a planned job, in its job directory.
+RANK_ORDER_FILE = "rank_order.json"
+
+
+def run_dir(job_dir: Path, name: str) -> Path:
+    """Where `gantry train` writes metrics.jsonl, events and the trace of a job."""
+    return job_dir / "runs" / name
+
+
+def train_argv(request: JobRequest, job_dir: Path, gantry: Sequence[str],
+               library: Path | None = None, rank_order: bool = False) -> tuple[str, ...]:
+    """What every rank runs: the job's command, else ``gantry train``.
+
+    ``gantry train <job dir>/spec.yaml --run-dir <job dir>/runs/<name>`` (one metrics
+    trajectory across attempts: steps redone after a resume are set aside by the trainer;
+    relative checkpoint dirs land in the job directory), the native library built
+    for the site at submit (``--lib``; ``--site`` when not known), the placement's
+    ``--rank-order`` when the nodes were planned, and ``--resume``: every attempt continues
+    from the newest complete checkpoint (none on a first attempt in a fresh job directory).
+    """
     if request.spec.command:
         return tuple(request.spec.command)
-    return (*gantry, "train", str(job_dir / "spec.yaml"), "--site", str(request.site.path),
-            "--resume")
+    argv = [*gantry, "train", str(job_dir / "spec.yaml"), "--run-dir",
+            str(run_dir(job_dir, request.spec.name))]
+    if library is not None:
+        argv += ["--lib", str(library)]
+    else:
+        argv += ["--site", str(request.site.path)]
+    if rank_order:
+        argv += ["--rank-order", str(job_dir / RANK_ORDER_FILE)]
+    return (*argv, "--resume")
 
 
 def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,
                   placement: Placement | None = None,
                   gantry: Sequence[str] | None = None,
-                  extra_env: Sequence[tuple[str, str]] | None = None) -> ScriptInputs:
+                  extra_env: Sequence[tuple[str, str]] | None = None,
+                  library: Path | None = None) -> ScriptInputs:
     """The template inputs for ``request`` running from ``job_dir``."""
     gantry = tuple(gantry) if gantry is not None else gantry_argv()
     site = request.site.config
@@ -92,7 +117,8 @@ def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,
                       site.nccl.env, spec.env),
         placement=placement, preflight=preflight,
         launch=LaunchStep(launcher=site.mpi.launcher, srun_mpi=site.mpi.srun_mpi,
-                          argv=train_argv(request, job_dir, gantry),
+                          argv=train_argv(request, job_dir, gantry, library,
+                                          rank_order=bool(placement.nodes)),
                           container_image=spec.resources.container_image),
     )
 
@@ -108,8 +134,10 @@ def template_location(request: JobRequest) -> tuple[str, Path]:
 
 def render_job(request: JobRequest, job_dir: Path, submit_dir: Path,
                placement: Placement | None = None, gantry: Sequence[str] | None = None,
-               extra_env: Sequence[tuple[str, str]] | None = None) -> str:
+               extra_env: Sequence[tuple[str, str]] | None = None,
+               library: Path | None = None) -> str:
     """The batch script text of ``request``."""
     name, directory = template_location(request)
-    inputs = script_inputs(request, job_dir, submit_dir, placement, gantry, extra_env)
+    inputs = script_inputs(request, job_dir, submit_dir, placement, gantry, extra_env,
+                           library)
     return render_script(inputs, name, directory)

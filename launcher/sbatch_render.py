@@ -94,7 +94,8 @@ class Placement:
     summary: str = "Slurm chooses the nodes"
     """One line for the script header."""
     nodes: tuple[str, ...] = ()
-    """The chosen nodes in rank order (empty when Slurm chooses)."""
+    """The planned nodes that run ranks, in rank order, spares not included (empty when
+    Slurm chooses); without preflight exactly these nodes train."""
 
 
 @dataclass(frozen=True)

@@ -117,6 +117,7 @@ class SwitchSpec:
     """One switch of a tree topology: a leaf (with nodes) or an upper switch (with switches)."""
 
     name: str
+    """Switch name (SwitchName= in topology.conf)."""
     nodes: str | None = None
     """Hostlist of the nodes attached to this (leaf) switch."""
     switches: str | None = None
@@ -128,6 +129,7 @@ class BlockSpec:
     """One block of a block topology (Slurm topology/block, 23.11+)."""
 
     name: str
+    """Block name (BlockName= in topology.conf)."""
     nodes: str
     """Hostlist of the nodes in this block."""
 
@@ -137,6 +139,7 @@ class TopologySection:
     """The network topology: a switch tree, blocks, or flat (no topology plugin)."""
 
     plugin: Literal["flat", "tree", "block"] = "flat"
+    """Slurm topology plugin: tree (switches), block (23.11+), or flat (none)."""
     switches: list[SwitchSpec] = field(default_factory=list)
     """tree: every switch, leaves and upper tiers, as in Slurm's topology.conf."""
     blocks: list[BlockSpec] = field(default_factory=list)
@@ -188,6 +191,7 @@ class BuildSection:
     """How `gantry build` compiles the native trainer for this site."""
 
     backend: Literal["cpu", "cuda"] = "cpu"
+    """Compute backend of the trainer: cpu (CBLAS + MPI) or cuda (cuBLAS + NCCL)."""
     cuda_archs: list[str] = field(default_factory=list)
     """CUDA architectures, e.g. ["90a"] for H100/H200."""
     blas: Literal["openblas", "none"] = "openblas"
@@ -212,6 +216,7 @@ class PreflightSection:
     """Per-site preflight settings: level, thresholds, what to check, how to drain."""
 
     level: Literal["quick", "standard", "deep"] = "quick"
+    """Default preflight level (jobs may ask for another with policy.preflight_level)."""
     thresholds: dict[str, float] = field(default_factory=dict)
     """Overrides of the default thresholds, by name (see docs/preflight.md)."""
     drain: bool = True
@@ -315,15 +320,25 @@ class SiteConfig:
     """A whole site. See docs/site-config.md for every field."""
 
     name: str
+    """Site name (names the build cache entry and the job scripts' header)."""
     nodes: NodesSection
+    """The compute nodes."""
     description: str = ""
+    """One line for humans."""
     slurm: SlurmSection = field(default_factory=SlurmSection)
+    """Slurm: client, partition, embedded cluster settings."""
     topology: TopologySection = field(default_factory=TopologySection)
+    """Network topology used by placement (and Slurm's topology plugin)."""
     mpi: MpiSection = field(default_factory=MpiSection)
+    """Rank launch and MPI environment."""
     nccl: NcclSection = field(default_factory=NcclSection)
+    """NCCL environment (GPU sites)."""
     build: BuildSection = field(default_factory=BuildSection)
+    """How the native trainer is compiled for the site."""
     preflight: PreflightSection = field(default_factory=PreflightSection)
+    """Node health checks and the drain policy."""
     plugins: PluginsSection = field(default_factory=PluginsSection)
+    """The Slurm plugin suite (SPANK, Prolog/Epilog, HealthCheckProgram)."""
 
     def validate(self) -> None:
         known = set(self.nodes.node_list())

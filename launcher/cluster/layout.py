@@ -1,7 +1,8 @@
 """The run directory of an embedded cluster: where every config, key, socket, pid file,
 log, spool and state file lives, so that nothing is written to /etc, /run or /var.
 
-    <run_dir>/etc/slurm.conf, topology.conf   generated configs (SLURM_CONF points here)
+    <run_dir>/etc/slurm.conf, topology.conf,  generated configs (SLURM_CONF points here;
+                 mpi.conf                     Slurm reads mpi.conf next to slurm.conf)
     <run_dir>/munge/                          munged key, socket, pid, log, seed
     <run_dir>/pids/<daemon>.pid               gantry's records of the processes it started
     <run_dir>/run/                            Slurm's own pid files
@@ -52,6 +53,10 @@ class RunLayout:
     @property
     def topology_conf(self) -> Path:
         return self.etc_dir / "topology.conf"
+
+    @property
+    def mpi_conf(self) -> Path:
+        return self.etc_dir / "mpi.conf"
 
     @property
     def munge_dir(self) -> Path:

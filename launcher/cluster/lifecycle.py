@@ -141,10 +141,23 @@ def _write_configs(plan: ClusterPlan) -> None:
         directory.mkdir(parents=True, exist_ok=True)
     os.chmod(layout.root, 0o755)
     _write_text(layout.slurm_conf, plan.rendered.slurm_conf)
+    _write_text(layout.mpi_conf, plan.rendered.mpi_conf)
     if plan.rendered.topology_conf is not None:
         _write_text(layout.topology_conf, plan.rendered.topology_conf)
     else:
         layout.topology_conf.unlink(missing_ok=True)
+
+
+def _changed_config(plan: ClusterPlan) -> str | None:
+    """The name of the first daemon config (slurm.conf, mpi.conf) on disk that differs from
+    what the site renders now; None when both match."""
+    wanted = {plan.layout.slurm_conf: plan.rendered.slurm_conf,
+              plan.layout.mpi_conf: plan.rendered.mpi_conf}
+    for path, text in wanted.items():
+        on_disk = path.read_text() if path.exists() else ""
+        if on_disk != text:
+            return path.name
+    return None
 
 
 def _write_text(path: Path, text: str) -> None:
@@ -279,11 +292,11 @@ def up(site: LoadedSite, timeout: float = 60.0) -> UpResult:
     result = UpResult(plan=plan)
     alive = live_records(layout)
     if alive:
-        on_disk = layout.slurm_conf.read_text() if layout.slurm_conf.exists() else ""
         if set(alive) == set(plan.daemons()):
-            if on_disk != plan.rendered.slurm_conf:
+            changed = _changed_config(plan)
+            if changed is not None:
                 raise GantryError(
-                    f"the cluster in {layout.root} runs with a different slurm.conf than "
+                    f"the cluster in {layout.root} runs with a different {changed} than "
                     f"{site.path} renders now; run `gantry cluster down` first"
                 )
             result.already_running = True

@@ -1,9 +1,12 @@
-"""`gantry plan`: choose the nodes for a pipeline-parallel job and show why.
+"""`gantry plan [job.yaml]`: choose the nodes for a pipeline-parallel job and show why.
 
 Shows the chosen nodes as a switch tree with stage labels (rich on a terminal, plain text when
 piped), the leaf switches / blocks spanned against the lower bound, the reasons, and the Slurm
-options that obtain the allocation; ``--json`` prints the same for scripts. Cluster state
-comes from ``--free`` / ``--unhealthy`` for now (the Slurm client will supply it).
+options that obtain the allocation; ``--json`` prints the same for scripts. The job comes from
+the job YAML (its site, nodes, spares, pp, dp, ranks per node), flags override it (without a
+job, --nodes is required). Free and unhealthy nodes come from the site's live cluster when it
+answers (idle/mixed usable nodes; nodes gantry drained are unhealthy); ``--free`` or
+``--offline`` plan without asking it (``--free`` default: every node).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ from __future__ import annotations
 import argparse
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +22,9 @@ from rich.tree import Tree
 
 from launcher.console import make_console, print_json
 from launcher.errors import UserInputError
-from launcher.site_config import load_site
+from launcher.job_placement import LiveState, probe_live_state
+from launcher.job_request import resolve_request
+from launcher.site_config import LoadedSite, load_site
 from launcher.typed_config import from_mapping
 from topology import hostlists
 from topology.model import Topology
@@ -32,7 +38,7 @@ from topology.placement import (
 from topology.site_topology import site_topology
 
 ASSUMED_SLURM = "24.11"
-"""Slurm version assumed when neither --slurm-version nor a local `sinfo -V` says."""
+"""Slurm version assumed when neither --slurm-version, the live cluster nor `sinfo -V` says."""
 
 
 def register(subparsers: Any) -> None:
@@ -42,18 +48,24 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--site", type=Path, default=None, help="site config (default: local)")
-    parser.add_argument("--nodes", type=int, required=True, help="nodes that run ranks (N)")
-    parser.add_argument("--spares", type=int, default=0, help="spare nodes to hold (S)")
-    parser.add_argument("--pp", type=int, default=1, help="pipeline stages per replica")
+    parser.add_argument("job", type=Path, nargs="?", default=None,
+                        help="job spec YAML (else describe the job with --nodes ...)")
+    parser.add_argument("--site", type=Path, default=None,
+                        help="site config (default: the job's site, else local)")
+    parser.add_argument("--nodes", type=int, default=None, help="nodes that run ranks (N)")
+    parser.add_argument("--spares", type=int, default=None, help="spare nodes to hold (S)")
+    parser.add_argument("--pp", type=int, default=None, help="pipeline stages per replica")
     parser.add_argument(
         "--dp", type=int, default=None, help="data-parallel replicas (default: ranks / pp)"
     )
     parser.add_argument("--gpus-per-node", type=int, default=None, help="default: the site's")
-    parser.add_argument("--free", metavar="HOSTLIST", help="nodes free now (default: all)")
+    parser.add_argument("--free", metavar="HOSTLIST",
+                        help="nodes free now (default: the live cluster's, else all)")
     parser.add_argument("--unhealthy", metavar="HOSTLIST", help="nodes never to use")
+    parser.add_argument("--offline", action="store_true",
+                        help="do not ask the cluster (every node free unless --free)")
     parser.add_argument(
-        "--slurm-version", metavar="X.Y", help="the site's Slurm (default: `sinfo -V`)"
+        "--slurm-version", metavar="X.Y", help="the site's Slurm (default: the cluster's)"
     )
     parser.add_argument("--json", action="store_true", help="print the plan as JSON")
     parser.set_defaults(func=run)
@@ -74,41 +86,75 @@ def detect_slurm_version() -> tuple[SlurmVersion, str]:
     return SlurmVersion.parse(ASSUMED_SLURM), "assumed (no sinfo here; pass --slurm-version)"
 
 
+def _shape(args: argparse.Namespace) -> tuple[LoadedSite, dict[str, Any], str]:
+    """(site, PlacementRequest mapping, where it came from): the job's, flags winning."""
+    flags = {"nodes": args.nodes, "spares": args.spares, "pp": args.pp,
+             "gpus_per_node": args.gpus_per_node}
+    given = {k: v for k, v in flags.items() if v is not None}
+    if args.job is None:
+        if args.nodes is None:
+            raise UserInputError("command line: --nodes is required without a job file")
+        site = load_site(args.site)
+        data: dict[str, Any] = {"spares": 0, "pp": 1,
+                                "gpus_per_node": site.config.nodes.gpus_per_node}
+        source = "command line"
+    else:
+        request = resolve_request(args.job, args.site)
+        site, spec = request.site, request.spec
+        data = {"nodes": spec.resources.nodes, "spares": spec.resources.spares,
+                "pp": spec.parallelism.pp, "dp": spec.parallelism.dp,
+                "gpus_per_node": request.ranks_per_node}
+        flagged = [*given, *(["dp"] if args.dp is not None else [])]
+        names = ", ".join("--" + k.replace("_", "-") for k in flagged)
+        source = str(request.spec_path) + (f" with {names}" if flagged else "")
+    data.update(given)
+    if args.dp is not None:
+        data["dp"] = args.dp
+    elif args.job is None or given:  # every rank slot used: dp = nodes x ranks/node / pp
+        data["dp"] = max(1, data["nodes"] * max(1, data["gpus_per_node"]) // max(1, data["pp"]))
+    return site, data, source
+
+
+def _state(args: argparse.Namespace, site: LoadedSite) -> tuple[ClusterState, LiveState | None,
+                                                                 str]:
+    """Cluster state: --free / --offline, else the live cluster (else every node free)."""
+    unhealthy = set(hostlists.expand(args.unhealthy, "--unhealthy") if args.unhealthy else ())
+    if args.free is not None or args.offline:
+        free = None if args.free is None else hostlists.expand(args.free, "--free")
+        return ClusterState.of(free, unhealthy), None, "from --free" if free else "offline"
+    live, why = probe_live_state(site)
+    if live is None:
+        return ClusterState.of(None, unhealthy), None, f"every node assumed free: {why}"
+    state = ClusterState.of(live.free, unhealthy | live.unhealthy)
+    return state, live, f"live ({live.source})"
+
+
 def run(args: argparse.Namespace) -> int:
-    site = load_site(args.site)
+    site, data, source = _shape(args)
     topology = site_topology(site)
-    gpus = site.config.nodes.gpus_per_node if args.gpus_per_node is None else args.gpus_per_node
-    dp = args.dp
-    if dp is None:  # every rank slot used: dp = nodes x ranks/node / pp
-        dp = max(1, args.nodes * max(1, gpus) // max(1, args.pp))
-    request = from_mapping(
-        PlacementRequest,
-        {
-            "nodes": args.nodes,
-            "spares": args.spares,
-            "pp": args.pp,
-            "dp": dp,
-            "gpus_per_node": gpus,
-        },
-        "command line",
-    )
+    request = from_mapping(PlacementRequest, data, source)
+    state, live, state_note = _state(args, site)
     if args.slurm_version:
         version, version_note = SlurmVersion.parse(args.slurm_version), "from --slurm-version"
+    elif live is not None:
+        version, version_note = live.version, "of the live cluster"
     else:
         version, version_note = detect_slurm_version()
-    state = ClusterState.of(
-        None if args.free is None else hostlists.expand(args.free, "--free"),
-        hostlists.expand(args.unhealthy, "--unhealthy") if args.unhealthy else (),
-    )
     placement = plan_placement(topology, request, state, version)
     if args.json:
-        data = placement.to_json()
-        data["site"] = str(site.path)
-        data["topology_source"] = topology.source
-        data["slurm_version"] = str(version)
-        print_json(data)
+        data_out = placement.to_json()
+        data_out["site"] = str(site.path)
+        data_out["topology_source"] = topology.source
+        data_out["slurm_version"] = str(version)
+        data_out["cluster_state"] = live.to_json() if live is not None else {
+            "source": state_note}
+        print_json(data_out)
         return 0
     show(topology, placement, f"Slurm {version} ({version_note})")
+    if live is None and not (args.free is not None or args.offline):
+        sys.stderr.write(f"note: cluster state: {state_note}\n")
+    else:
+        make_console().print(f"cluster state: {state_note}")
     return 0
 
 

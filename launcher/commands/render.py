@@ -1,4 +1,8 @@
-"""`gantry render job.yaml`: print (or write) the batch script a submit would use."""
+"""`gantry render job.yaml`: print (or write) the batch script a submit would use.
+
+The placement is computed from the site's live cluster when it answers (else Slurm chooses);
+the native library path is where `gantry build --site` puts it (render builds nothing).
+"""
 
 from __future__ import annotations
 
@@ -7,9 +11,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from launcher.build import library_path
 from launcher.errors import UserInputError
 from launcher.job_cli import add_request_args, overrides_from_args
 from launcher.job_dir import jobs_root, new_job_dir_path
+from launcher.job_placement import place_job, placement_notes
 from launcher.job_request import resolve_request
 from launcher.job_script import render_job
 
@@ -28,7 +34,12 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     request = resolve_request(args.job, args.site, overrides_from_args(args))
     job_dir = new_job_dir_path(jobs_root(args.jobs_dir), request.spec.name)
-    script = render_job(request, job_dir, Path.cwd())
+    placement = place_job(request)
+    library = None if request.spec.command else library_path(request.site)
+    script = render_job(request, job_dir, Path.cwd(), placement.script_placement(),
+                        library=library)
+    for note in placement_notes(placement):
+        sys.stderr.write(f"{note}\n")
     if args.output is None:
         sys.stdout.write(script)
         return 0

@@ -31,6 +31,14 @@ def _when(epoch: Any) -> str:
     return time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(epoch)))
 
 
+def _checkpoints(row: dict[str, Any]) -> str:
+    if not row.get("checkpoint_dir"):
+        return "off"
+    if row.get("latest_checkpoint_step") is None:
+        return f"{row['checkpoint_dir']} (none complete yet)"
+    return f"{row['checkpoint_dir']} (latest: step {row['latest_checkpoint_step']})"
+
+
 def run(args: argparse.Namespace) -> int:
     root = jobs_root(args.jobs_dir)
     dirs = [find_job_dir(root, args.job_ref)] if args.job_ref else list_job_dirs(root)
@@ -55,18 +63,23 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"{'started':<10} {_when(row.get('start_time'))}")
         if row.get("terminal"):
             console.print(f"{'ended':<10} {_when(row.get('end_time'))}")
+        console.print(f"{'attempts':<10} {', '.join(row['attempts']) or '-'}")
+        console.print(f"{'checkpoints':<10} {_checkpoints(row)}")
         return 0
     if not rows:
         sys.stdout.write(f"no jobs under {root}\n")
         return 0
     table = Table(box=None, pad_edge=False)
-    for column in ("JOB", "NAME", "STATE", "NODES/REASON", "RESTARTS", "EXIT", "DIR"):
+    for column in ("JOB", "NAME", "STATE", "NODES/REASON", "RESTARTS", "EXIT", "CKPT",
+                   "DIR"):
         table.add_column(column)
     for row in rows:
         where = row.get("nodes") or row.get("reason") or ""
         exit_code = row.get("exit_code")
         table.add_row(str(row.get("job_id")), str(row.get("name")), str(row.get("state")),
                       str(where), str(row.get("restarts", 0)),
-                      "-" if exit_code is None else str(exit_code), row["job_dir"])
+                      "-" if exit_code is None else str(exit_code),
+                      "-" if row.get("latest_checkpoint_step") is None
+                      else f"step {row['latest_checkpoint_step']}", row["job_dir"])
     console.print(table)
     return 0

@@ -45,9 +45,17 @@ def tool_overridden(name: str, env: Mapping[str, str] | None = None) -> bool:
 
 
 def sysfs_root(env: Mapping[str, str] | None = None) -> Path:
-    """Root of the sysfs tree (``GANTRY_SYSFS_ROOT``, default /sys)."""
+    """Root of the sysfs tree (``GANTRY_SYSFS_ROOT``, default /sys). Under an override, a
+    subdirectory named after ``$SLURMD_NODENAME`` wins when present, so one node of a test
+    cluster can carry a fault (as with the fake nvidia-smi's fixture directory)."""
     environ = os.environ if env is None else env
-    return Path(environ.get("GANTRY_SYSFS_ROOT") or "/sys")
+    override = environ.get("GANTRY_SYSFS_ROOT")
+    if not override:
+        return Path("/sys")
+    node = environ.get("SLURMD_NODENAME", "")
+    if node and "/" not in node and (Path(override) / node).is_dir():
+        return Path(override) / node
+    return Path(override)
 
 
 def proc_root(env: Mapping[str, str] | None = None) -> Path:

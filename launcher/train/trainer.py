@@ -110,9 +110,10 @@ def _run(spec: JobSpec, opts: TrainOptions, stop: StopRequest) -> int:
     rank, size = world.Get_rank(), world.Get_size()
     par, model = spec.parallelism, spec.model
     error: GantryError | None = None
+    names = world.allgather(node_name())
     try:
         faults.check_environment()
-        order = read_rank_order(opts.rank_order, size) if opts.rank_order else None
+        order = read_rank_order(opts.rank_order, size, names) if opts.rank_order else None
         layout = make_layout(rank, size, par.pp, par.dp, order)
         table = generate(par.schedule, par.pp, par.micro_batches, par.virtual_stages)
         ranges = split_layers(model.n_layer, par.pp * par.virtual_stages, model.n_embd,
@@ -122,7 +123,6 @@ def _run(spec: JobSpec, opts: TrainOptions, stop: StopRequest) -> int:
     except GantryError as err:
         error = err
     _agree(world, error)
-    names = world.allgather(node_name())
     node_id = sorted(set(names), key=names.index).index(names[rank])
     config = GPTConfig(model.vocab_size, model.seq_len, model.n_layer, model.n_head,
                        model.n_embd)
@@ -225,7 +225,9 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
     events: list[dict[str, Any]] = []
     watchdog = Watchdog(spec.policy.hang_timeout_s, rank)
     watchdog.start()
-    t_begin = time.monotonic()
+    # Trace times count from rank 0's wall clock: ranks (and hosts with synchronised clocks)
+    # share one time axis in trace.json, so the report can line their timelines up.
+    t_begin = float(world.bcast(time.time(), root=0))
     try:
         for step in range(start, end):
             faults.maybe_hang(step + 1, rank, world.Get_size())
@@ -236,7 +238,7 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
             args = StepArgs(step, train.steps, 1 if train.lr_schedule == "cosine" else 0,
                             train.warmup_steps, train.lr, train.min_lr, train.beta1,
                             train.beta2, train.eps, train.weight_decay, train.grad_clip)
-            t_step = time.monotonic() - t_begin
+            t_step = time.time() - t_begin
             result = pipe.step(actions, inputs[rows].copy(), targets[rows].copy(), args)
             events.extend(metrics.trace_events(rank, step, t_step, pipe.trace()))
             timings: dict[str, float] = {k: getattr(result, k) for k in

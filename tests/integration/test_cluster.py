@@ -145,23 +145,6 @@ def test_cluster_env_drives_plain_slurm_tools(embedded_cluster: EmbeddedCluster)
     assert result.stdout.split() == ["8", "idle"]
 
 
-def test_demo_runs_allreduce_on_four_nodes(embedded_cluster: EmbeddedCluster) -> None:
-    c = embedded_cluster
-    try:
-        result = c.gantry("demo", "--site", str(c.site_path), "--json")
-    finally:
-        c.cancel_all()
-    assert result.returncode == 0, result.stderr
-    summary = json.loads(result.stdout)
-    assert summary["ok"] is True
-    assert summary["state"] == "COMPLETED"
-    assert summary["result"]["ranks"] == 4
-    assert summary["result"]["sum"] == 10
-    assert len(set(summary["result"]["nodes"])) == 4
-    script = c.run_dir / "jobs" / summary["script"].split("/jobs/")[1]
-    assert "srun --mpi=pmix" in script.read_text()
-
-
 def test_down_stops_everything_it_started_even_with_a_running_job() -> None:
     flat = {
         "nodes": {"names": "d[1-2]", "cpus": 1, "real_memory_mb": 500},

@@ -1,5 +1,5 @@
-"""Golden-file tests of the embedded cluster's slurm.conf / topology.conf for Slurm 22.05
-(Debian 12) and 24.11 (Debian 13), and of the version logic behind them.
+"""Golden-file tests of the embedded cluster's slurm.conf / topology.conf / mpi.conf for
+Slurm 22.05 (Debian 12) and 24.11 (Debian 13), and of the version logic behind them.
 
 Regenerate the golden files after an intended change with
 ``GANTRY_UPDATE_GOLDEN=1 pytest tests/unit/test_cluster_render.py`` and review the diff.
@@ -65,6 +65,15 @@ def test_local_tree_site_matches_golden(version: SlurmVersion, tag: str) -> None
     _check_golden(f"local-{tag}.slurm.conf", rendered.slurm_conf)
     assert rendered.topology_conf is not None
     _check_golden(f"local-{tag}.topology.conf", rendered.topology_conf)
+    _check_golden("local.mpi.conf", rendered.mpi_conf)
+
+
+def test_every_pmix_fence_is_a_ring() -> None:
+    """Slurm's tree fence is node-local when TreeWidth exceeds the step's node count, so
+    the embedded cluster must pin the ring collective (docs/embedded-cluster.md)."""
+    rendered = render_all(_local(), LAYOUT, features_for(V22), "root")
+    settings = [line for line in rendered.mpi_conf.splitlines() if not line.startswith("#")]
+    assert "PMIxCollFence=ring" in settings
 
 
 def test_block_site_on_24_11_matches_golden() -> None:

@@ -11,7 +11,8 @@ from topology import hostlists
 
 def gantry(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "launcher", "plan", "--slurm-version", "22.05.8", *args],
+        [sys.executable, "-m", "launcher", "plan", "--slurm-version", "22.05.8", "--offline",
+         *args],
         capture_output=True,
         text=True,
         check=False,

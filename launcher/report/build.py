@@ -1,0 +1,210 @@
+"""Builds a report directory: loss.png, timeline.png, report.html and a copy of trace.json.
+
+Files are written under temporary names and renamed into place, so a failed report leaves
+no half-written file behind (an older complete report stays as it was).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import GantryError, UserInputError
+from launcher.job_spec import load_job
+from launcher.report import html, plots
+from launcher.report.run_data import (
+    StepRecord,
+    TraceEvent,
+    merge_attempts,
+    read_metrics,
+    read_trace,
+)
+from launcher.report.sources import RunSources
+from launcher.report.theory import (
+    ScheduleError,
+    TheoreticalBubble,
+    measured_op_costs,
+    theoretical_bubble,
+)
+from launcher.report.timeline import (
+    measured_bubble,
+    step_bubble,
+    step_timeline,
+    steps_in,
+    totals_by_rank,
+    typical_step,
+)
+
+
+@dataclass(frozen=True)
+class ReportResult:
+    """What was written and the numbers it shows."""
+
+    out_dir: Path
+    """The report directory."""
+    html: Path
+    """report.html."""
+    loss_png: Path
+    """loss.png."""
+    timeline_png: Path | None
+    """timeline.png (None without a trace)."""
+    trace: Path | None
+    """The copied trace.json (None without a trace)."""
+    steps: int
+    """Steps with metrics."""
+    first_loss: float
+    """Loss of the first step."""
+    last_loss: float
+    """Loss of the last step."""
+    median_tokens_per_s: float
+    """Median throughput over the steps."""
+    measured_bubble: float | None
+    """Median measured bubble fraction (None without per-rank timings)."""
+    theory: TheoreticalBubble | None
+    """The schedule's theoretical bubble (None without a job spec)."""
+    shown_step: int | None
+    """1-based step the timeline shows."""
+    notes: tuple[str, ...] = field(default=())
+    """What is missing and why."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "out_dir": str(self.out_dir), "html": str(self.html),
+            "loss_png": str(self.loss_png),
+            "timeline_png": None if self.timeline_png is None else str(self.timeline_png),
+            "trace": None if self.trace is None else str(self.trace),
+            "steps": self.steps, "first_loss": self.first_loss, "last_loss": self.last_loss,
+            "median_tokens_per_s": self.median_tokens_per_s,
+            "measured_bubble": self.measured_bubble,
+            "theoretical_bubble": None if self.theory is None else self.theory.fraction,
+            "theoretical_bubble_measured_costs":
+                None if self.theory is None else self.theory.with_measured_costs,
+            "schedule": None if self.theory is None else self.theory.describe(),
+            "shown_step": self.shown_step, "notes": list(self.notes),
+        }
+
+
+def _tmp(path: Path) -> Path:
+    return path.with_name(f".{path.name}.tmp")
+
+
+def _theory(spec: Path | None, events: list[TraceEvent],
+            notes: list[str]) -> tuple[str | None, TheoreticalBubble | None]:
+    """(job name, theoretical bubble) from the job spec, when there is one."""
+    if spec is None:
+        notes.append("no job spec: the theoretical bubble needs the schedule (pass --spec)")
+        return None, None
+    job = load_job(spec)
+    par = job.parallelism
+    costs = measured_op_costs(events, par.virtual_stages) if events else None
+    try:
+        return job.name, theoretical_bubble(par.schedule, par.pp, par.micro_batches,
+                                            par.virtual_stages, costs)
+    except ScheduleError as err:
+        raise UserInputError(f"{spec}: parallelism: {err}") from None
+
+
+def _bubble_text(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1%}"
+
+
+def _median(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[len(ordered) // 2] if ordered else 0.0
+
+
+def build_report(sources: RunSources, out_dir: Path | None = None,
+                 step: int | None = None) -> ReportResult:
+    """Read the run(s), draw, write; ``step``: 1-based step for the timeline (default: a
+    typical one)."""
+    notes: list[str] = []
+    records: list[StepRecord] = merge_attempts(
+        [read_metrics(d / "metrics.jsonl", d.name) for d in sources.run_dirs])
+    if not records:
+        raise GantryError(f"{sources.run_dirs[-1] / 'metrics.jsonl'}: no complete step yet")
+    events: list[TraceEvent] = read_trace(sources.trace) if sources.trace else []
+    spec_name, theory = _theory(sources.spec, events, notes)
+    name = sources.name if sources.job_dir is not None or spec_name is None else spec_name
+    traced = steps_in(events)
+    if sources.trace is None:
+        notes.append("no trace.json yet (rank 0 writes it when training ends): no timeline")
+    elif not traced:
+        notes.append(f"{sources.trace}: no trace events: no timeline")
+    if step is not None and (step - 1) not in traced:
+        shown = ", ".join(str(s + 1) for s in traced) or "none"
+        raise UserInputError(f"--step: {step} is not allowed (traced steps: {shown})")
+    out = (out_dir or sources.default_out).resolve()
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserInputError(f"{out}: cannot create the report directory ({err.strerror})"
+                             ) from None
+    try:
+        return _write(sources, name, records, events, traced, theory, out, step, notes)
+    finally:
+        for leftover in out.glob(".*.tmp"):
+            leftover.unlink(missing_ok=True)
+
+
+def _write(sources: RunSources, name: str, records: list[StepRecord], events: list[TraceEvent],
+           traced: list[int], theory: TheoreticalBubble | None, out: Path, step: int | None,
+           notes: list[str]) -> ReportResult:
+    first, last = records[0], records[-1]
+    bubble = measured_bubble(records)
+    tokens = _median([r.tokens_per_s for r in records])
+    loss_png = out / "loss.png"
+    plots.loss_figure(records, f"{name}: loss {first.loss:.3f} → {last.loss:.3f} "
+                               f"over steps {first.step}-{last.step}", _tmp(loss_png))
+    timeline_png: Path | None = None
+    trace_copy: Path | None = None
+    shown: int | None = None
+    totals: dict[int, dict[str, float]] = {}
+    if traced:
+        shown0 = step - 1 if step is not None else typical_step(records, traced)
+        shown = shown0 + 1
+        timeline = step_timeline(events, shown0)
+        totals = totals_by_rank(events)
+        this = next((step_bubble(r) for r in records if r.step == shown), None)
+        theory_text = ""
+        if theory is not None:
+            theory_text = f"; theory ({theory.describe()}) {theory.fraction:.0%} at unit costs"
+            if theory.with_measured_costs is not None:
+                theory_text += f", {theory.with_measured_costs:.0%} at measured op times"
+        title = (f"step {shown}: bubble {_bubble_text(this)} (median over steps "
+                 f"{_bubble_text(bubble)}){theory_text}")
+        timeline_png = out / "timeline.png"
+        plots.timeline_figure(timeline, totals, title, _tmp(timeline_png))
+        assert sources.trace is not None
+        trace_copy = out / "trace.json"
+        shutil.copyfile(sources.trace, _tmp(trace_copy))
+    summary = [
+        ("run", ", ".join(str(d) for d in sources.run_dirs)),
+        ("steps", f"{first.step}-{last.step} ({len(records)} with metrics)"),
+        ("loss", f"{first.loss:.4f} (step {first.step}) → {last.loss:.4f} (step {last.step})"),
+        ("tokens/s", f"{tokens:,.0f} (median)"),
+        ("ranks", str(len(last.ranks))),
+        ("measured bubble", f"{_bubble_text(bubble)} (median over steps; native timers: "
+                            "1 − Σ compute / (ranks × slowest pipeline time))"),
+        ("theoretical bubble", "-" if theory is None else
+         f"{theory.fraction:.1%} ({theory.describe()}, unit op costs)"
+         + ("" if theory.with_measured_costs is None else
+            f"; {theory.with_measured_costs:.1%} with the trace's mean op times")),
+    ]
+    attempts = []
+    for run_dir in sources.run_dirs:
+        mine = [r for r in records if r.attempt == run_dir.name]
+        attempts.append((str(run_dir), f"{mine[0].step}-{mine[-1].step}" if mine else "-",
+                         f"{mine[0].loss:.4f} → {mine[-1].loss:.4f}" if mine else "-"))
+    page = html.render_page(f"gantry report: {name}", summary, _tmp(loss_png),
+                            None if timeline_png is None else _tmp(timeline_png), totals,
+                            attempts, None if trace_copy is None else trace_copy.name, notes)
+    report_html = out / "report.html"
+    _tmp(report_html).write_text(page, encoding="utf-8")
+    for path in (loss_png, timeline_png, trace_copy, report_html):
+        if path is not None:
+            os.replace(_tmp(path), path)
+    return ReportResult(out, report_html, loss_png, timeline_png, trace_copy, len(records),
+                        first.loss, last.loss, tokens, bubble, theory, shown, tuple(notes))
