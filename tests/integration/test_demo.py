@@ -40,6 +40,9 @@ def test_demo_end_to_end(embedded_cluster: EmbeddedCluster, tmp_path: Path) -> N
             "excluded, drained: gantry:net.ib_ports:mlx5_0-1-down")
         assert faulty not in summary["nodes_used"] and planned[4] in summary["nodes_used"]
         assert sorted(summary["nodes_used"]) == sorted(planned[:1] + planned[2:])
+        # The gate followed the plan (placement.json): the spare took the broken node's place.
+        logs = "".join(p.read_text() for p in (Path(demo["job_dir"]) / "logs").iterdir())
+        assert f"{planned[4]} takes planned {faulty}'s place" in logs, logs[-3000:]
         report = demo["report"]
         assert report["steps"] == 30 and report["theoretical_bubble"] == pytest.approx(0.2)
         for key in ("html", "loss_png", "timeline_png", "trace"):
