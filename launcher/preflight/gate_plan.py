@@ -7,7 +7,8 @@ from any other healthy allocated node (allocation order: a requeued job may get 
 never named). The chosen nodes are returned in allocation order, the order in which srun (and
 mpirun given that host order) numbers the ranks; the trainer's rank-order file then gives each
 fill node the place of a replaced planned node, pairing them in exactly that order (see
-``launcher.train.layout.order_from_nodes``), and so does :func:`choose_nodes`.
+``launcher.train.layout.order_from_nodes``), and so do :func:`places_taken` (which the live
+view uses too) and :func:`choose_nodes`.
 """
 
 from __future__ import annotations
@@ -82,13 +83,21 @@ def choose_nodes(allocated: Sequence[str], healthy: Sequence[str], need: int,
         return None
     ok = set(healthy)
     kept = [n for n in plan.rank_nodes if n in ok][:need]
-    lost = [n for n in plan.rank_nodes if n not in ok]
     planned = set(plan.rank_nodes)
     candidates = [n for n in plan.spare_nodes if n in ok] + [
         n for n in allocated if n in ok and n not in planned and n not in plan.spare_nodes]
     fills = candidates[: need - len(kept)]
     position = {n: i for i, n in enumerate(allocated)}
     chosen = sorted([*kept, *fills], key=lambda n: position[n])
-    # Replaced places in rank order take the fill nodes in allocation (world rank) order.
-    fills_by_rank = sorted(fills, key=lambda n: position[n])
-    return PlannedChoice(chosen, list(zip(lost, fills_by_rank, strict=False)))
+    return PlannedChoice(chosen, places_taken(plan.rank_nodes, chosen))
+
+
+def places_taken(rank_nodes: Sequence[str], running: Sequence[str]) -> list[tuple[str, str]]:
+    """(planned rank node that does not run, running node that plays its part), in rank
+    order: the replaced places take the unplanned running nodes in ``running`` (world rank)
+    order, as ``launcher.train.layout.order_from_nodes`` assigns them."""
+    planned = set(rank_nodes)
+    up = set(running)
+    newcomers = [n for n in running if n not in planned]
+    lost = [n for n in rank_nodes if n not in up]
+    return list(zip(lost, newcomers, strict=False))

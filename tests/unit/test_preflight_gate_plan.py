@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from launcher.errors import UserInputError
+from launcher.live.preflight_rows import PlacementInfo, PlannedRole, preflight_rows
 from launcher.preflight.gate import NodeOutcome, decide, outcomes_for
 from launcher.preflight.gate_plan import NodePlan, choose_nodes, read_node_plan
 from launcher.preflight.result import CheckResult
@@ -129,6 +130,20 @@ def test_choice_keeps_every_healthy_planned_node_and_agrees_with_the_trainer(
     order = order_from_nodes(list(plan.rank_nodes), choice.nodes, "test")
     played = dict(zip(plan.rank_nodes, (choice.nodes[w] for w in order), strict=True))
     assert choice.replaced == [(p, n) for p, n in played.items() if p != n]
+
+
+def test_live_view_names_the_place_a_spare_took() -> None:
+    roles = tuple(PlannedRole(n, "leaf", ((r, st_),)) for n, r, st_ in
+                  (("n1", 0, 0), ("n2", 0, 1), ("n3", 1, 0), ("n4", 1, 1)))
+    placement = PlacementInfo("n[1-4] (spares n5)", (*roles, PlannedRole("n5", "leaf3", ())))
+    allocated = nodes_of(5)
+    verdicts = {n: verdict(n, n == "n2") for n in allocated}
+    go = decide(allocated, outcomes(allocated, {"n2"}), need=4, job_id="7",
+                plan=NodePlan(("n1", "n2", "n3", "n4"), ("n5",)))
+    rows = preflight_rows(verdicts, placement, go.nodes, go.nodes, {})
+    assert {r.node: r.outcome for r in rows} == {
+        "n1": "runs", "n2": "excluded", "n3": "runs", "n4": "runs",
+        "n5": "runs in n2's place (replica 0 · stage 1)"}
 
 
 def test_read_node_plan(tmp_path: Path) -> None:
