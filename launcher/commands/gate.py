@@ -1,9 +1,10 @@
 """``gantry gate``: the launch gate used inside the generated sbatch script.
 
 Runs preflight on all allocated nodes at once, drains failed nodes (owned reason), and
-decides: exit 0 "go" (prints/writes the node list to run on; with --placement the planned
-nodes that passed, healthy spares in the places of the others), exit 75 "requeued" (the job
-was requeued excluding the bad nodes; the script should exit), exit 1 "abort".
+decides: exit 0 "go" (prints the node list to run on, or writes it to --nodes-out /
+--nodelist-out; with --placement the planned nodes that passed, healthy spares in the places
+of the others), exit 75 "requeued" (the job was requeued excluding the bad nodes; the script
+should exit), exit 1 "abort".
 """
 
 from __future__ import annotations
@@ -160,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
             args.nodelist_out.write_text(hostlists.collect(report.decision.nodes) + "\n")
         if args.nodes_out is not None:
             args.nodes_out.write_text(",".join(report.decision.nodes) + "\n")
-        if not args.json:
+        if not (args.json or args.nodelist_out or args.nodes_out):  # else the files say it
             sys.stdout.write(hostlists.collect(report.decision.nodes) + "\n")
         return EXIT_OK
     if decision == "requeue":
