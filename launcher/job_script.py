@@ -51,6 +51,8 @@ def layout_line(request: JobRequest) -> str:
 
 #: The rank-order file of a planned job, in its job directory.
 RANK_ORDER_FILE = "rank_order.json"
+#: The placement record of a job, in its job directory (written by launcher.job_dir).
+PLACEMENT_FILE = "placement.json"
 
 
 def run_dir(job_dir: Path, name: str) -> Path:
@@ -93,11 +95,13 @@ def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,
     spec = request.spec
     preflight = None
     site_args = ("--site", str(request.site.path))
+    placement = placement or Placement()
+    # A planned job's gate keeps the planned nodes that pass (spares fill the others' places).
+    plan_args = ("--placement", str(job_dir / PLACEMENT_FILE)) if placement.nodes else ()
     if spec.policy.preflight_level != "off":
         preflight = PreflightStep(level=spec.policy.preflight_level,
                                   check_argv=(*gantry, *PREFLIGHT_CHECK, *site_args),
-                                  gate_argv=(*gantry, *PREFLIGHT_GATE, *site_args))
-    placement = placement or Placement()
+                                  gate_argv=(*gantry, *PREFLIGHT_GATE, *site_args, *plan_args))
     if site.slurm.sbatch_options:
         placement = Placement(
             sbatch_options=(*site.slurm.sbatch_options, *placement.sbatch_options),

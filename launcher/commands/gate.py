@@ -1,8 +1,10 @@
 """``gantry gate``: the launch gate used inside the generated sbatch script.
 
 Runs preflight on all allocated nodes at once, drains failed nodes (owned reason), and
-decides: exit 0 "go" (prints/writes the node list to run on), exit 75 "requeued" (the job
-was requeued excluding the bad nodes; the script should exit), exit 1 "abort".
+decides: exit 0 "go" (prints the node list to run on, or writes it to --nodes-out /
+--nodelist-out; with --placement the planned nodes that passed, healthy spares in the places
+of the others), exit 75 "requeued" (the job was requeued excluding the bad nodes; the script
+should exit), exit 1 "abort".
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from typing import Any
 from launcher.console import make_console
 from launcher.errors import EXIT_FAILURE, EXIT_OK, UserInputError
 from launcher.preflight.gate import GateReport, run_gate
+from launcher.preflight.gate_plan import read_node_plan
 from launcher.preflight.verdict import LEVELS
 from launcher.site_config import load_site
 from topology import hostlists
@@ -57,6 +60,13 @@ def add_gate_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="verdicts already collected (srun output of `gantry preflight --json`, labelled "
         "or one JSON line per node) instead of running srun",
+    )
+    parser.add_argument(
+        "--placement",
+        type=Path,
+        default=None,
+        help="the job's placement.json (written by gantry submit): keep the planned rank nodes "
+        "that pass and put healthy spares in the places of the others",
     )
     group = parser.add_mutually_exclusive_group()
     group.add_argument(
@@ -128,6 +138,7 @@ def run(args: argparse.Namespace) -> int:
             reports = args.reports.read_text(encoding="utf-8", errors="replace")
         except OSError as err:
             raise UserInputError(f"{args.reports}: cannot read ({err.strerror})") from None
+    plan = read_node_plan(args.placement) if args.placement is not None else None
     report = run_gate(
         site.config,
         site.path,
@@ -138,6 +149,7 @@ def run(args: argparse.Namespace) -> int:
         requeue=not args.no_requeue,
         timeout_s=site.config.preflight.gate_timeout_s,
         reports=reports,
+        plan=plan,
     )
     print_report(report)
     if args.json:
@@ -149,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
             args.nodelist_out.write_text(hostlists.collect(report.decision.nodes) + "\n")
         if args.nodes_out is not None:
             args.nodes_out.write_text(",".join(report.decision.nodes) + "\n")
-        if not args.json:
+        if not (args.json or args.nodelist_out or args.nodes_out):  # else the files say it
             sys.stdout.write(hostlists.collect(report.decision.nodes) + "\n")
         return EXIT_OK
     if decision == "requeue":

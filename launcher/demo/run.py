@@ -30,9 +30,10 @@ from launcher.cluster.layout import RunLayout, run_dir_for
 from launcher.demo.corpus import corpus_files
 from launcher.demo.faults import write_fake_sysfs
 from launcher.demo.job import NAME, demo_job
-from launcher.demo.plan import GANTRY_DRAIN_PREFIX, planned_roles
+from launcher.demo.plan import demo_placement
 from launcher.errors import GantryError, UserInputError
 from launcher.job_dir import JobDir
+from launcher.job_placement import GANTRY_DRAIN_PREFIX
 from launcher.live.follow import follow_job
 from launcher.live.summary import RunSummary
 from launcher.report.build import ReportResult, build_report
@@ -176,15 +177,15 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
     steps.begin("fault", "fault drill on a planned node")
     spec = demo_job(str(data_dir / "train_*.bin"), run_dir / "sysfs", run_dir / "state",
                     opts.steps)
-    roles = planned_roles(site, client, 4, 1, 2, 2)
-    result.planned = [node for node, _ in roles]
-    faulty = opts.faulty or [node for node, spare in roles if not spare][1]
-    result.faulty = faulty
-    write_fake_sysfs(run_dir / "sysfs", [faulty])
     job_path = run_dir / f"{NAME}.yaml"
     job_path.write_text(yaml.safe_dump(spec, sort_keys=False), encoding="utf-8")
-    console.print(f"planned: {', '.join(n for n, s in roles if not s)} train, "
-                  f"{', '.join(n for n, s in roles if s)} is the spare", markup=False)
+    placement = demo_placement(job_path, site.path, client)
+    result.planned = [*placement.rank_nodes, *placement.spare_nodes]
+    faulty = opts.faulty or placement.rank_nodes[1]
+    result.faulty = faulty
+    write_fake_sysfs(run_dir / "sysfs", [faulty])
+    console.print(f"planned: {', '.join(placement.rank_nodes)} train, "
+                  f"{', '.join(placement.spare_nodes)} is the spare", markup=False)
     console.print(f"{faulty}: InfiniBand port mlx5_0/1 set DOWN for preflight (fake sysfs "
                   f"{run_dir / 'sysfs'}, GANTRY_SYSFS_ROOT in the job's env); job spec "
                   f"{job_path}", markup=False)

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher.preflight.gate_plan import places_taken
 from launcher.preflight.verdict import NodeVerdict
 from launcher.slurm import NodeInfo
 
@@ -81,7 +82,8 @@ class PreflightRow:
     finding: str
     """The failing (or warning) checks with observed vs expected, else "all checks passed"."""
     outcome: str
-    """runs / spare, not needed / excluded / excluded, drained: <reason>."""
+    """runs / runs in <planned node>'s place (<its role>) / spare, not needed / excluded /
+    excluded, drained: <reason>."""
 
 
 def _finding(verdict: NodeVerdict | None) -> str:
@@ -101,15 +103,20 @@ def preflight_rows(verdicts: Mapping[str, NodeVerdict], placement: PlacementInfo
     order = [r.node for r in placement.roles]
     order += sorted(n for n in verdicts if n not in order)
     ran = set(launch or chosen)
+    planned = [r.node for r in placement.roles if not r.spare]
+    stand_in = {new: old for old, new in places_taken(planned, launch or chosen)}
     rows = []
     for node in order:
         verdict = verdicts.get(node)
         role = placement.role_of(node)
         state = node_states.get(node)
         status = verdict.status if verdict is not None else "MISSING"
-        if node in ran:
-            outcome = "runs" + (" (spare stepped in)" if role is not None and role.spare
-                                else "")
+        if node in ran and node in stand_in:
+            replaced = placement.role_of(stand_in[node])
+            outcome = f"runs in {stand_in[node]}'s place" + (
+                f" ({replaced.label()})" if replaced is not None else "")
+        elif node in ran:
+            outcome = "runs"
         elif state is not None and state.drained:
             outcome = f"excluded, drained: {state.reason or '(no reason)'}"
         elif status in ("FAIL", "MISSING"):

@@ -5,8 +5,11 @@
    valid verdict counts as failed (``gantry:preflight:no-verdict``).
 3. The drain policy runs for every node (owned reasons, operator reasons untouched,
    resume after K clean passes, rate limit).
-4. Decision: ``go`` with the first ``need`` healthy nodes (allocation order) when enough are
-   left, else ``requeue`` the job with the bad nodes excluded (or ``abort`` without a job).
+4. Decision: ``go`` with ``need`` healthy nodes when enough are left, else ``requeue`` the job
+   with the bad nodes excluded (or ``abort`` without a job). With the job's plan (its
+   placement.json) the planned rank nodes that passed are kept and the places of the others
+   are filled from healthy spares (see gate_plan.py); without one, the first ``need`` healthy
+   nodes in allocation order run.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from typing import Any, Literal
 import launcher
 from launcher.errors import UserInputError
 from launcher.preflight.drain_policy import Action
+from launcher.preflight.gate_plan import NodePlan, choose_nodes
 from launcher.preflight.policy_apply import apply_policy
 from launcher.preflight.slurm_nodes import Scontrol
 from launcher.preflight.tools import run_tool, tool_path
@@ -63,6 +67,10 @@ class GateDecision:
     """Nodes the job needs."""
     message: str
     """One line for the log."""
+    planned: list[str] = field(default_factory=list)
+    """The plan's rank nodes in rank order (empty without a plan)."""
+    replaced: list[tuple[str, str]] = field(default_factory=list)
+    """(planned node that does not run, node that takes its place) on go with a plan."""
 
 
 def srun_argv(nodes: Sequence[str], site_path: Path, level: str) -> list[str]:
@@ -149,9 +157,14 @@ def outcomes_for(nodes: Sequence[str], verdicts: Mapping[str, NodeVerdict]) -> l
 
 
 def decide(
-    nodes: Sequence[str], outcomes: Sequence[NodeOutcome], need: int, job_id: str | None
+    nodes: Sequence[str],
+    outcomes: Sequence[NodeOutcome],
+    need: int,
+    job_id: str | None,
+    plan: NodePlan | None = None,
 ) -> GateDecision:
-    """go with enough healthy nodes, else requeue excluding the bad ones (abort without a job)."""
+    """go with enough healthy nodes (the plan's where it has them), else requeue excluding the
+    bad ones (abort without a job)."""
     bad = [o.node for o in outcomes if o.reason is not None]
     if outcomes and all(o.status == "MISSING" for o in outcomes):
         return GateDecision(
@@ -162,6 +175,9 @@ def decide(
             "abort: no node returned a verdict (the gate itself failed; nothing drained)",
         )
     healthy = [n for n in nodes if n not in bad]
+    choice = choose_nodes(nodes, healthy, need, plan) if plan is not None else None
+    if choice is not None and plan is not None:
+        return _go_with_plan(choice.nodes, choice.replaced, bad, need, plan, len(healthy))
     if len(healthy) >= need:
         chosen = healthy[:need]
         spare = len(healthy) - need
@@ -181,6 +197,25 @@ def decide(
             f"requeue job {job_id} excluding {hostlists.collect(bad)} ({short})",
         )
     return GateDecision("abort", [], bad, need, f"abort: {short} and no job id to requeue")
+
+
+def _go_with_plan(
+    chosen: list[str],
+    replaced: list[tuple[str, str]],
+    bad: list[str],
+    need: int,
+    plan: NodePlan,
+    healthy: int,
+) -> GateDecision:
+    spare = healthy - need
+    swaps = "; ".join(f"{new} takes planned {old}'s place" for old, new in replaced)
+    msg = (
+        f"go: {len(chosen)} healthy nodes {hostlists.collect(chosen)}"
+        + (f", excluded {hostlists.collect(bad)}" if bad else "")
+        + (f", {swaps}" if swaps else " (as planned)")
+        + (f", {spare} spare left unused" if spare else "")
+    )
+    return GateDecision("go", chosen, bad, need, msg, list(plan.rank_nodes), replaced)
 
 
 @dataclass(frozen=True)
@@ -214,6 +249,8 @@ class GateReport:
             "nodes": hostlists.collect(d.nodes) if d.nodes else "",
             "node_list": d.nodes,
             "excluded": d.excluded,
+            "planned": d.planned,
+            "replaced": {old: new for old, new in d.replaced},
             "drained": [a.node for a in self.actions if a.kind == "drain"],
             "resumed": [a.node for a in self.actions if a.kind == "resume"],
             "actions": [
@@ -241,9 +278,11 @@ def run_gate(
     requeue: bool,
     timeout_s: float,
     reports: str | None = None,
+    plan: NodePlan | None = None,
 ) -> GateReport:
     """Run preflight everywhere (or read ``reports``: the output of the srun preflight step
-    the batch script ran itself), apply the drain policy, decide, requeue if so decided."""
+    the batch script ran itself), apply the drain policy, decide (following ``plan``, the
+    job's placement, when given), requeue if so decided."""
     start = time.monotonic()
     problems: dict[str, str] = {}
     if reports is None:
@@ -267,7 +306,7 @@ def run_gate(
     # verdict may be the gate's fault (srun, shared FS), not the node's.
     judged = {o.node: o.reason for o in outcomes if o.status != "MISSING"}
     actions = apply_policy(site_cfg, judged, scontrol) if judged else []
-    decision = decide(nodes, outcomes, need, job_id)
+    decision = decide(nodes, outcomes, need, job_id, plan)
     steps: list[str] = []
     if decision.decision == "requeue" and job_id:
         required, already = scontrol.job_node_lists(job_id)

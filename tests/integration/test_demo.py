@@ -15,6 +15,7 @@ import pytest
 
 from launcher.preflight.slurm_nodes import parse_show_node
 from tests.embedded_cluster import EmbeddedCluster
+from topology import hostlists
 
 pytestmark = pytest.mark.slow
 REPO = Path(__file__).resolve().parents[2]
@@ -40,6 +41,11 @@ def test_demo_end_to_end(embedded_cluster: EmbeddedCluster, tmp_path: Path) -> N
             "excluded, drained: gantry:net.ib_ports:mlx5_0-1-down")
         assert faulty not in summary["nodes_used"] and planned[4] in summary["nodes_used"]
         assert sorted(summary["nodes_used"]) == sorted(planned[:1] + planned[2:])
+        # The gate followed the plan (placement.json): the spare took the broken node's place.
+        logs = "".join(p.read_text() for p in (Path(demo["job_dir"]) / "logs").iterdir())
+        assert f"{planned[4]} takes planned {faulty}'s place" in logs, logs[-3000:]
+        # The gate writes its node list to a file; the job's log has no bare copy of it.
+        assert hostlists.collect(summary["nodes_used"]) not in logs.splitlines()
         report = demo["report"]
         assert report["steps"] == 30 and report["theoretical_bubble"] == pytest.approx(0.2)
         for key in ("html", "loss_png", "timeline_png", "trace"):

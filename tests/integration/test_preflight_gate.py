@@ -2,9 +2,11 @@
 
 Every node's `nvidia-smi` is the fake script printing the real H200 recording; the
 per-node override directory (picked by $SLURMD_NODENAME) injects one fault on one node:
-- a job on n[1-5] needing 3 nodes: n3 reports pending row remaps, n4 an inactive NVLink and
-  is drained by an "operator" while the job waits. The gate goes on with n1,n2,n5, drains n3
-  with gantry's reason and leaves n4's operator reason alone.
+- a job on n[1-5] needing 2 nodes, planned on n1,n3 with spares n4,n5 (its placement.json):
+  n3 reports pending row remaps, n4 an inactive NVLink and is drained by an "operator" while
+  the job waits. The gate keeps planned n1, puts spare n5 in n3's place (not n2, the first
+  healthy node in allocation order; not n4, a failed spare), drains n3 with gantry's reason
+  and leaves n4's operator reason alone.
 - a job that cannot spare its bad node is requeued excluding it and then runs elsewhere.
 - the generated HealthCheckProgram resumes gantry's drain after K clean passes only.
 """
@@ -94,6 +96,10 @@ def test_gate_excludes_and_drains_faulty_node_keeps_operator_reason(
     site = gpu_site(c, tmp_path)
     env = fault_env(tmp_path, {"n3": "remap-pending", "n4": "nvlink-down"})
     out, go = tmp_path / "job1", tmp_path / "go"
+    placement = tmp_path / "placement.json"  # what gantry submit writes, in rank order
+    placement.write_text(json.dumps({"mode": "planned", "rank_nodes": ["n1", "n3"],
+                                     "spare_nodes": ["n4", "n5"]}))
+    extra = f"--spares 3 --placement {shlex.quote(str(placement))}"
     try:
         job = c.run(
             "sbatch",
@@ -101,7 +107,7 @@ def test_gate_excludes_and_drains_faulty_node_keeps_operator_reason(
             "-N5",
             "--nodelist=n[1-5]",
             f"--output={tmp_path}/job1.log",
-            str(_write(tmp_path / "job1.sh", gate_script(site, out, "--spares 2", go))),
+            str(_write(tmp_path / "job1.sh", gate_script(site, out, extra, go))),
             env=env,
         ).stdout.strip()
         c.wait_job(job, states=("RUNNING",), timeout=60)
@@ -113,13 +119,15 @@ def test_gate_excludes_and_drains_faulty_node_keeps_operator_reason(
         assert info.state == "COMPLETED", log
         report = json.loads(out.with_suffix(".json").read_text())
         assert report["decision"] == "go", report
-        assert report["node_list"] == ["n1", "n2", "n5"]
+        assert report["node_list"] == ["n1", "n5"]
+        assert report["replaced"] == {"n3": "n5"}
         assert report["excluded"] == ["n3", "n4"]
         assert report["drained"] == ["n3"]
         assert report["verdicts"]["n3"]["reason"] == "gantry:gpu.row_remap:gpu1-pending"
         assert report["verdicts"]["n4"]["failing"] == ["gpu.nvlink"]
-        assert out.with_suffix(".ran").read_text().split() == ["n1", "n2", "n5"]
-        assert "gantry gate: go: 3 healthy nodes n[1-2,5], excluded n[3-4]" in log
+        assert out.with_suffix(".ran").read_text().split() == ["n1", "n5"]
+        assert ("gantry gate: go: 2 healthy nodes n[1,5], excluded n[3-4], n5 takes planned "
+                "n3's place, 1 spare left unused") in log
         states = node_states(c)
         assert states["n3"][1] == "gantry:gpu.row_remap:gpu1-pending"
         assert "DRAIN" in states["n3"][0]

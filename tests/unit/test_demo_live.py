@@ -182,7 +182,7 @@ def test_rows_tree_and_summary_after_a_spare_stepped_in(tmp_path: Path,
     assert lines[-1] == "time: queued 2 s · preflight 2 s · gate 1 s · training 30 s · total 36 s"
 
     outcomes = {"n1": "runs", "n2": "runs", "n3": "excluded, drained: gantry:net.ib_ports:x",
-                "n4": "runs", "n5": "runs (spare stepped in)"}
+                "n4": "runs", "n5": "runs in n3's place (replica 1 · stage 0)"}
     topology = site_topology(load_site(DEFAULT_SITE))
     console = Console(width=120, record=True, color_system=None)
     console.print(placement_tree(topology, placement, outcomes))
@@ -192,7 +192,7 @@ def test_rows_tree_and_summary_after_a_spare_stepped_in(tmp_path: Path,
     assert text.index("core") < text.index("spine1") < text.index("leaf1") < text.index("n1")
     assert "n1  replica 0 · stage 0  ✓ runs" in text
     assert "n3  replica 1 · stage 0  ✗ excluded, drained: gantry:net.ib_ports:x" in text
-    assert "n5  spare  ✓ runs (spare stepped in)" in text
+    assert "n5  spare  ✓ runs in n3's place (replica 1 · stage 0)" in text
     assert "leaf3" in text and "spine2" in text
 
 

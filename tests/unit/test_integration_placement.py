@@ -152,6 +152,9 @@ def test_rendered_launch_runs_gantry_train(tmp_path: Path) -> None:
     assert (f"-m launcher train {job_dir}/spec.yaml --run-dir {job_dir}/runs/"
             f"gpt2-tiny-pp2-dp2 --lib {lib} --rank-order {job_dir}/rank_order.json "
             "--resume\n") in launch
+    # the gate keeps the planned nodes that pass preflight (spares take the others' places)
+    assert (f"preflight gate --site {request.site.path} --placement {job_dir}/placement.json "
+            '--reports "$attempt_dir/preflight.jsonl"') in text
     # requeueable (the default): the planned domain (core: all 8), no nodelist
     assert "#SBATCH --nodelist" not in text and "#SBATCH --switches=3@10:00\n" in text
     check = subprocess.run(["bash", "-n"], input=text, text=True, capture_output=True,
