@@ -70,9 +70,12 @@ def run_side(args: argparse.Namespace) -> dict[str, object]:
         version = torch.__version__
     else:
         from launcher.native.binding import NativeLibrary, NativeStage
+
+        # Load the library before torch (imported by the reference): torch's bundled libgomp
+        # would otherwise serve ours too, set up before gantry's OpenMP defaults applied.
+        lib = NativeLibrary(Path(args.lib))
         from launcher.reference import gpt2_torch as ref
 
-        lib = NativeLibrary(Path(args.lib))
         stage = NativeStage(lib, config, 0, config.n_layer, is_first=True, is_last=True,
                             batch=args.batch, seq_len=args.seq)
         with tempfile.TemporaryDirectory() as tmp:

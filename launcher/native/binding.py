@@ -164,6 +164,10 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
 }
 
 
+#: libgomp spin count before an idle OpenMP thread sleeps (see NativeLibrary.__init__).
+GOMP_SPINCOUNT_DEFAULT = "1000"
+
+
 class NativeLibrary:
     """The loaded ``libgantry_native.so`` with typed function signatures."""
 
@@ -177,6 +181,12 @@ class NativeLibrary:
                 f"or set {LIBRARY_ENV})"
             )
         self.path = path
+        # The library runs OpenMP loops (libgomp) between OpenBLAS calls (its own pthread pool).
+        # With libgomp's default spin-wait its idle threads hold the cores the BLAS threads
+        # need: at 2 threads a step took 1.94 s against 0.56 s with a short spin
+        # (bench/bench_cpu_step.py, docs/BENCHMARKS.md). libgomp reads this when it is loaded,
+        # i.e. by the CDLL below; a value the user set wins.
+        os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT_DEFAULT)
         self.lib = ctypes.CDLL(str(path))
         for name, (restype, argtypes) in _SIGNATURES.items():
             func = getattr(self.lib, name)
