@@ -12,27 +12,10 @@ from typing import Any
 from launcher.preflight.gate_plan import places_taken
 from launcher.preflight.verdict import NodeVerdict
 from launcher.slurm import NodeInfo
+from topology.placement import NodeRole
 
-
-@dataclass(frozen=True)
-class PlannedRole:
-    """One node of the placement."""
-
-    node: str
-    """Node name."""
-    leaf: str
-    """Its leaf switch or block ("" when unknown)."""
-    slots: tuple[tuple[int, int], ...]
-    """(replica, stage) of each rank on it; empty for a spare."""
-
-    @property
-    def spare(self) -> bool:
-        return not self.slots
-
-    def label(self) -> str:
-        if self.spare:
-            return "spare"
-        return " ".join(f"replica {r} · stage {s}" for r, s in self.slots)
+#: One node of the placement, as read back from placement.json: topology's own role type.
+PlannedRole = NodeRole
 
 
 @dataclass(frozen=True)

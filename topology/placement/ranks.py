@@ -43,6 +43,12 @@ class NodeRole:
     def stages(self) -> tuple[int, ...]:
         return tuple(sorted({s for _, s in self.slots}))
 
+    def label(self) -> str:
+        """"spare", or the (replica, stage) of each rank, e.g. "replica 0 · stage 1"."""
+        if self.spare:
+            return "spare"
+        return " ".join(f"replica {r} · stage {s}" for r, s in self.slots)
+
 
 def assign_ranks(
     topology: Topology, nodes: tuple[int, ...], request: PlacementRequest
