@@ -35,6 +35,9 @@ sys.path.insert(0, str(REPO))
 from launcher.schedules import Op, generate  # noqa: E402
 from launcher.schedules.simulator import UNIT_COSTS, simulate  # noqa: E402
 
+_TUNING_VARS = ("GANTRY_P2P_MAX_CTAS", "GANTRY_PROFILE_OPS", "NCCL_MAX_P2P_NCHANNELS")
+"""Variables that change the native library's behaviour; passed to every rank when set."""
+
 _OPS = {"forward": Op.FORWARD, "backward": Op.BACKWARD, "backward_input": Op.BACKWARD_INPUT,
         "weight": Op.WEIGHT}
 
@@ -68,10 +71,11 @@ def run_gantry(a: argparse.Namespace, job: Path, work: Path) -> subprocess.Compl
     cmd = [sys.executable, "-m", "launcher", "train", str(job), "--lib", a.lib,
            "--run-dir", str(work / "run")]
     if a.layout == "pp2":
+        passed = ["PYTHONPATH", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
+                  "NVSHMEM_DISABLE_NVLS", "GANTRY_ATTENTION"]
+        passed += [k for k in _TUNING_VARS if k in os.environ]
         cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
-               "-x", "PYTHONPATH", "-x", "NCCL_NVLS_ENABLE",
-               "-x", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "-x", "NVSHMEM_DISABLE_NVLS",
-               "-x", "GANTRY_ATTENTION", "--bind-to", "none", *cmd]
+               *[x for k in passed for x in ("-x", k)], "--bind-to", "none", *cmd]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
     env.setdefault("GANTRY_ATTENTION", "cudnn")
@@ -147,6 +151,8 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--timeout", type=int, default=300)
+    p.add_argument("--variant", default="",
+                   help="label of a tuning variant (e.g. the env it ran with), kept in the JSON")
     a = p.parse_args()
     a.work.mkdir(parents=True, exist_ok=True)
     job = write_job(a, a.work)
@@ -154,6 +160,8 @@ def main() -> int:
     (a.work / "train.log").write_text(done.stdout + done.stderr)
     base = {"impl": "gantry", "mode": a.layout, "schedule": a.schedule if a.layout == "pp2"
             else "-", "layers": a.layers, "d": a.d, "mbs": a.mbs, "nmb": a.nmb}
+    if a.variant:
+        base["variant"] = a.variant
     metrics_path = a.work / "run" / "metrics.jsonl"
     records = ([json.loads(x) for x in metrics_path.read_text().splitlines()]
                if metrics_path.is_file() else [])

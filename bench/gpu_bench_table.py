@@ -42,6 +42,8 @@ def tables(rows: list[dict[str, Any]]) -> str:
            "| PyTorch tokens/s (same call) | PyTorch MFU | vs PyTorch |",
            "|---|---|---|---|---|---|---|---|---|"]
     for r in ours:
+        if r.get("variant"):
+            r = {**r, "schedule": f"{r['schedule']} ({r['variant']})"}
         key = (_model(r), _layout(r))
         ref = best.get(key)
         if "error" in r:
@@ -71,6 +73,8 @@ def tables(rows: list[dict[str, Any]]) -> str:
         t = r.get("timeline")
         if not t:
             continue
+        if r.get("variant"):
+            r = {**r, "schedule": f"{r['schedule']} ({r['variant']})"}
         cells = [" / ".join(f"{x[k]:.1f}" for k in ("compute_s", "send_s", "recv_s", "bubble_s",
                                                      "sync_s", "total_s")) for x in t["ranks"]]
         out.append(f"| {_model(r)} | {r['schedule']} | {cells[0]} | {cells[1]} "

@@ -6,18 +6,25 @@
 # is the markdown table (bench/gpu_bench_table.py).
 #   bench/run_gpu_bench.sh STEP...    steps: build smoke nccltest parity
 #                                     single350 pp350 single15 pp15 table  (default: all)
-# Every run has a hard time limit, so one hang cannot eat the call.
+#                                     profile (per-op GPU times, GANTRY_PROFILE_OPS=1)
+#                                     ctas (PP=2 1f1b with NCCL's own p2p CTA count vs gantry's cap)
+# PP_SCHEDULES / ANCHOR_SCHEDULES narrow the schedules of pp350 / pp15 (default: all).
+# Every run has a hard time limit, so one hang cannot eat the call. Per-run logs go to
+# $GPU_BENCH_WORK/logs (the device tool brings back only a few files: tar them).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 out="${OUT:-$PWD/gpu-bench-out}"
-mkdir -p "$out/logs"
+work="${GPU_BENCH_WORK:-/tmp/gantry-gpu-bench}"
+logs="$work/logs"
+mkdir -p "$out" "$logs"
 steps="${*:-build smoke nccltest single350 pp350 single15 pp15 table parity}"
 build="$PWD/native/build-cuda"
 lib="$build/libgantry_native.so"
 results="$out/results.jsonl"
-work="${GPU_BENCH_WORK:-/tmp/gantry-gpu-bench}"
+pp_schedules="${PP_SCHEDULES:-1f1b gpipe interleaved zb-h1}"
+anchor_schedules="${ANCHOR_SCHEDULES:-f1b gpipe interleaved}"
 bench_steps="${GPU_BENCH_STEPS:-10}"
 bench_warmup="${GPU_BENCH_WARMUP:-3}"
 has() { [[ " $steps " == *" $1 "* ]]; }
@@ -53,14 +60,15 @@ gantry() { # label, time limit (s), bench_gantry_gpu.py args...
   local line
   line=$(timeout $((limit + 30)) python3 bench/bench_gantry_gpu.py --lib "$lib" \
     --work "$work/$label" --steps "$bench_steps" --warmup "$bench_warmup" --timeout "$limit" \
-    "$@" 2>>"$out/logs/bench.err")
+    "$@" 2>>"$logs/bench.err")
   echo "$line" >> "$results"; echo "$line" | cut -c1-600
-  mkdir -p "$out/logs"; cp "$work/$label/train.log" "$out/logs/$label.log" 2>/dev/null
+  cp "$work/$label/train.log" "$logs/$label.log" 2>/dev/null
+  grep -h "^gantry-op-profile" "$work/$label/train.log" 2>/dev/null | cut -c1-2000
   if [[ "$line" == *'"error"'* && "${GANTRY_ATTENTION:-cudnn}" == cudnn ]]; then
     stamp "gantry $label again with the reference attention"
     line=$(GANTRY_ATTENTION=reference timeout $((limit + 30)) python3 bench/bench_gantry_gpu.py \
       --lib "$lib" --work "$work/$label-ref" --steps "$bench_steps" --warmup "$bench_warmup" \
-      --timeout "$limit" "$@" 2>>"$out/logs/bench.err")
+      --timeout "$limit" "$@" 2>>"$logs/bench.err")
     echo "$line" >> "$results"; echo "$line" | cut -c1-600
   fi
 }
@@ -69,10 +77,10 @@ anchor() { # label, anchor args...
   stamp "torch $label"
   if [[ " $* " == *" pp "* ]]; then
     timeout 200 torchrun --standalone --nproc_per_node 2 bench/anchors/torch_pp_baseline.py \
-      --steps "$bench_steps" --warmup "$bench_warmup" "$@" 2>>"$out/logs/bench.err" | tee -a "$results"
+      --steps "$bench_steps" --warmup "$bench_warmup" "$@" 2>>"$logs/bench.err" | tee -a "$results"
   else
     timeout 200 python3 bench/anchors/torch_pp_baseline.py --steps "$bench_steps" \
-      --warmup "$bench_warmup" "$@" 2>>"$out/logs/bench.err" | tee -a "$results"
+      --warmup "$bench_warmup" "$@" 2>>"$logs/bench.err" | tee -a "$results"
   fi
 }
 m350=(--layers 24 --dmodel 1024 --heads 16 --mbs 8 --nmb 8)
@@ -81,20 +89,34 @@ if has single350; then
   gantry single350 90 --layout single "${m350[@]}"
   anchor single350 --mode single "${m350[@]}"
 fi
+if has profile; then  # per-op device times (a few steps; the event marks cost host time)
+  GANTRY_PROFILE_OPS=1 bench_steps=3 bench_warmup=1 \
+    gantry profile-single350 90 --layout single --variant profiled "${m350[@]}"
+  GANTRY_PROFILE_OPS=1 bench_steps=3 bench_warmup=1 \
+    gantry profile-pp350 90 --layout pp2 --schedule 1f1b --variant profiled "${m350[@]}"
+  GANTRY_PROFILE_OPS=1 bench_steps=3 bench_warmup=1 \
+    gantry profile-single15 150 --layout single --variant profiled "${m15[@]}"
+fi
+if has ctas; then  # SMs held by NCCL's p2p kernels: NCCL's own CTA count vs the cap
+  GANTRY_P2P_MAX_CTAS=0 gantry pp350-1f1b-nccl-ctas 90 --layout pp2 --schedule 1f1b \
+    --variant "nccl default ctas" "${m350[@]}"
+  GANTRY_P2P_MAX_CTAS=1 gantry pp350-1f1b-1cta 90 --layout pp2 --schedule 1f1b \
+    --variant "1 cta" "${m350[@]}"
+fi
 if has pp350; then
-  for s in 1f1b gpipe interleaved zb-h1; do gantry "pp350-$s" 90 --layout pp2 --schedule "$s" "${m350[@]}"; done
-  for s in f1b gpipe interleaved; do anchor "pp350-$s" --mode pp --schedule "$s" "${m350[@]}"; done
+  for s in $pp_schedules; do gantry "pp350-$s" 90 --layout pp2 --schedule "$s" "${m350[@]}"; done
+  for s in $anchor_schedules; do anchor "pp350-$s" --mode pp --schedule "$s" "${m350[@]}"; done
 fi
 if has single15; then
   gantry single15 150 --layout single "${m15[@]}"
   anchor single15 --mode single "${m15[@]}"
 fi
 if has pp15; then
-  for s in 1f1b gpipe interleaved zb-h1; do gantry "pp15-$s" 150 --layout pp2 --schedule "$s" "${m15[@]}"; done
-  for s in f1b gpipe interleaved; do anchor "pp15-$s" --mode pp --schedule "$s" "${m15[@]}"; done
+  for s in $pp_schedules; do gantry "pp15-$s" 150 --layout pp2 --schedule "$s" "${m15[@]}"; done
+  for s in $anchor_schedules; do anchor "pp15-$s" --mode pp --schedule "$s" "${m15[@]}"; done
 fi
 if has table; then
-  tail -5 "$out/logs/bench.err" 2>/dev/null
+  tail -5 "$logs/bench.err" 2>/dev/null
   python3 bench/gpu_bench_table.py "$results" | tee "$out/table.md"
 fi
 if has parity; then

@@ -36,6 +36,7 @@ set(GANTRY_CUDA_SOURCES
   src/cuda/stage_cuda.c
   src/cuda/compute_cuda.c
   src/cuda/matmul.c
+  src/cuda/op_profile.c
   src/cuda/kernels.cu)
 
 set(GANTRY_CUDA_LIBS CUDA::cudart CUDA::cublasLt m)

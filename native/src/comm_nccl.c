@@ -15,6 +15,12 @@
  * (what the schedule simulator proves per (peer, kind)) and never wait on another edge's
  * traffic: no cross-kind ordering, no deadlock.
  *
+ * SMs: a posted NCCL send/recv is a kernel that holds its CTAs (one SM each) from the moment
+ * its stream reaches it until the peer's data has moved, i.e. for most of the concurrent
+ * forward/backward in a pipeline. Between two NVLink-connected H200s NCCL gives a peer up to
+ * 32 p2p channels; the edge communicators are split with maxCTAs = GANTRY_P2P_MAX_CTAS
+ * (default 4; 0 = NCCL's own choice) so the transfers leave the SMs to the compute stream.
+ *
  * Streams: the stages compute on `compute`; each edge this rank uses has its own stream
  * (act-out, act-in, grad-out, grad-in, high priority). A send or receive posted by the table
  * first waits (cudaStreamWaitEvent) for everything enqueued on `compute` so far — the producer
@@ -109,11 +115,32 @@ cleanup:
     return rc;
 }
 
+/* GANTRY_P2P_MAX_CTAS: the CTA (SM) cap of the edge communicators; 0 = NCCL's default. */
+static int p2p_max_ctas(int *out) {
+    int rc = GT_OK;
+    const char *env = getenv("GANTRY_P2P_MAX_CTAS");
+    *out = 4;
+    if (env != NULL && env[0] != '\0') {
+        char *end = NULL;
+        long v = strtol(env, &end, 10);
+        if (*end != '\0' || v < 0 || v > 64)
+            GT_INPUT_FAIL("GANTRY_P2P_MAX_CTAS='%s' is not allowed (an integer 0..64; 0 = NCCL's "
+                          "default)", env);
+        *out = (int)v;
+    }
+cleanup:
+    return rc;
+}
+
 /* Splits the edge communicators (rounds in the same order on every rank). */
 static int split_edges(gt_comm *c) {
     int rc = GT_OK;
     const int pp = c->host.pp, p = c->host.pipe_rank;
     const int n_rounds = pp % 2 == 1 ? 3 : 2;
+    int max_ctas = 0;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    GT_CHECK(p2p_max_ctas(&max_ctas));
+    if (max_ctas > 0) config.minCTAs = 1, config.maxCTAs = max_ctas;
     for (int k = 0; k < 2; k++) {
         int kind = k == 0 ? GT_MSG_ACT : GT_MSG_GRAD;
         int out_slot = k == 0 ? GT_EDGE_ACT_OUT : GT_EDGE_GRAD_OUT;
@@ -128,7 +155,7 @@ static int split_edges(gt_comm *c) {
                 color = c->host.replica * pp + in_sender, key = 1, slot = in_slot;
             }
             ncclComm_t made = NULL;
-            NCCL_CHECK(ncclCommSplit(c->nworld, color, key, &made, NULL));
+            NCCL_CHECK(ncclCommSplit(c->nworld, color, key, &made, max_ctas > 0 ? &config : NULL));
             if (slot >= 0) c->edge[slot] = made;
         }
     }

@@ -18,6 +18,9 @@
 #include "cuda/stage_cuda.h"
 #include "stage_checks.h"
 
+/* Start of an operation for GANTRY_PROFILE_OPS (a no-op when profiling is off). */
+#define MARK(op) gt_prof_mark(&s->prof, (op), s->stream)
+
 /* ------------------------------------------------------------------------------------------ */
 /* device arenas                                                                               */
 
@@ -318,29 +321,26 @@ cleanup:
     return rc;
 }
 
-static int cmp_pos(const void *a, const void *b, void *tokens) {
-    const int32_t *t = tokens;
-    int32_t pa = *(const int32_t *)a, pb = *(const int32_t *)b;
-    if (t[pa] != t[pb]) return t[pa] < t[pb] ? -1 : 1;
-    return pa < pb ? -1 : (pa > pb);
-}
-
-/* Encoder-backward groups of the tokens (host): positions sorted by (token, position). */
-static int build_groups(const int32_t *tokens, size_t N, int32_t *out, int *n_groups) {
+/* Encoder-backward groups of the tokens (host): positions sorted by (token, position), by a
+ * stable counting sort over the vocabulary (`count` is V+1 ints of scratch). Linear time: the
+ * first stage does this for every micro-batch while the GPU runs the forward it just queued. */
+static void build_groups(const int32_t *tokens, size_t N, int V, int32_t *count, int32_t *out,
+                         int *n_groups) {
     int32_t *tok = out, *start = out + N, *pos = out + 2 * N + 1;
     int g = 0;
-    for (size_t i = 0; i < N; i++) pos[i] = (int32_t)i;
-    qsort_r(pos, N, sizeof(int32_t), cmp_pos, (void *)tokens);
-    for (size_t i = 0; i < N; i++) {
-        if (i == 0 || tokens[pos[i]] != tokens[pos[i - 1]]) {
-            tok[g] = tokens[pos[i]];
-            start[g] = (int32_t)i;
+    memset(count, 0, ((size_t)V + 1) * sizeof(int32_t));
+    for (size_t i = 0; i < N; i++) count[tokens[i] + 1]++;
+    for (int v = 0; v < V; v++) {
+        if (count[v + 1] > 0) {
+            tok[g] = v;
+            start[g] = count[v];
             g++;
         }
+        count[v + 1] += count[v]; /* count[v] = first position of token v in the sorted order */
     }
+    for (size_t i = 0; i < N; i++) pos[count[tokens[i]]++] = (int32_t)i;
     start[g] = (int32_t)N;
     *n_groups = g;
-    return GT_OK;
 }
 
 int gt_stage_forward(gt_stage *s, int slot, const int32_t *tokens, const float *x_in,
@@ -355,25 +355,24 @@ int gt_stage_forward(gt_stage *s, int slot, const int32_t *tokens, const float *
     cudaStream_t st = s->stream;
     GT_CHECK(gt_stage_check_forward_args(&s->layout, tokens, x_in, x_out, targets, loss_out));
 
+    MARK(GT_P_INPUT);
     /* host inputs -> pinned staging -> device (the previous upload of this slot is done) */
     if (s->layout.is_first || s->layout.is_last) {
         CUDA_CHECK(cudaEventSynchronize(a->uploaded));
         if (s->layout.is_first) {
             memcpy(a->staging, tokens, N * sizeof(int32_t));
-            build_groups(tokens, N, a->staging + 2 * N, &a->n_groups);
             CUDA_CHECK(cudaMemcpyAsync(a->tokens, a->staging, N * sizeof(int32_t),
                                        cudaMemcpyHostToDevice, st));
-            CUDA_CHECK(cudaMemcpyAsync(a->groups, a->staging + 2 * N,
-                                       (3 * N + 1) * sizeof(int32_t), cudaMemcpyHostToDevice, st));
         }
         if (s->layout.is_last) {
             memcpy(a->staging + N, targets, N * sizeof(int32_t));
             CUDA_CHECK(cudaMemcpyAsync(a->targets, a->staging + N, N * sizeof(int32_t),
                                        cudaMemcpyHostToDevice, st));
         }
-        CUDA_CHECK(cudaEventRecord(a->uploaded, st));
+        if (!s->layout.is_first) CUDA_CHECK(cudaEventRecord(a->uploaded, st));
     }
     if (s->layout.is_first) {
+        MARK(GT_P_ENCODER);
         CUDA_CHECK(gt_cu_encoder_forward(a->x0, a->tokens, P + s->layout.tensors[0].offset,
                                          P + s->layout.tensors[1].offset, B, T, C, st));
     } else {
@@ -384,16 +383,23 @@ int gt_stage_forward(gt_stage *s, int slot, const int32_t *tokens, const float *
         gt_cu_layer *L = &a->layers[l];
         const gt_bf16 *x = l == 0 ? a->x0 : a->layers[l - 1].res3;
 #define W(k) (P + gt_layer_tensor_offset(&s->layout, l, (k)))
+        MARK(GT_P_LN);
         CUDA_CHECK(gt_cu_layernorm_forward(L->ln1, L->ln1_mean, L->ln1_rstd, x, W(GT_LN1_W),
                                            W(GT_LN1_B), n, C, st));
+        MARK(GT_P_QKV);
         GT_CHECK(linear_forward(s, L->qkv, L->ln1, W(GT_QKV_W), W(GT_QKV_B), NULL, n, C, 3 * C));
+        MARK(GT_P_ATTN);
         GT_CHECK(attention_forward(s, L));
+        MARK(GT_P_ATTPROJ);
         GT_CHECK(linear_forward(s, L->res2, L->atty, W(GT_ATTPROJ_W), W(GT_ATTPROJ_B), x, n, C,
                                 C));
+        MARK(GT_P_LN);
         CUDA_CHECK(gt_cu_layernorm_forward(L->ln2, L->ln2_mean, L->ln2_rstd, L->res2,
                                            W(GT_LN2_W), W(GT_LN2_B), n, C, st));
+        MARK(GT_P_FC);
         GT_CHECK(linear_gelu_forward(s, L->fch_gelu, L->fch, L->ln2, W(GT_FC_W), W(GT_FC_B), n, C,
                                      4 * C));
+        MARK(GT_P_FCPROJ);
         GT_CHECK(linear_forward(s, L->res3, L->fch_gelu, W(GT_FCPROJ_W), W(GT_FCPROJ_B), L->res2,
                                 n, 4 * C, C));
 #undef W
@@ -404,6 +410,7 @@ int gt_stage_forward(gt_stage *s, int slot, const int32_t *tokens, const float *
         const gt_bf16 *lnfw = P + s->layout.tensors[s->layout.num_tensors - 2].offset;
         const gt_bf16 *lnfb = P + s->layout.tensors[s->layout.num_tensors - 1].offset;
         gt_matmul_args m;
+        MARK(GT_P_LN);
         CUDA_CHECK(gt_cu_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, out, lnfw, lnfb, n,
                                            C, st));
         /* logits (N,V) = lnf @ wte^T: col-major (V,N) = wte^T (V,C) @ lnf (C,N) */
@@ -412,16 +419,28 @@ int gt_stage_forward(gt_stage *s, int slot, const int32_t *tokens, const float *
         m.m = V, m.n = n, m.k = C;
         m.transa = 1;
         m.lda = C, m.ldb = C, m.ldd = V;
+        MARK(GT_P_HEAD);
         GT_CHECK(gt_matmul(&s->lt, &m, st, NULL));
+        MARK(GT_P_CE);
         CUDA_CHECK(gt_cu_crossentropy_forward(a->lse, a->losses, a->logits, a->targets, n, V, st));
         CUDA_CHECK(gt_cu_mean(s->loss, a->losses, n, st));
         CUDA_CHECK(cudaMemcpyAsync(s->host_loss, s->loss, sizeof(float), cudaMemcpyDeviceToHost,
                                    st));
+        MARK(GT_P_END);
         CUDA_CHECK(cudaStreamSynchronize(st));
         *loss_out = *s->host_loss;
     } else {
+        MARK(GT_P_OUTPUT);
         CUDA_CHECK(cudaMemcpyAsync(x_out, out, N * C * sizeof(gt_bf16), cudaMemcpyDeviceToDevice,
                                    st));
+        MARK(GT_P_END);
+    }
+    if (s->layout.is_first) {
+        /* the backward's groups: sorted on the host while the GPU runs the queued forward */
+        build_groups(tokens, N, V, s->group_count, a->staging + 2 * N, &a->n_groups);
+        CUDA_CHECK(cudaMemcpyAsync(a->groups, a->staging + 2 * N, (3 * N + 1) * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, st));
+        CUDA_CHECK(cudaEventRecord(a->uploaded, st));
     }
     a->state = GT_SLOT_FORWARD_DONE;
 cleanup:
@@ -449,13 +468,20 @@ static int layer_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int 
     const gt_bf16 *x = l == 0 ? a->x0 : a->layers[l - 1].res3;
     const gt_bf16 *dout = dresid(g, l + 1);
 #define W(k) (P + gt_layer_tensor_offset(&s->layout, l, (k)))
+    MARK(GT_P_D_FCPROJ);
     GT_CHECK(linear_backward_input(s, G->dfch, dout, W(GT_FCPROJ_W), L->fch, n, 4 * C, C));
+    MARK(GT_P_D_FC);
     GT_CHECK(linear_backward_input(s, G->dln2, G->dfch, W(GT_FC_W), NULL, n, C, 4 * C));
+    MARK(GT_P_D_LN);
     CUDA_CHECK(gt_cu_layernorm_backward_input(G->dres2, dout, G->dln2, L->res2, L->ln2_mean,
                                               L->ln2_rstd, W(GT_LN2_W), n, C, s->stream));
+    MARK(GT_P_D_ATTPROJ);
     GT_CHECK(linear_backward_input(s, s->datty, G->dres2, W(GT_ATTPROJ_W), NULL, n, C, C));
+    MARK(GT_P_D_ATTN);
     GT_CHECK(attention_backward(s, L, G->dqkv, s->datty));
+    MARK(GT_P_D_QKV);
     GT_CHECK(linear_backward_input(s, G->dln1, G->dqkv, W(GT_QKV_W), NULL, n, C, 3 * C));
+    MARK(GT_P_D_LN);
     CUDA_CHECK(gt_cu_layernorm_backward_input(dresid(g, l), G->dres2, G->dln1, x, L->ln1_mean,
                                               L->ln1_rstd, W(GT_LN1_W), n, C, s->stream));
 #undef W
@@ -472,15 +498,21 @@ static int layer_backward_weight(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int
     const gt_bf16 *x = l == 0 ? a->x0 : a->layers[l - 1].res3;
     const gt_bf16 *dout = dresid(g, l + 1);
 #define DW(k) (Gb + gt_layer_tensor_offset(&s->layout, l, (k)))
+    MARK(GT_P_W_FCPROJ);
     GT_CHECK(linear_backward_weight(s, DW(GT_FCPROJ_W), DW(GT_FCPROJ_B), dout, L->fch_gelu, n,
                                     4 * C, C));
+    MARK(GT_P_W_FC);
     GT_CHECK(linear_backward_weight(s, DW(GT_FC_W), DW(GT_FC_B), G->dfch, L->ln2, n, C, 4 * C));
+    MARK(GT_P_W_LN);
     CUDA_CHECK(gt_cu_layernorm_backward_weight(DW(GT_LN2_W), DW(GT_LN2_B), G->dln2, L->res2,
                                                L->ln2_mean, L->ln2_rstd, n, C, s->colsum,
                                                s->stream));
+    MARK(GT_P_W_ATTPROJ);
     GT_CHECK(linear_backward_weight(s, DW(GT_ATTPROJ_W), DW(GT_ATTPROJ_B), G->dres2, L->atty, n,
                                     C, C));
+    MARK(GT_P_W_QKV);
     GT_CHECK(linear_backward_weight(s, DW(GT_QKV_W), DW(GT_QKV_B), G->dqkv, L->ln1, n, C, 3 * C));
+    MARK(GT_P_W_LN);
     CUDA_CHECK(gt_cu_layernorm_backward_weight(DW(GT_LN1_W), DW(GT_LN1_B), G->dln1, x,
                                                L->ln1_mean, L->ln1_rstd, n, C, s->colsum,
                                                s->stream));
@@ -496,6 +528,7 @@ static int head_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, float
     const gt_bf16 *P = s->params16;
     const gt_bf16 *out = nl > 0 ? a->layers[nl - 1].res3 : a->x0;
     gt_matmul_args m;
+    MARK(GT_P_D_CE);
     CUDA_CHECK(gt_cu_crossentropy_backward(a->logits, a->lse, a->targets, loss_scale / (float)n,
                                            n, V, s->stream));
     /* dlnf (N,C) = dlogits (N,V) @ wte (V,C): col-major (C,N) = wte (C,V) @ dl (V,N) */
@@ -503,7 +536,9 @@ static int head_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, float
     m.D = g->dlnf, m.A = P + s->layout.tensors[0].offset, m.B = a->logits;
     m.m = C, m.n = n, m.k = V;
     m.lda = C, m.ldb = V, m.ldd = C;
+    MARK(GT_P_D_HEAD);
     GT_CHECK(gt_matmul(&s->lt, &m, s->stream, NULL));
+    MARK(GT_P_D_LN);
     CUDA_CHECK(gt_cu_layernorm_backward_input(
         dresid(g, nl), NULL, g->dlnf, out, a->lnf_mean, a->lnf_rstd,
         P + s->layout.tensors[s->layout.num_tensors - 2].offset, n, C, s->stream));
@@ -525,7 +560,9 @@ static int head_backward_weight(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g) {
     m.m = C, m.n = V, m.k = n;
     m.transb = 1;
     m.lda = C, m.ldb = V, m.ldd = C;
+    MARK(GT_P_W_HEAD);
     GT_CHECK(gt_matmul(&s->lt, &m, s->stream, NULL));
+    MARK(GT_P_W_LN);
     CUDA_CHECK(gt_cu_layernorm_backward_weight(
         Gb + s->layout.tensors[s->layout.num_tensors - 2].offset,
         Gb + s->layout.tensors[s->layout.num_tensors - 1].offset, g->dlnf, out, a->lnf_mean,
@@ -538,6 +575,7 @@ static int encoder_backward(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g) {
     int rc = GT_OK;
     size_t N = (size_t)s->layout.B * s->layout.T;
     float *Gb = s->buffers[GT_BUF_GRADS];
+    MARK(GT_P_W_ENCODER);
     CUDA_CHECK(gt_cu_encoder_backward(Gb + s->layout.tensors[0].offset,
                                       Gb + s->layout.tensors[1].offset, dresid(g, 0), a->groups,
                                       a->groups + N, a->groups + 2 * N + 1, a->n_groups,
@@ -555,6 +593,7 @@ static int run_backward(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, const float 
         GT_CHECK(head_backward_input(s, a, g, loss_scale));
         if (do_weight) GT_CHECK(head_backward_weight(s, a, g));
     } else {
+        MARK(GT_P_INPUT);
         CUDA_CHECK(cudaMemcpyAsync(dresid(g, s->layout.nl), dx_out, NCb, cudaMemcpyDeviceToDevice,
                                    s->stream));
     }
@@ -562,11 +601,14 @@ static int run_backward(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, const float 
         GT_CHECK(layer_backward_input(s, a, g, l));
         if (do_weight) GT_CHECK(layer_backward_weight(s, a, g, l));
     }
-    if (!s->layout.is_first)
+    if (!s->layout.is_first) {
+        MARK(GT_P_OUTPUT);
         CUDA_CHECK(cudaMemcpyAsync(dx_in, dresid(g, 0), NCb, cudaMemcpyDeviceToDevice,
                                    s->stream));
-    else if (do_weight)
+    } else if (do_weight) {
         GT_CHECK(encoder_backward(s, a, g));
+    }
+    MARK(GT_P_END);
 cleanup:
     return rc;
 }
@@ -611,6 +653,7 @@ int gt_stage_backward_weight(gt_stage *s, int slot) {
         if (s->layout.is_last) GT_CHECK(head_backward_weight(s, a, g));
         for (int l = s->layout.nl - 1; l >= 0; l--) GT_CHECK(layer_backward_weight(s, a, g, l));
         if (s->layout.is_first) GT_CHECK(encoder_backward(s, a, g));
+        MARK(GT_P_END);
     }
     s->slots[slot].state = GT_SLOT_FREE;
 cleanup:

@@ -1,9 +1,11 @@
 /*
  * matmul.c — cuBLASLt wrapper of matmul.h: builds the operation and layout descriptors, asks the
- * heuristic for the best algorithm within the workspace, runs it. Every cuBLASLt call is checked
- * (CUBLAS_CHECK carries the status name and file:line).
+ * heuristic for the best algorithm within the workspace, caches both per product shape (a plan),
+ * and runs the product with the call's pointers. Every cuBLASLt call is checked (CUBLAS_CHECK
+ * carries the status name and file:line).
  */
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "cuda/cuda_check.h"
@@ -15,6 +17,29 @@
         if (cublas_rc_ != CUBLAS_STATUS_SUCCESS)                                               \
             GT_FAIL(GT_ESTATE, "%s failed: %s", #call, cublasLtGetStatusName(cublas_rc_));     \
     } while (0)
+
+/* What identifies a plan: everything of gt_matmul_args but the pointers. */
+typedef struct {
+    int m, n, k, transa, transb, lda, ldb, ldd, d_fp32, epilogue, batch, has_cin;
+    long long stride_a, stride_b, stride_d;
+    float beta;
+} gt_lt_key;
+
+struct gt_lt_plan {
+    gt_lt_key key;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t la, lb, lc, ld;
+    cublasLtMatmulAlgo_t algo;
+};
+
+static void plan_release(gt_lt_plan *p) {
+    if (p->la) cublasLtMatrixLayoutDestroy(p->la);
+    if (p->lb) cublasLtMatrixLayoutDestroy(p->lb);
+    if (p->lc) cublasLtMatrixLayoutDestroy(p->lc);
+    if (p->ld) cublasLtMatrixLayoutDestroy(p->ld);
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    memset(p, 0, sizeof(*p));
+}
 
 int gt_lt_create(gt_lt *lt, size_t workspace_size) {
     int rc = GT_OK;
@@ -28,6 +53,8 @@ cleanup:
 
 void gt_lt_destroy(gt_lt *lt) {
     if (lt == NULL) return;
+    for (int i = 0; i < lt->n_plans; i++) plan_release(&lt->plans[i]);
+    free(lt->plans);
     if (lt->workspace != NULL) cudaFree(lt->workspace);
     if (lt->handle != NULL) cublasLtDestroy(lt->handle);
     memset(lt, 0, sizeof(*lt));
@@ -45,85 +72,132 @@ cleanup:
     return rc;
 }
 
-int gt_matmul(gt_lt *lt, const gt_matmul_args *a, cudaStream_t stream, int *unsupported) {
+static gt_lt_key key_of(const gt_matmul_args *a) {
+    gt_lt_key k;
+    memset(&k, 0, sizeof(k)); /* padding too: keys are compared with memcmp */
+    k.m = a->m, k.n = a->n, k.k = a->k, k.transa = a->transa, k.transb = a->transb;
+    k.lda = a->lda, k.ldb = a->ldb, k.ldd = a->ldd, k.d_fp32 = a->d_fp32;
+    k.epilogue = (int)a->epilogue, k.batch = a->batch > 1 ? a->batch : 0;
+    k.has_cin = a->Cin != NULL;
+    if (k.batch) k.stride_a = a->stride_a, k.stride_b = a->stride_b, k.stride_d = a->stride_d;
+    k.beta = a->Cin != NULL ? a->beta : 0.0f;
+    return k;
+}
+
+/* Builds the descriptors of `k` and asks the heuristic; *unsupported = 1 if it has nothing. */
+static int plan_build(gt_lt *lt, const gt_lt_key *k, gt_lt_plan *p, int *unsupported) {
     int rc = GT_OK;
-    cublasLtMatmulDesc_t op = NULL;
-    cublasLtMatrixLayout_t la = NULL, lb = NULL, lc = NULL, ld = NULL;
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t heur;
     int found = 0;
-    if (unsupported) *unsupported = 0;
-    cublasOperation_t ta = a->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cublasOperation_t tb = a->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
-    cudaDataType_t dtype = a->d_fp32 ? CUDA_R_32F : CUDA_R_16BF;
-    CUBLAS_CHECK(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+    memset(p, 0, sizeof(*p));
+    p->key = *k;
+    cublasOperation_t ta = k->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cublasOperation_t tb = k->transb ? CUBLAS_OP_T : CUBLAS_OP_N;
+    cudaDataType_t dtype = k->d_fp32 ? CUDA_R_32F : CUDA_R_16BF;
+    CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                                sizeof(ta)));
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb,
+                                                sizeof(tb)));
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
-    switch (a->epilogue) {
+    switch ((gt_epilogue)k->epilogue) {
     case GT_EPI_BIAS: epi = CUBLASLT_EPILOGUE_BIAS; break;
     case GT_EPI_GELU_BIAS: epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; break;
     case GT_EPI_DGELU: epi = CUBLASLT_EPILOGUE_DGELU; break;
     default: break;
     }
-    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
+    CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                                 sizeof(epi)));
-    if (a->epilogue == GT_EPI_BIAS || a->epilogue == GT_EPI_GELU_BIAS) {
+    if (k->epilogue == GT_EPI_BIAS || k->epilogue == GT_EPI_GELU_BIAS) {
         cudaDataType_t bias_type = CUDA_R_16BF;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                     &bias_type, sizeof(bias_type)));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                    &a->bias, sizeof(a->bias)));
     }
-    if (a->epilogue == GT_EPI_GELU_BIAS || a->epilogue == GT_EPI_DGELU) {
-        int64_t aux_ld = a->ldd;
+    if (k->epilogue == GT_EPI_GELU_BIAS || k->epilogue == GT_EPI_DGELU) {
+        int64_t aux_ld = k->ldd;
         cudaDataType_t aux_type = CUDA_R_16BF;
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER,
-                                                    &a->aux, sizeof(a->aux)));
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD,
                                                     &aux_ld, sizeof(aux_ld)));
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-            op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type, sizeof(aux_type)));
+            p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_DATA_TYPE, &aux_type, sizeof(aux_type)));
     }
     /* layouts: stored (rows, cols) of each operand before op() */
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&la, CUDA_R_16BF, a->transa ? a->k : a->m,
-                                            a->transa ? a->m : a->k, a->lda));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lb, CUDA_R_16BF, a->transb ? a->n : a->k,
-                                            a->transb ? a->k : a->n, a->ldb));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&lc, dtype, a->m, a->n, a->ldd));
-    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&ld, dtype, a->m, a->n, a->ldd));
-    if (a->batch > 1) {
-        GT_CHECK(set_batch(la, a->batch, a->stride_a));
-        GT_CHECK(set_batch(lb, a->batch, a->stride_b));
-        GT_CHECK(set_batch(lc, a->batch, a->stride_d));
-        GT_CHECK(set_batch(ld, a->batch, a->stride_d));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, CUDA_R_16BF, k->transa ? k->k : k->m,
+                                            k->transa ? k->m : k->k, k->lda));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, CUDA_R_16BF, k->transb ? k->n : k->k,
+                                            k->transb ? k->k : k->n, k->ldb));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lc, dtype, k->m, k->n, k->ldd));
+    CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, dtype, k->m, k->n, k->ldd));
+    if (k->batch > 1) {
+        GT_CHECK(set_batch(p->la, k->batch, k->stride_a));
+        GT_CHECK(set_batch(p->lb, k->batch, k->stride_b));
+        GT_CHECK(set_batch(p->lc, k->batch, k->stride_d));
+        GT_CHECK(set_batch(p->ld, k->batch, k->stride_d));
     }
     CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt->workspace_size,
         sizeof(lt->workspace_size)));
-    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt->handle, op, la, lb, lc, ld, pref, 1, &heur,
-                                                &found));
+    CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt->handle, p->op, p->la, p->lb, p->lc, p->ld,
+                                                pref, 1, &heur, &found));
     if (found == 0) {
         if (unsupported) *unsupported = 1;
         GT_FAIL(GT_ESTATE, "cuBLASLt has no algorithm for m=%d n=%d k=%d transa=%d transb=%d "
-                "epilogue=%d d_fp32=%d", a->m, a->n, a->k, a->transa, a->transb, a->epilogue,
-                a->d_fp32);
+                "epilogue=%d d_fp32=%d", k->m, k->n, k->k, k->transa, k->transb, k->epilogue,
+                k->d_fp32);
     }
-    {
-        const float alpha = 1.0f;
-        const float beta = a->Cin != NULL ? a->beta : 0.0f;
-        const void *cin = a->Cin != NULL ? a->Cin : a->D;
-        CUBLAS_CHECK(cublasLtMatmul(lt->handle, op, &alpha, a->A, la, a->B, lb, &beta, cin, lc,
-                                    a->D, ld, &heur.algo, lt->workspace, lt->workspace_size,
-                                    stream));
-    }
+    p->algo = heur.algo;
 cleanup:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
-    if (la) cublasLtMatrixLayoutDestroy(la);
-    if (lb) cublasLtMatrixLayoutDestroy(lb);
-    if (lc) cublasLtMatrixLayoutDestroy(lc);
-    if (ld) cublasLtMatrixLayoutDestroy(ld);
-    if (op) cublasLtMatmulDescDestroy(op);
+    if (rc != GT_OK) plan_release(p);
+    return rc;
+}
+
+/* The cached plan of `a`'s shape, built on first use. */
+static int plan_for(gt_lt *lt, const gt_matmul_args *a, gt_lt_plan **out, int *unsupported) {
+    int rc = GT_OK;
+    gt_lt_key k = key_of(a);
+    gt_lt_plan fresh;
+    for (int i = 0; i < lt->n_plans; i++) {
+        if (memcmp(&lt->plans[i].key, &k, sizeof(k)) == 0) {
+            *out = &lt->plans[i];
+            return GT_OK;
+        }
+    }
+    if (lt->n_plans == lt->cap_plans) {
+        int cap = lt->cap_plans ? 2 * lt->cap_plans : 32;
+        gt_lt_plan *grown = realloc(lt->plans, (size_t)cap * sizeof(*grown));
+        if (grown == NULL) GT_FAIL(GT_ENOMEM, "out of memory for %d cuBLASLt plans", cap);
+        lt->plans = grown;
+        lt->cap_plans = cap;
+    }
+    GT_CHECK(plan_build(lt, &k, &fresh, unsupported));
+    lt->plans[lt->n_plans] = fresh;
+    *out = &lt->plans[lt->n_plans++];
+cleanup:
+    return rc;
+}
+
+int gt_matmul(gt_lt *lt, const gt_matmul_args *a, cudaStream_t stream, int *unsupported) {
+    int rc = GT_OK;
+    gt_lt_plan *p = NULL;
+    if (unsupported) *unsupported = 0;
+    GT_CHECK(plan_for(lt, a, &p, unsupported));
+    if (a->epilogue == GT_EPI_BIAS || a->epilogue == GT_EPI_GELU_BIAS)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                    &a->bias, sizeof(a->bias)));
+    if (a->epilogue == GT_EPI_GELU_BIAS || a->epilogue == GT_EPI_DGELU)
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &a->aux, sizeof(a->aux)));
+    {
+        const float alpha = 1.0f;
+        const float beta = p->key.beta;
+        const void *cin = a->Cin != NULL ? a->Cin : a->D;
+        CUBLAS_CHECK(cublasLtMatmul(lt->handle, p->op, &alpha, a->A, p->la, a->B, p->lb, &beta,
+                                    cin, p->lc, a->D, p->ld, &p->algo, lt->workspace,
+                                    lt->workspace_size, stream));
+    }
+cleanup:
     return rc;
 }

@@ -15,10 +15,16 @@
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 
+/* One cached plan: the descriptors and the heuristic's algorithm for one product shape. The
+ * pointers of a call (operands, bias, aux) are not part of it; they are set per call. */
+typedef struct gt_lt_plan gt_lt_plan;
+
 typedef struct {
     cublasLtHandle_t handle;
     void *workspace;       /* device */
     size_t workspace_size; /* bytes */
+    gt_lt_plan *plans;     /* cache, [n_plans] of [cap_plans] */
+    int n_plans, cap_plans;
 } gt_lt;
 
 typedef enum {
@@ -48,7 +54,9 @@ typedef struct {
 int gt_lt_create(gt_lt *lt, size_t workspace_size);
 void gt_lt_destroy(gt_lt *lt);
 
-/* Runs one product on `stream`. If cuBLASLt has no algorithm for the requested epilogue,
+/* Runs one product on `stream`. The descriptors and the heuristic's choice are built once per
+ * distinct shape (m, n, k, transposes, leading dimensions, batch, epilogue, types, beta) and
+ * reused: a training step repeats the same few dozen shapes thousands of times. If cuBLASLt has no algorithm for the requested epilogue,
  * returns GT_EINPUT-free status GT_ESTATE with *unsupported = 1 (callers fall back to a plain
  * product plus a kernel); any other failure is GT_ESTATE with the cuBLASLt status and file:line. */
 int gt_matmul(gt_lt *lt, const gt_matmul_args *args, cudaStream_t stream, int *unsupported);

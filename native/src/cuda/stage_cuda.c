@@ -108,6 +108,7 @@ int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is
                                   T, n_slots));
     s->stream = 0;
     s->gelu_fused = s->dgelu_fused = 1;
+    gt_prof_init(&s->prof);
     for (int i = 0; i < 4; i++) {
         CUDA_MALLOC(s->buffers[i], s->layout.num_params * sizeof(float));
         CUDA_CHECK(cudaMemset(s->buffers[i], 0, s->layout.num_params * sizeof(float)));
@@ -125,6 +126,7 @@ int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is
         CUDA_MALLOC(s->loss, sizeof(float));
         CUDA_CHECK(cudaMallocHost((void **)&s->host_loss, sizeof(float)));
         CUDA_CHECK(cudaMallocHost((void **)&s->host_sq, sizeof(double)));
+        GT_CALLOC(s->group_count, (size_t)cfg->vocab_size + 1);
         if (s->cudnn == NULL && s->layout.nl > 0) {
             size_t scores = (size_t)B * cfg->n_head * T * T;
             CUDA_MALLOC(s->ref_qkv, 4 * N * C * sizeof(gt_bf16));
@@ -147,6 +149,15 @@ cleanup:
 void gt_stage_free(gt_stage *s) {
     if (s == NULL) return;
     cudaDeviceSynchronize();
+    if (s->prof.enabled) {
+        char label[96];
+        gt_prof_flush(&s->prof);
+        snprintf(label, sizeof(label), "layers %d-%d%s%s", s->layout.layer_begin,
+                 s->layout.layer_end, s->layout.is_first ? " first" : "",
+                 s->layout.is_last ? " last" : "");
+        gt_prof_report(&s->prof, label);
+    }
+    gt_prof_release(&s->prof);
     if (s->slots != NULL)
         for (int i = 0; i < s->layout.n_slots; i++) gt_cu_release_slot(&s->slots[i]);
     if (s->slot_grads != NULL)
@@ -167,6 +178,7 @@ void gt_stage_free(gt_stage *s) {
     cudaFree(s->loss);
     cudaFreeHost(s->host_loss);
     cudaFreeHost(s->host_sq);
+    free(s->group_count);
     cudaFree(s->ref_qkv);
     cudaFree(s->ref_scores);
 #ifdef GANTRY_HAVE_CUDNN
@@ -246,6 +258,7 @@ int gt_stage_synchronize(gt_stage *s) {
     int rc = GT_OK;
     if (s == NULL) GT_INPUT_FAIL("gt_stage_synchronize: stage is NULL");
     CUDA_CHECK(cudaStreamSynchronize(s->stream));
+    gt_prof_flush(&s->prof);
 cleanup:
     return rc;
 }
@@ -346,10 +359,12 @@ int gt_stage_adamw_step(gt_stage *s, float lr, float beta1, float beta2, float e
         a.bc2_sqrt = k.bc2_sqrt;
         a.one_minus_beta1 = k.one_minus_beta1;
         a.one_minus_beta2 = k.one_minus_beta2;
+        gt_prof_mark(&s->prof, GT_P_ADAMW, s->stream);
         CUDA_CHECK(gt_cu_adamw(s->buffers[GT_BUF_PARAMS], s->params16, s->buffers[GT_BUF_GRADS],
                                s->buffers[GT_BUF_ADAM_M], s->buffers[GT_BUF_ADAM_V],
                                s->layout.num_params, s->seg_end, s->seg_decay, s->n_segments, a,
                                s->stream));
+        gt_prof_mark(&s->prof, GT_P_END, s->stream);
     }
 cleanup:
     return rc;

@@ -18,6 +18,7 @@
 #include "cuda/attention_cudnn.h"
 #include "cuda/kernels.h"
 #include "cuda/matmul.h"
+#include "cuda/op_profile.h"
 #include "gantry/stage.h"
 #include "stage_layout.h"
 
@@ -96,6 +97,8 @@ struct gt_stage {
     float *loss;               /* 1 */
     float *host_loss;          /* pinned 1 */
     double *host_sq;           /* pinned 1 */
+    gt_prof prof;              /* GANTRY_PROFILE_OPS */
+    int32_t *group_count;      /* host V+1: counting-sort scratch of the encoder groups */
     gt_bf16 *ref_qkv;          /* reference attention: q,k,v (3 * N*C), y (N*C) */
     gt_bf16 *ref_scores;       /* reference attention: 2 * (B,NH,T,T) */
 };
