@@ -8,6 +8,8 @@
 #                                     single350 pp350 single15 pp15 table  (default: all)
 #                                     profile (per-op GPU times, GANTRY_PROFILE_OPS=1)
 #                                     ctas (PP=2 1f1b with NCCL's own p2p CTA count vs gantry's cap)
+#                                     graphs (single350 and pp350 zb-h1 with CUDA graphs off)
+#                                     prefill (per-op times with the host's launch gaps removed)
 # PP_SCHEDULES / ANCHOR_SCHEDULES narrow the schedules of pp350 / pp15 (default: all).
 # Every run has a hard time limit, so one hang cannot eat the call. Per-run logs go to
 # $GPU_BENCH_WORK/logs (the device tool brings back only a few files: tar them).
@@ -51,7 +53,7 @@ if has smoke; then
 fi
 if has nccltest; then
   stamp "tests/gpu/test_nccl_pipeline.py"
-  timeout 150 python3 -m pytest -x -q -p no:cacheprovider tests/gpu/test_nccl_pipeline.py 2>&1 \
+  timeout "${NCCLTEST_TIMEOUT:-150}" python3 -m pytest -x -q -p no:cacheprovider tests/gpu/test_nccl_pipeline.py 2>&1 \
     | tee "$out/nccltest.log" | tail -15
 fi
 gantry() { # label, time limit (s), bench_gantry_gpu.py args...
@@ -97,6 +99,16 @@ if has profile; then  # per-op device times (a few steps; the event marks cost h
   GANTRY_PROFILE_OPS=1 bench_steps=3 bench_warmup=1 \
     gantry profile-single15 150 --layout single --variant profiled "${m15[@]}"
 fi
+if has prefill; then  # kernels' own times: the host queues each action before the GPU starts it
+  GANTRY_PROFILE_OPS=prefill bench_steps=3 bench_warmup=1 \
+    gantry prefill-single350 90 --layout single --variant "profiled, prefill" "${m350[@]}"
+fi
+if has graphs; then  # the host's launch cost on the GPU's critical path
+  GANTRY_CUDA_GRAPHS=0 gantry single350-nographs 90 --layout single --variant "no cuda graphs" \
+    "${m350[@]}"
+  GANTRY_CUDA_GRAPHS=0 gantry pp350-zb-h1-nographs 90 --layout pp2 --schedule zb-h1 \
+    --variant "no cuda graphs" "${m350[@]}"
+fi
 if has ctas; then  # SMs held by NCCL's p2p kernels: NCCL's own CTA count vs the cap
   GANTRY_P2P_MAX_CTAS=0 gantry pp350-1f1b-nccl-ctas 90 --layout pp2 --schedule 1f1b \
     --variant "nccl default ctas" "${m350[@]}"
@@ -121,6 +133,6 @@ if has table; then
 fi
 if has parity; then
   stamp "tests/gpu/test_cuda_parity.py"
-  timeout 240 python3 -m pytest -q -p no:cacheprovider tests/gpu/test_cuda_parity.py \
+  timeout "${PARITY_TIMEOUT:-240}" python3 -m pytest -q -p no:cacheprovider tests/gpu/test_cuda_parity.py \
     ${GPU_TEST_ARGS:-} 2>&1 | tee "$out/parity.log" | tail -15
 fi

@@ -37,6 +37,9 @@ set(GANTRY_CUDA_SOURCES
   src/cuda/compute_cuda.c
   src/cuda/matmul.c
   src/cuda/op_profile.c
+  src/cuda/graph_cache.c
+  src/cuda/spin.cu
+  src/cuda/crossentropy.cu
   src/cuda/kernels.cu)
 
 set(GANTRY_CUDA_LIBS CUDA::cudart CUDA::cublasLt m)

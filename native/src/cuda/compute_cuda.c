@@ -68,7 +68,7 @@ static void layout_slot(const gt_stage *s, gt_cu_slot *t, gt_arena *a) {
     }
     t->tokens = take(a, N * sizeof(int32_t));
     t->targets = take(a, N * sizeof(int32_t));
-    t->groups = take(a, (3 * N + 1) * sizeof(int32_t));
+    t->groups = take(a, (3 * N + 2) * sizeof(int32_t));
 }
 
 int gt_cu_alloc_slot(gt_stage *s, gt_cu_slot *slot) {
@@ -81,13 +81,14 @@ int gt_cu_alloc_slot(gt_stage *s, gt_cu_slot *slot) {
     a.base = slot->block;
     a.used = 0;
     layout_slot(s, slot, &a);
-    CUDA_CHECK(cudaMallocHost((void **)&slot->staging, (5 * N + 1) * sizeof(int32_t)));
+    CUDA_CHECK(cudaMallocHost((void **)&slot->staging, (5 * N + 2) * sizeof(int32_t)));
     CUDA_CHECK(cudaEventCreateWithFlags(&slot->uploaded, cudaEventDisableTiming));
 cleanup:
     return rc;
 }
 
 void gt_cu_release_slot(gt_cu_slot *slot) {
+    for (int k = 0; k < GT_GRAPH_KINDS; k++) gt_graph_release(&slot->graphs[k]);
     if (slot->block) cudaFree(slot->block);
     if (slot->staging) cudaFreeHost(slot->staging);
     if (slot->uploaded) cudaEventDestroy(slot->uploaded);
@@ -343,41 +344,40 @@ static void build_groups(const int32_t *tokens, size_t N, int V, int32_t *count,
     *n_groups = g;
 }
 
-int gt_stage_forward(gt_stage *s, int slot, const int32_t *tokens, const float *x_in,
-                     float *x_out, const int32_t *targets, float *loss_out) {
+/* The forward's device work: uploads from the staging buffer, encoder or input copy, layers,
+ * head + loss (last stage: the mean loss lands in host_loss) or the output copy. Enqueue only
+ * (it may be captured into a graph). */
+typedef struct {
+    gt_stage *s;
+    gt_cu_slot *a;
+    const float *x_in;
+    float *x_out;
+} gt_fwd_ctx;
+
+static int forward_body(void *arg) {
     int rc = GT_OK;
-    GT_CHECK(check_slot(s, slot, GT_SLOT_FREE, "gt_stage_forward"));
+    const gt_fwd_ctx *c = arg;
+    gt_stage *s = c->s;
+    gt_cu_slot *a = c->a;
     size_t N = (size_t)s->layout.B * s->layout.T;
     int B = s->layout.B, T = s->layout.T, C = s->layout.cfg.n_embd;
     int V = s->layout.cfg.vocab_size, n = (int)N;
-    gt_cu_slot *a = &s->slots[slot];
     const gt_bf16 *P = s->params16;
     cudaStream_t st = s->stream;
-    GT_CHECK(gt_stage_check_forward_args(&s->layout, tokens, x_in, x_out, targets, loss_out));
-
     MARK(GT_P_INPUT);
-    /* host inputs -> pinned staging -> device (the previous upload of this slot is done) */
-    if (s->layout.is_first || s->layout.is_last) {
-        CUDA_CHECK(cudaEventSynchronize(a->uploaded));
-        if (s->layout.is_first) {
-            memcpy(a->staging, tokens, N * sizeof(int32_t));
-            CUDA_CHECK(cudaMemcpyAsync(a->tokens, a->staging, N * sizeof(int32_t),
-                                       cudaMemcpyHostToDevice, st));
-        }
-        if (s->layout.is_last) {
-            memcpy(a->staging + N, targets, N * sizeof(int32_t));
-            CUDA_CHECK(cudaMemcpyAsync(a->targets, a->staging + N, N * sizeof(int32_t),
-                                       cudaMemcpyHostToDevice, st));
-        }
-        if (!s->layout.is_first) CUDA_CHECK(cudaEventRecord(a->uploaded, st));
-    }
+    if (s->layout.is_first)
+        CUDA_CHECK(cudaMemcpyAsync(a->tokens, a->staging, N * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, st));
+    if (s->layout.is_last)
+        CUDA_CHECK(cudaMemcpyAsync(a->targets, a->staging + N, N * sizeof(int32_t),
+                                   cudaMemcpyHostToDevice, st));
     if (s->layout.is_first) {
         MARK(GT_P_ENCODER);
         CUDA_CHECK(gt_cu_encoder_forward(a->x0, a->tokens, P + s->layout.tensors[0].offset,
                                          P + s->layout.tensors[1].offset, B, T, C, st));
     } else {
-        CUDA_CHECK(cudaMemcpyAsync(a->x0, x_in, N * C * sizeof(gt_bf16), cudaMemcpyDeviceToDevice,
-                                   st));
+        CUDA_CHECK(cudaMemcpyAsync(a->x0, c->x_in, N * C * sizeof(gt_bf16),
+                                   cudaMemcpyDeviceToDevice, st));
     }
     for (int l = 0; l < s->layout.nl; l++) {
         gt_cu_layer *L = &a->layers[l];
@@ -426,23 +426,67 @@ int gt_stage_forward(gt_stage *s, int slot, const int32_t *tokens, const float *
         CUDA_CHECK(gt_cu_mean(s->loss, a->losses, n, st));
         CUDA_CHECK(cudaMemcpyAsync(s->host_loss, s->loss, sizeof(float), cudaMemcpyDeviceToHost,
                                    st));
-        MARK(GT_P_END);
-        CUDA_CHECK(cudaStreamSynchronize(st));
-        *loss_out = *s->host_loss;
     } else {
         MARK(GT_P_OUTPUT);
-        CUDA_CHECK(cudaMemcpyAsync(x_out, out, N * C * sizeof(gt_bf16), cudaMemcpyDeviceToDevice,
-                                   st));
-        MARK(GT_P_END);
+        CUDA_CHECK(cudaMemcpyAsync(c->x_out, out, N * C * sizeof(gt_bf16),
+                                   cudaMemcpyDeviceToDevice, st));
     }
-    if (s->layout.is_first) {
-        /* the backward's groups: sorted on the host while the GPU runs the queued forward */
-        build_groups(tokens, N, V, s->group_count, a->staging + 2 * N, &a->n_groups);
-        CUDA_CHECK(cudaMemcpyAsync(a->groups, a->staging + 2 * N, (3 * N + 1) * sizeof(int32_t),
-                                   cudaMemcpyHostToDevice, st));
-        CUDA_CHECK(cudaEventRecord(a->uploaded, st));
+    MARK(GT_P_END);
+cleanup:
+    return rc;
+}
+
+/* What a captured action bakes into its launches besides the slot's own buffers. */
+typedef struct {
+    int kind;
+    float loss_scale;
+    const void *p0, *p1;
+    cudaStream_t stream;
+} gt_graph_key;
+
+static gt_graph_key graph_key(const gt_stage *s, int kind, const void *p0, const void *p1,
+                              float loss_scale) {
+    gt_graph_key k;
+    memset(&k, 0, sizeof(k)); /* padding too: compared with memcmp */
+    k.kind = kind, k.loss_scale = loss_scale, k.p0 = p0, k.p1 = p1, k.stream = s->stream;
+    return k;
+}
+
+int gt_stage_forward(gt_stage *s, int slot, const int32_t *tokens, const float *x_in,
+                     float *x_out, const int32_t *targets, float *loss_out) {
+    int rc = GT_OK;
+    GT_CHECK(check_slot(s, slot, GT_SLOT_FREE, "gt_stage_forward"));
+    GT_CHECK(gt_stage_check_forward_args(&s->layout, tokens, x_in, x_out, targets, loss_out));
+    {
+        size_t N = (size_t)s->layout.B * s->layout.T;
+        gt_cu_slot *a = &s->slots[slot];
+        cudaStream_t st = s->stream;
+        gt_fwd_ctx ctx = {s, a, x_in, x_out};
+        gt_graph_key key = graph_key(s, GT_GRAPH_FORWARD, x_in, x_out, 0.0f);
+        gt_prof_prefill(&s->prof, st);
+        /* host inputs -> pinned staging (the previous upload from it is done) */
+        if (s->layout.is_first || s->layout.is_last) {
+            CUDA_CHECK(cudaEventSynchronize(a->uploaded));
+            if (s->layout.is_first) memcpy(a->staging, tokens, N * sizeof(int32_t));
+            if (s->layout.is_last) memcpy(a->staging + N, targets, N * sizeof(int32_t));
+        }
+        GT_CHECK(gt_graph_run(&a->graphs[GT_GRAPH_FORWARD], &s->graphs_enabled, st, &key,
+                              sizeof(key), forward_body, &ctx));
+        if (s->layout.is_first) {
+            /* the backward's groups: sorted on the host while the GPU runs the queued forward */
+            build_groups(tokens, N, s->layout.cfg.vocab_size, s->group_count,
+                         a->staging + 2 * N, a->staging + 5 * N + 1);
+            CUDA_CHECK(cudaMemcpyAsync(a->groups, a->staging + 2 * N,
+                                       (3 * N + 2) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                       st));
+        }
+        if (s->layout.is_first || s->layout.is_last) CUDA_CHECK(cudaEventRecord(a->uploaded, st));
+        if (s->layout.is_last) {
+            CUDA_CHECK(cudaStreamSynchronize(st));
+            *loss_out = *s->host_loss;
+        }
+        a->state = GT_SLOT_FORWARD_DONE;
     }
-    a->state = GT_SLOT_FORWARD_DONE;
 cleanup:
     return rc;
 }
@@ -576,36 +620,52 @@ static int encoder_backward(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g) {
     size_t N = (size_t)s->layout.B * s->layout.T;
     float *Gb = s->buffers[GT_BUF_GRADS];
     MARK(GT_P_W_ENCODER);
+    /* the group count is read on the device (a captured graph replays with the next tokens) */
     CUDA_CHECK(gt_cu_encoder_backward(Gb + s->layout.tensors[0].offset,
                                       Gb + s->layout.tensors[1].offset, dresid(g, 0), a->groups,
-                                      a->groups + N, a->groups + 2 * N + 1, a->n_groups,
-                                      s->layout.B, s->layout.T, s->layout.cfg.n_embd, s->stream));
+                                      a->groups + N, a->groups + 2 * N + 1, a->groups + 3 * N + 1,
+                                      (int)N, s->layout.B, s->layout.T, s->layout.cfg.n_embd,
+                                      s->stream));
 cleanup:
     return rc;
 }
 
-/* do_weight: 0 = input gradients only (split), 1 = both, layer by layer (full backward) */
-static int run_backward(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, const float *dx_out,
-                        float *dx_in, float loss_scale, int do_weight) {
+/* The backward's device work (enqueue only; may be captured). do_weight: 0 = input gradients
+ * only (split), 1 = both, layer by layer (full backward). */
+typedef struct {
+    gt_stage *s;
+    gt_cu_slot *a;
+    gt_cu_grads *g;
+    const float *dx_out;
+    float *dx_in;
+    float loss_scale;
+    int do_weight;
+} gt_bwd_ctx;
+
+static int backward_body(void *arg) {
     int rc = GT_OK;
+    const gt_bwd_ctx *c = arg;
+    gt_stage *s = c->s;
+    gt_cu_slot *a = c->a;
+    gt_cu_grads *g = c->g;
     size_t NCb = (size_t)s->layout.B * s->layout.T * s->layout.cfg.n_embd * sizeof(gt_bf16);
     if (s->layout.is_last) {
-        GT_CHECK(head_backward_input(s, a, g, loss_scale));
-        if (do_weight) GT_CHECK(head_backward_weight(s, a, g));
+        GT_CHECK(head_backward_input(s, a, g, c->loss_scale));
+        if (c->do_weight) GT_CHECK(head_backward_weight(s, a, g));
     } else {
         MARK(GT_P_INPUT);
-        CUDA_CHECK(cudaMemcpyAsync(dresid(g, s->layout.nl), dx_out, NCb, cudaMemcpyDeviceToDevice,
-                                   s->stream));
+        CUDA_CHECK(cudaMemcpyAsync(dresid(g, s->layout.nl), c->dx_out, NCb,
+                                   cudaMemcpyDeviceToDevice, s->stream));
     }
     for (int l = s->layout.nl - 1; l >= 0; l--) {
         GT_CHECK(layer_backward_input(s, a, g, l));
-        if (do_weight) GT_CHECK(layer_backward_weight(s, a, g, l));
+        if (c->do_weight) GT_CHECK(layer_backward_weight(s, a, g, l));
     }
     if (!s->layout.is_first) {
         MARK(GT_P_OUTPUT);
-        CUDA_CHECK(cudaMemcpyAsync(dx_in, dresid(g, 0), NCb, cudaMemcpyDeviceToDevice,
+        CUDA_CHECK(cudaMemcpyAsync(c->dx_in, dresid(g, 0), NCb, cudaMemcpyDeviceToDevice,
                                    s->stream));
-    } else if (do_weight) {
+    } else if (c->do_weight) {
         GT_CHECK(encoder_backward(s, a, g));
     }
     MARK(GT_P_END);
@@ -613,12 +673,36 @@ cleanup:
     return rc;
 }
 
+/* The split backward's weight half (enqueue only; may be captured). */
+static int weight_body(void *arg) {
+    int rc = GT_OK;
+    const gt_bwd_ctx *c = arg;
+    gt_stage *s = c->s;
+    if (s->layout.is_last) GT_CHECK(head_backward_weight(s, c->a, c->g));
+    for (int l = s->layout.nl - 1; l >= 0; l--) GT_CHECK(layer_backward_weight(s, c->a, c->g, l));
+    if (s->layout.is_first) GT_CHECK(encoder_backward(s, c->a, c->g));
+    MARK(GT_P_END);
+cleanup:
+    return rc;
+}
+
+static int run_backward(gt_stage *s, int slot, gt_cu_grads *g, const float *dx_out,
+                        float *dx_in, float loss_scale, int do_weight) {
+    gt_cu_slot *a = &s->slots[slot];
+    gt_bwd_ctx ctx = {s, a, g, dx_out, dx_in, loss_scale, do_weight};
+    int kind = do_weight ? GT_GRAPH_BACKWARD : GT_GRAPH_BACKWARD_INPUT;
+    gt_graph_key key = graph_key(s, kind, dx_out, dx_in, loss_scale);
+    gt_prof_prefill(&s->prof, s->stream);
+    return gt_graph_run(&a->graphs[kind], &s->graphs_enabled, s->stream, &key, sizeof(key),
+                        backward_body, &ctx);
+}
+
 int gt_stage_backward(gt_stage *s, int slot, const float *dx_out, float *dx_in,
                       float loss_scale) {
     int rc = GT_OK;
     GT_CHECK(check_slot(s, slot, GT_SLOT_FORWARD_DONE, "gt_stage_backward"));
     GT_CHECK(gt_stage_check_backward_args(&s->layout, dx_out, dx_in, "gt_stage_backward"));
-    GT_CHECK(run_backward(s, &s->slots[slot], &s->shared_grads, dx_out, dx_in, loss_scale, 1));
+    GT_CHECK(run_backward(s, slot, &s->shared_grads, dx_out, dx_in, loss_scale, 1));
     s->slots[slot].state = GT_SLOT_FREE;
 cleanup:
     return rc;
@@ -636,7 +720,7 @@ int gt_stage_backward_input(gt_stage *s, int slot, const float *dx_out, float *d
         s->slot_grads[slot] = fresh;
         fresh = NULL;
     }
-    GT_CHECK(run_backward(s, &s->slots[slot], s->slot_grads[slot], dx_out, dx_in, loss_scale, 0));
+    GT_CHECK(run_backward(s, slot, s->slot_grads[slot], dx_out, dx_in, loss_scale, 0));
     s->slots[slot].state = GT_SLOT_INPUT_GRAD_DONE;
 cleanup:
     if (fresh != NULL) gt_cu_release_grads(fresh);
@@ -649,11 +733,11 @@ int gt_stage_backward_weight(gt_stage *s, int slot) {
     GT_CHECK(check_slot(s, slot, GT_SLOT_INPUT_GRAD_DONE, "gt_stage_backward_weight"));
     {
         gt_cu_slot *a = &s->slots[slot];
-        gt_cu_grads *g = s->slot_grads[slot];
-        if (s->layout.is_last) GT_CHECK(head_backward_weight(s, a, g));
-        for (int l = s->layout.nl - 1; l >= 0; l--) GT_CHECK(layer_backward_weight(s, a, g, l));
-        if (s->layout.is_first) GT_CHECK(encoder_backward(s, a, g));
-        MARK(GT_P_END);
+        gt_bwd_ctx ctx = {s, a, s->slot_grads[slot], NULL, NULL, 0.0f, 1};
+        gt_graph_key key = graph_key(s, GT_GRAPH_WEIGHT, NULL, NULL, 0.0f);
+        gt_prof_prefill(&s->prof, s->stream);
+        GT_CHECK(gt_graph_run(&a->graphs[GT_GRAPH_WEIGHT], &s->graphs_enabled, s->stream, &key,
+                              sizeof(key), weight_body, &ctx));
     }
     s->slots[slot].state = GT_SLOT_FREE;
 cleanup:

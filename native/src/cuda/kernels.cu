@@ -1,9 +1,9 @@
 /*
  * kernels.cu — CUDA kernels of one GPT-2 stage (see kernels.h for shapes and contracts).
  *
- * bf16 storage, fp32 math. Row-wise kernels (LayerNorm, softmax, cross-entropy) give one warp
- * (or one block for vocabulary rows) to a row; column sums (bias and LayerNorm weight
- * gradients) are two-phase with a fixed partition, so every reduction is deterministic.
+ * bf16 storage, fp32 math (the loss kernels are in crossentropy.cu). Row-wise kernels
+ * (LayerNorm, softmax) give one warp to a row; column sums (bias and LayerNorm weight gradients)
+ * are two-phase with a fixed partition, so every reduction is deterministic.
  */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -97,8 +97,10 @@ __global__ void encoder_forward_kernel(bf16 *out, const int32_t *tokens, const b
 
 /* one block per (unique token); threads over channels; positions summed in increasing order */
 __global__ void encoder_backward_wte_kernel(float *dwte, const bf16 *dout, const int32_t *tok,
-                                            const int32_t *start, const int32_t *pos, int C) {
+                                            const int32_t *start, const int32_t *pos,
+                                            const int32_t *n_groups, int C) {
     int g = blockIdx.x;
+    if (g >= *n_groups) return; /* launched for the most groups a micro-batch can have */
     int s = start[g], e = start[g + 1];
     float *row = dwte + (size_t)tok[g] * C;
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
@@ -128,11 +130,12 @@ extern "C" cudaError_t gt_cu_encoder_forward(gt_bf16 *out, const int32_t *tokens
 extern "C" cudaError_t gt_cu_encoder_backward(float *dwte, float *dwpe, const gt_bf16 *dout,
                                               const int32_t *group_token,
                                               const int32_t *group_start,
-                                              const int32_t *group_pos, int n_groups, int B,
+                                              const int32_t *group_pos,
+                                              const int32_t *n_groups, int max_groups, int B,
                                               int T, int C, cudaStream_t stream) {
-    if (n_groups > 0)
-        encoder_backward_wte_kernel<<<n_groups, 256, 0, stream>>>(
-            dwte, (const bf16 *)dout, group_token, group_start, group_pos, C);
+    if (max_groups > 0)
+        encoder_backward_wte_kernel<<<max_groups, 256, 0, stream>>>(
+            dwte, (const bf16 *)dout, group_token, group_start, group_pos, n_groups, C);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     encoder_backward_wpe_kernel<<<ceil_div((size_t)T * C, 256), 256, 0, stream>>>(
@@ -143,7 +146,8 @@ extern "C" cudaError_t gt_cu_encoder_backward(float *dwte, float *dwpe, const gt
 /* ------------------------------------------------------------------------------------------ */
 /* LayerNorm                                                                                   */
 
-/* one warp per row */
+/* Scalar fallback (misaligned pointers, C % 8 != 0 or C > 32 * 8 * LN_MAX_VEC): one warp per
+ * row, lane handles columns lane, lane + 32, ...; the row is read from global memory per pass. */
 __global__ void layernorm_forward_kernel(bf16 *out, float *mean, float *rstd, const bf16 *inp,
                                          const bf16 *w, const bf16 *b, int N, int C) {
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
@@ -170,6 +174,7 @@ __global__ void layernorm_forward_kernel(bf16 *out, float *mean, float *rstd, co
     }
 }
 
+/* scalar fallback of layernorm_backward_input_vec_kernel: one warp per row, lane-strided columns */
 __global__ void layernorm_backward_input_kernel(bf16 *dinp, const bf16 *dresid, const bf16 *dout,
                                                 const bf16 *inp, const float *mean,
                                                 const float *rstd, const bf16 *w, int N, int C) {
@@ -196,12 +201,201 @@ __global__ void layernorm_backward_input_kernel(bf16 *dinp, const bf16 *dresid, 
     }
 }
 
+/* 16-byte vectors of 8 bf16 (uint4), little-endian: element 2i is the low half of word i.
+ * bf16 -> fp32 is exact (the 16 bits on top of a zero mantissa tail); fp32 -> bf16 rounds to
+ * nearest even like __float2bfloat16. */
+__device__ __forceinline__ void bf16x8_unpack(const uint4 &u, float f[8]) {
+    const unsigned w[4] = {u.x, u.y, u.z, u.w};
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        f[2 * i] = __uint_as_float(w[i] << 16);
+        f[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+    }
+}
+__device__ __forceinline__ unsigned bf16x2_pack(float lo, float hi) {
+    return (unsigned)__bfloat16_as_ushort(__float2bfloat16(lo)) |
+           ((unsigned)__bfloat16_as_ushort(__float2bfloat16(hi)) << 16);
+}
+__device__ __forceinline__ uint4 bf16x8_pack(const float f[8]) {
+    return make_uint4(bf16x2_pack(f[0], f[1]), bf16x2_pack(f[2], f[3]), bf16x2_pack(f[4], f[5]),
+                      bf16x2_pack(f[6], f[7]));
+}
+
+/* Vectorized LayerNorm rows: C % 8 == 0 and C <= 32 * 8 * LN_MAX_VEC, 16-byte aligned pointers. */
+#define LN_VEC 8     /* bf16 per 16-byte vector */
+#define LN_MAX_VEC 8 /* register-cached vectors per lane: C <= 2048 */
+
+/* one warp per row; lane handles the 16-byte vectors v = lane + 32 k (k < K, v < C / 8) of the
+ * row, held in registers across the mean, variance and output passes (each element read once) */
+template <int K>
+__global__ void __launch_bounds__(256)
+    layernorm_forward_vec_kernel(bf16 *out, float *mean, float *rstd, const bf16 *inp,
+                                 const bf16 *w, const bf16 *b, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= N) return;
+    const int nv = C / LN_VEC;
+    const uint4 *x = reinterpret_cast<const uint4 *>(inp + (size_t)row * C);
+    uint4 xv[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int v = lane + k * WARP;
+        xv[k] = v < nv ? x[v] : make_uint4(0u, 0u, 0u, 0u);
+    }
+    float sum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        if (lane + k * WARP < nv) {
+            float f[LN_VEC];
+            bf16x8_unpack(xv[k], f);
+#pragma unroll
+            for (int j = 0; j < LN_VEC; j++) sum += f[j];
+        }
+    }
+    float m = warp_sum(sum) / C;
+    float var = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        if (lane + k * WARP < nv) {
+            float f[LN_VEC];
+            bf16x8_unpack(xv[k], f);
+#pragma unroll
+            for (int j = 0; j < LN_VEC; j++) {
+                float d = f[j] - m;
+                var += d * d;
+            }
+        }
+    }
+    float s = rsqrtf(warp_sum(var) / C + 1e-5f);
+    const uint4 *wv = reinterpret_cast<const uint4 *>(w);
+    const uint4 *bv = reinterpret_cast<const uint4 *>(b);
+    uint4 *o = reinterpret_cast<uint4 *>(out + (size_t)row * C);
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int v = lane + k * WARP;
+        if (v < nv) {
+            float f[LN_VEC], fw[LN_VEC], fb[LN_VEC];
+            bf16x8_unpack(xv[k], f);
+            bf16x8_unpack(wv[v], fw);
+            bf16x8_unpack(bv[v], fb);
+#pragma unroll
+            for (int j = 0; j < LN_VEC; j++) {
+                float n = (f[j] - m) * s;
+                f[j] = n * fw[j] + fb[j];
+            }
+            o[v] = bf16x8_pack(f);
+        }
+    }
+    if (lane == 0) {
+        mean[row] = m;
+        rstd[row] = s;
+    }
+}
+
+/* one warp per row; lane handles the 16-byte vectors v = lane + 32 k (k < K, v < C / 8): dout,
+ * inp and dresid (if any) loaded into registers before any store and kept across both passes,
+ * w re-read (L1-resident); each vector is read and written by one lane only, so dinp may alias
+ * dresid */
+template <int K>
+__global__ void __launch_bounds__(256)
+    layernorm_backward_input_vec_kernel(bf16 *dinp, const bf16 *dresid, const bf16 *dout,
+                                        const bf16 *inp, const float *mean, const float *rstd,
+                                        const bf16 *w, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= N) return;
+    const int nv = C / LN_VEC;
+    size_t base = (size_t)row * C;
+    const uint4 *dg = reinterpret_cast<const uint4 *>(dout + base);
+    const uint4 *xg = reinterpret_cast<const uint4 *>(inp + base);
+    const uint4 *wv = reinterpret_cast<const uint4 *>(w);
+    const uint4 *rg = dresid ? reinterpret_cast<const uint4 *>(dresid + base) : NULL;
+    float m = mean[row], s = rstd[row];
+    /* all loads of the row up front (dresid too: it may alias dinp, whose stores would
+     * otherwise keep the compiler from hoisting these loads) */
+    uint4 dv[K], xv[K], rv[K];
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int v = lane + k * WARP;
+        dv[k] = v < nv ? dg[v] : make_uint4(0u, 0u, 0u, 0u);
+        xv[k] = v < nv ? xg[v] : make_uint4(0u, 0u, 0u, 0u);
+        rv[k] = rg != NULL && v < nv ? rg[v] : make_uint4(0u, 0u, 0u, 0u);
+    }
+    float dsum = 0.0f, dxsum = 0.0f;
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int v = lane + k * WARP;
+        if (v < nv) {
+            float fd[LN_VEC], fx[LN_VEC], fw[LN_VEC];
+            bf16x8_unpack(dv[k], fd);
+            bf16x8_unpack(xv[k], fx);
+            bf16x8_unpack(wv[v], fw);
+#pragma unroll
+            for (int j = 0; j < LN_VEC; j++) {
+                float dn = fw[j] * fd[j];
+                float xhat = (fx[j] - m) * s;
+                dsum += dn;
+                dxsum += dn * xhat;
+            }
+        }
+    }
+    dsum = warp_sum(dsum) / C;
+    dxsum = warp_sum(dxsum) / C;
+    uint4 *og = reinterpret_cast<uint4 *>(dinp + base);
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int v = lane + k * WARP;
+        if (v < nv) {
+            float fd[LN_VEC], fx[LN_VEC], fw[LN_VEC], fr[LN_VEC];
+            bf16x8_unpack(dv[k], fd);
+            bf16x8_unpack(xv[k], fx);
+            bf16x8_unpack(wv[v], fw);
+            bf16x8_unpack(rv[k], fr); /* zeros without dresid: +0.0f + dx == dx */
+#pragma unroll
+            for (int j = 0; j < LN_VEC; j++) {
+                float dn = fw[j] * fd[j];
+                float xhat = (fx[j] - m) * s;
+                float dx = s * (dn - dsum - xhat * dxsum);
+                fr[j] = fr[j] + dx;
+            }
+            og[v] = bf16x8_pack(fr);
+        }
+    }
+}
+
+static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+/* Vectors per lane for the register-cached LayerNorm kernels, or 0 for the scalar fallback. */
+static int ln_vec_per_lane(int C) {
+    if (C <= 0 || C % LN_VEC != 0) return 0;
+    int k = (C / LN_VEC + WARP - 1) / WARP;
+    return k <= LN_MAX_VEC ? k : 0;
+}
+
+#define LN_DISPATCH(K, KERNEL, GRID, STREAM, ...)                                                 \
+    switch (K) {                                                                                   \
+    case 1: KERNEL<1><<<GRID, 256, 0, STREAM>>>(__VA_ARGS__); break;                               \
+    case 2: KERNEL<2><<<GRID, 256, 0, STREAM>>>(__VA_ARGS__); break;                               \
+    case 3: KERNEL<3><<<GRID, 256, 0, STREAM>>>(__VA_ARGS__); break;                               \
+    case 4: KERNEL<4><<<GRID, 256, 0, STREAM>>>(__VA_ARGS__); break;                               \
+    case 5: KERNEL<5><<<GRID, 256, 0, STREAM>>>(__VA_ARGS__); break;                               \
+    case 6: KERNEL<6><<<GRID, 256, 0, STREAM>>>(__VA_ARGS__); break;                               \
+    case 7: KERNEL<7><<<GRID, 256, 0, STREAM>>>(__VA_ARGS__); break;                               \
+    default: KERNEL<8><<<GRID, 256, 0, STREAM>>>(__VA_ARGS__); break;                              \
+    }
+
 extern "C" cudaError_t gt_cu_layernorm_forward(gt_bf16 *out, float *mean, float *rstd,
                                                const gt_bf16 *inp, const gt_bf16 *w,
                                                const gt_bf16 *b, int N, int C,
                                                cudaStream_t stream) {
-    layernorm_forward_kernel<<<ceil_div(N, 8), 256, 0, stream>>>(
-        (bf16 *)out, mean, rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)b, N, C);
+    int K = ln_vec_per_lane(C);
+    if (K > 0 && aligned16(out) && aligned16(inp) && aligned16(w) && aligned16(b)) {
+        LN_DISPATCH(K, layernorm_forward_vec_kernel, ceil_div(N, 8), stream, (bf16 *)out, mean,
+                    rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)b, N, C);
+    } else {
+        layernorm_forward_kernel<<<ceil_div(N, 8), 256, 0, stream>>>(
+            (bf16 *)out, mean, rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)b, N, C);
+    }
     return cudaGetLastError();
 }
 
@@ -210,13 +404,21 @@ extern "C" cudaError_t gt_cu_layernorm_backward_input(gt_bf16 *dinp, const gt_bf
                                                       const float *mean, const float *rstd,
                                                       const gt_bf16 *w, int N, int C,
                                                       cudaStream_t stream) {
-    layernorm_backward_input_kernel<<<ceil_div(N, 8), 256, 0, stream>>>(
-        (bf16 *)dinp, (const bf16 *)dresid, (const bf16 *)dout, (const bf16 *)inp, mean, rstd,
-        (const bf16 *)w, N, C);
+    int K = ln_vec_per_lane(C);
+    if (K > 0 && aligned16(dinp) && (dresid == NULL || aligned16(dresid)) && aligned16(dout) &&
+        aligned16(inp) && aligned16(w)) {
+        LN_DISPATCH(K, layernorm_backward_input_vec_kernel, ceil_div(N, 8), stream, (bf16 *)dinp,
+                    (const bf16 *)dresid, (const bf16 *)dout, (const bf16 *)inp, mean, rstd,
+                    (const bf16 *)w, N, C);
+    } else {
+        layernorm_backward_input_kernel<<<ceil_div(N, 8), 256, 0, stream>>>(
+            (bf16 *)dinp, (const bf16 *)dresid, (const bf16 *)dout, (const bf16 *)inp, mean,
+            rstd, (const bf16 *)w, N, C);
+    }
     return cudaGetLastError();
 }
 
-/* Column sums, phase 1: block (32, 8) over 32 columns and one chunk of rows; per column the
+/* Column sums, phase 1, scalar fallback (C % 4 != 0 or misaligned): block (32, 8) over 32 columns and one chunk of rows; per column the
  * partial of chunk k goes to partial[k * C + c] (and partial2 for the second sum). */
 template <bool LN>
 __global__ void colsum_partial_kernel(float *partial, float *partial2, const bf16 *dout,
@@ -248,14 +450,115 @@ __global__ void colsum_partial_kernel(float *partial, float *partial2, const bf1
     }
 }
 
-/* phase 2: dst[c] += sum_k partial[k*C + c], k in order */
-__global__ void colsum_finish_kernel(float *dst, const float *partial, int C, int chunks) {
-    int c = blockIdx.x * blockDim.x + threadIdx.x;
-    if (c >= C) return;
-    float acc = 0.0f;
-    for (int k = 0; k < chunks; k++) acc += partial[(size_t)k * C + c];
-    dst[c] += acc;
+/* 4 bf16 packed in 8 bytes (uint2): element 2i is the low half of word i */
+__device__ __forceinline__ void bf16x4_unpack(const uint2 &u, float f[4]) {
+    f[0] = __uint_as_float(u.x << 16);
+    f[1] = __uint_as_float(u.x & 0xffff0000u);
+    f[2] = __uint_as_float(u.y << 16);
+    f[3] = __uint_as_float(u.y & 0xffff0000u);
 }
+
+/* Column sums, phase 1 (C % 4 == 0, 8-byte aligned rows): block (32, 8) over 128 columns and one
+ * chunk of rows; thread (x, y) sums columns 4x .. 4x+3 of the block (one 8-byte load, so a warp
+ * reads 256 contiguous bytes of a row) over rows r0 + y, r0 + y + 8, ... in increasing order;
+ * then thread t = 32 y + x adds the 8 row groups in order for column t % 128 of sum t / 128 and
+ * writes partial[k * C + c] (sum of dout) or partial2[k * C + c] (sum of dout * xhat). */
+template <bool LN>
+__global__ void __launch_bounds__(256)
+    colsum_partial_vec_kernel(float *partial, float *partial2, const bf16 *dout, const bf16 *inp,
+                              const float *mean, const float *rstd, int N, int C,
+                              int rows_per_chunk) {
+    __shared__ float4 sh[2][8][32];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int c0 = (blockIdx.x * 32 + tx) * 4;
+    int chunk = blockIdx.y;
+    int r0 = chunk * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
+    float a[4] = {0.0f, 0.0f, 0.0f, 0.0f}, b[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (c0 < C) {
+        int r = r0 + ty;
+        /* 4 rows (r, r+8, r+16, r+24) loaded together, then added in row order */
+        for (; r + 24 < r1; r += 32) {
+            uint2 d[4], x[4];
+            float mu[4], rs[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                size_t off = (size_t)(r + 8 * i) * C + c0;
+                d[i] = *reinterpret_cast<const uint2 *>(dout + off);
+                if (LN) {
+                    x[i] = *reinterpret_cast<const uint2 *>(inp + off);
+                    mu[i] = mean[r + 8 * i];
+                    rs[i] = rstd[r + 8 * i];
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float fd[4];
+                bf16x4_unpack(d[i], fd);
+#pragma unroll
+                for (int j = 0; j < 4; j++) a[j] += fd[j];
+                if (LN) {
+                    float fx[4];
+                    bf16x4_unpack(x[i], fx);
+#pragma unroll
+                    for (int j = 0; j < 4; j++) b[j] += fd[j] * (fx[j] - mu[i]) * rs[i];
+                }
+            }
+        }
+        for (; r < r1; r += 8) {
+            size_t off = (size_t)r * C + c0;
+            float fd[4];
+            bf16x4_unpack(*reinterpret_cast<const uint2 *>(dout + off), fd);
+#pragma unroll
+            for (int j = 0; j < 4; j++) a[j] += fd[j];
+            if (LN) {
+                float fx[4];
+                bf16x4_unpack(*reinterpret_cast<const uint2 *>(inp + off), fx);
+                float mu = mean[r], rs = rstd[r];
+#pragma unroll
+                for (int j = 0; j < 4; j++) b[j] += fd[j] * (fx[j] - mu) * rs;
+            }
+        }
+    }
+    sh[0][ty][tx] = make_float4(a[0], a[1], a[2], a[3]);
+    sh[1][ty][tx] = make_float4(b[0], b[1], b[2], b[3]);
+    __syncthreads();
+    int t = ty * 32 + tx, which = t / 128, col = t % 128;
+    int c = blockIdx.x * 128 + col;
+    if (c < C && (LN || which == 0)) {
+        const float *sf = reinterpret_cast<const float *>(&sh[which][0][0]);
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) acc += sf[k * 128 + col];
+        (which ? partial2 : partial)[(size_t)chunk * C + c] = acc;
+    }
+}
+
+/* phase 2: block (32, 8) over 32 columns of reduced vector blockIdx.y (0: dst0 from partial,
+ * 1: dst1 from partial + chunks * C); thread (x, y) adds chunks y, y + 8, ... in order, then
+ * thread (x, 0) adds the 8 groups in order: dst[c] += sum_k partial[k * C + c] */
+__global__ void __launch_bounds__(256)
+    colsum_finish_kernel(float *dst0, float *dst1, const float *partial, int C, int chunks) {
+    __shared__ float sh[8][32];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int c = blockIdx.x * 32 + tx;
+    const float *p = partial + (size_t)blockIdx.y * chunks * C;
+    float acc = 0.0f;
+    if (c < C) {
+#pragma unroll 8
+        for (int k = ty; k < chunks; k += 8) acc += p[(size_t)k * C + c];
+    }
+    sh[ty][tx] = acc;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float total = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) total += sh[k][tx];
+        float *dst = blockIdx.y ? dst1 : dst0;
+        dst[c] += total;
+    }
+}
+
+static inline int aligned8(const void *p) { return ((uintptr_t)p & 7u) == 0; }
 
 extern "C" cudaError_t gt_cu_layernorm_backward_weight(float *dw, float *db, const gt_bf16 *dout,
                                                        const gt_bf16 *inp, const float *mean,
@@ -263,19 +566,34 @@ extern "C" cudaError_t gt_cu_layernorm_backward_weight(float *dw, float *db, con
                                                        float *scratch, cudaStream_t stream) {
     int chunks = GT_CU_COLSUM_CHUNKS, per = (N + chunks - 1) / chunks;
     float *p_db = scratch, *p_dw = scratch + (size_t)chunks * C;
-    colsum_partial_kernel<true><<<dim3(ceil_div(C, 32), chunks), dim3(32, 8), 0, stream>>>(
-        p_db, p_dw, (const bf16 *)dout, (const bf16 *)inp, mean, rstd, N, C, per);
-    colsum_finish_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(db, p_db, C, chunks);
-    colsum_finish_kernel<<<ceil_div(C, 256), 256, 0, stream>>>(dw, p_dw, C, chunks);
+    if (C % 4 == 0 && aligned8(dout) && aligned8(inp))
+        colsum_partial_vec_kernel<true><<<dim3(ceil_div(C, 128), chunks), dim3(32, 8), 0, stream>>>(
+            p_db, p_dw, (const bf16 *)dout, (const bf16 *)inp, mean, rstd, N, C, per);
+    else
+        colsum_partial_kernel<true><<<dim3(ceil_div(C, 32), chunks), dim3(32, 8), 0, stream>>>(
+            p_db, p_dw, (const bf16 *)dout, (const bf16 *)inp, mean, rstd, N, C, per);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    /* y = 0: db from p_db (= scratch), y = 1: dw from p_dw (= scratch + chunks * C) */
+    colsum_finish_kernel<<<dim3(ceil_div(C, 32), 2), dim3(32, 8), 0, stream>>>(db, dw, scratch, C,
+                                                                               chunks);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t gt_cu_bias_backward(float *dbias, const gt_bf16 *dout, int N, int OC,
                                            float *scratch, cudaStream_t stream) {
     int chunks = GT_CU_COLSUM_CHUNKS, per = (N + chunks - 1) / chunks;
-    colsum_partial_kernel<false><<<dim3(ceil_div(OC, 32), chunks), dim3(32, 8), 0, stream>>>(
-        scratch, NULL, (const bf16 *)dout, NULL, NULL, NULL, N, OC, per);
-    colsum_finish_kernel<<<ceil_div(OC, 256), 256, 0, stream>>>(dbias, scratch, OC, chunks);
+    if (OC % 4 == 0 && aligned8(dout))
+        colsum_partial_vec_kernel<false>
+            <<<dim3(ceil_div(OC, 128), chunks), dim3(32, 8), 0, stream>>>(
+                scratch, NULL, (const bf16 *)dout, NULL, NULL, NULL, N, OC, per);
+    else
+        colsum_partial_kernel<false><<<dim3(ceil_div(OC, 32), chunks), dim3(32, 8), 0, stream>>>(
+            scratch, NULL, (const bf16 *)dout, NULL, NULL, NULL, N, OC, per);
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    colsum_finish_kernel<<<dim3(ceil_div(OC, 32), 1), dim3(32, 8), 0, stream>>>(dbias, NULL,
+                                                                                scratch, OC, chunks);
     return cudaGetLastError();
 }
 
@@ -452,64 +770,6 @@ extern "C" cudaError_t gt_cu_causal_softmax_backward(gt_bf16 *dpreatt, const gt_
                                                      int T, cudaStream_t stream) {
     causal_softmax_backward_kernel<<<ceil_div((size_t)BH * T, 8), 256, 0, stream>>>(
         (bf16 *)dpreatt, (const bf16 *)datt, (const bf16 *)att, scale, BH, T);
-    return cudaGetLastError();
-}
-
-/* ------------------------------------------------------------------------------------------ */
-/* cross-entropy over bf16 logits                                                              */
-
-/* one block per row; 16-byte loads when V % 8 == 0 */
-__global__ void crossentropy_forward_kernel(float *lse, float *losses, const bf16 *logits,
-                                            const int32_t *targets, int V) {
-    size_t row = blockIdx.x;
-    const bf16 *x = logits + row * V;
-    float mx = -FLT_MAX;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) mx = fmaxf(mx, __bfloat162float(x[j]));
-    mx = block_max(mx);
-    float sum = 0.0f;
-    for (int j = threadIdx.x; j < V; j += blockDim.x) sum += expf(__bfloat162float(x[j]) - mx);
-    sum = block_sum(sum);
-    if (threadIdx.x == 0) {
-        float l = mx + logf(sum);
-        lse[row] = l;
-        losses[row] = l - __bfloat162float(x[targets[row]]);
-    }
-}
-
-__global__ void crossentropy_backward_kernel(bf16 *logits, const float *lse,
-                                             const int32_t *targets, float dloss, int V) {
-    size_t row = blockIdx.x;
-    bf16 *x = logits + row * V;
-    float l = lse[row];
-    int tgt = targets[row];
-    for (int j = threadIdx.x; j < V; j += blockDim.x) {
-        float p = expf(__bfloat162float(x[j]) - l);
-        x[j] = __float2bfloat16((p - (j == tgt ? 1.0f : 0.0f)) * dloss);
-    }
-}
-
-__global__ void mean_kernel(float *out, const float *x, int n) {
-    float acc = 0.0f;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
-    acc = block_sum(acc);
-    if (threadIdx.x == 0) out[0] = acc / n;
-}
-
-extern "C" cudaError_t gt_cu_crossentropy_forward(float *lse, float *losses,
-                                                  const gt_bf16 *logits, const int32_t *targets,
-                                                  int N, int V, cudaStream_t stream) {
-    crossentropy_forward_kernel<<<N, 512, 0, stream>>>(lse, losses, (const bf16 *)logits,
-                                                       targets, V);
-    return cudaGetLastError();
-}
-extern "C" cudaError_t gt_cu_crossentropy_backward(gt_bf16 *logits, const float *lse,
-                                                   const int32_t *targets, float dloss, int N,
-                                                   int V, cudaStream_t stream) {
-    crossentropy_backward_kernel<<<N, 512, 0, stream>>>((bf16 *)logits, lse, targets, dloss, V);
-    return cudaGetLastError();
-}
-extern "C" cudaError_t gt_cu_mean(float *out, const float *x, int n, cudaStream_t stream) {
-    mean_kernel<<<1, 1024, 0, stream>>>(out, x, n);
     return cudaGetLastError();
 }
 

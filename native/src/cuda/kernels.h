@@ -34,12 +34,14 @@ cudaError_t gt_cu_bf16_to_f32(float *dst, const gt_bf16 *src, size_t n, cudaStre
 cudaError_t gt_cu_encoder_forward(gt_bf16 *out, const int32_t *tokens, const gt_bf16 *wte,
                                   const gt_bf16 *wpe, int B, int T, int C, cudaStream_t stream);
 /* dwpe (maxT,C) += sum_b dout[b,t]; dwte (V,C) += dout rows grouped by token:
- * groups: n_groups unique tokens; group g has token group_token[g] and positions
- * group_pos[group_start[g] .. group_start[g+1]) in increasing order (built on the host). */
+ * groups: *n_groups (device int, <= max_groups) unique tokens; group g has token
+ * group_token[g] and positions group_pos[group_start[g] .. group_start[g+1]) in increasing
+ * order (built on the host). The count is read on the device, so a captured launch stays right
+ * for the next micro-batch's tokens. */
 cudaError_t gt_cu_encoder_backward(float *dwte, float *dwpe, const gt_bf16 *dout,
                                    const int32_t *group_token, const int32_t *group_start,
-                                   const int32_t *group_pos, int n_groups, int B, int T, int C,
-                                   cudaStream_t stream);
+                                   const int32_t *group_pos, const int32_t *n_groups,
+                                   int max_groups, int B, int T, int C, cudaStream_t stream);
 
 /* out (N,C) = (inp - mean) * rstd * w + b; mean, rstd (N) fp32 saved for backward */
 cudaError_t gt_cu_layernorm_forward(gt_bf16 *out, float *mean, float *rstd, const gt_bf16 *inp,

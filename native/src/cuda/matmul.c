@@ -1,9 +1,17 @@
 /*
  * matmul.c — cuBLASLt wrapper of matmul.h: builds the operation and layout descriptors, asks the
- * heuristic for the best algorithm within the workspace, caches both per product shape (a plan),
- * and runs the product with the call's pointers. Every cuBLASLt call is checked (CUBLAS_CHECK
- * carries the status name and file:line).
+ * heuristic for its candidate algorithms within the workspace, caches both per product shape (a
+ * plan), and runs the product with the call's pointers.
+ *
+ * Autotuning (GANTRY_GEMM_AUTOTUNE, default on; 0 = the heuristic's first choice): on a shape's
+ * first call the heuristic's candidates (up to GT_TUNE_CANDIDATES) are timed on the call's own
+ * A and B with D (and a written epilogue aux) redirected to a scratch buffer, so the tuning
+ * launches change nothing the caller can see; the fastest wins. The choice is kept per process
+ * and shape, so every stage of a process runs the same algorithm for the same shape (split and
+ * full backward stay bit-identical). Every cuBLASLt call is checked (CUBLAS_CHECK carries the
+ * status name and file:line).
  */
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,12 +33,62 @@ typedef struct {
     float beta;
 } gt_lt_key;
 
+#define GT_TUNE_CANDIDATES 8
+#define GT_TUNE_REPS 3
+#define GT_TUNE_MAX_SCRATCH ((size_t)1 << 30) /* larger outputs keep the heuristic's choice */
+#define GT_PREF_ALIGNMENT 16u /* every operand gantry passes is 16-byte aligned (C % 8 == 0) */
+
 struct gt_lt_plan {
     gt_lt_key key;
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc, ld;
     cublasLtMatmulAlgo_t algo;
+    cublasLtMatmulAlgo_t candidates[GT_TUNE_CANDIDATES];
+    int n_candidates, tuned;
 };
+
+/* The process's choices: shape -> algorithm (shared by every stage's handle). */
+typedef struct {
+    gt_lt_key key;
+    cublasLtMatmulAlgo_t algo;
+} gt_lt_choice;
+static gt_lt_choice *g_choices;
+static int g_n_choices, g_cap_choices;
+static pthread_mutex_t g_choices_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static int choice_find(const gt_lt_key *k, cublasLtMatmulAlgo_t *algo) {
+    int found = 0;
+    pthread_mutex_lock(&g_choices_lock);
+    for (int i = 0; i < g_n_choices && !found; i++) {
+        if (memcmp(&g_choices[i].key, k, sizeof(*k)) == 0) {
+            *algo = g_choices[i].algo;
+            found = 1;
+        }
+    }
+    pthread_mutex_unlock(&g_choices_lock);
+    return found;
+}
+
+/* Remembers a choice; on allocation failure it is simply not remembered. */
+static void choice_add(const gt_lt_key *k, const cublasLtMatmulAlgo_t *algo) {
+    pthread_mutex_lock(&g_choices_lock);
+    if (g_n_choices == g_cap_choices) {
+        int cap = g_cap_choices ? 2 * g_cap_choices : 64;
+        gt_lt_choice *grown = realloc(g_choices, (size_t)cap * sizeof(*grown));
+        if (grown != NULL) g_choices = grown, g_cap_choices = cap;
+    }
+    if (g_n_choices < g_cap_choices) {
+        g_choices[g_n_choices].key = *k;
+        g_choices[g_n_choices].algo = *algo;
+        g_n_choices++;
+    }
+    pthread_mutex_unlock(&g_choices_lock);
+}
+
+static int autotune_enabled(void) {
+    const char *env = getenv("GANTRY_GEMM_AUTOTUNE");
+    return env == NULL || env[0] == '\0' || strcmp(env, "0") != 0;
+}
 
 static void plan_release(gt_lt_plan *p) {
     if (p->la) cublasLtMatrixLayoutDestroy(p->la);
@@ -51,8 +109,16 @@ cleanup:
     return rc;
 }
 
+void gt_lt_trim(gt_lt *lt) {
+    for (int i = 0; i < lt->n_retired; i++) cudaFree(lt->retired[i]);
+    lt->n_retired = 0;
+    if (lt->scratch != NULL) cudaFree(lt->scratch);
+    lt->scratch = NULL, lt->scratch_size = 0;
+}
+
 void gt_lt_destroy(gt_lt *lt) {
     if (lt == NULL) return;
+    gt_lt_trim(lt);
     for (int i = 0; i < lt->n_plans; i++) plan_release(&lt->plans[i]);
     free(lt->plans);
     if (lt->workspace != NULL) cudaFree(lt->workspace);
@@ -84,12 +150,14 @@ static gt_lt_key key_of(const gt_matmul_args *a) {
     return k;
 }
 
-/* Builds the descriptors of `k` and asks the heuristic; *unsupported = 1 if it has nothing. */
+/* Builds the descriptors of `k` and asks the heuristic for its candidates; *unsupported = 1 if
+ * it has none. */
 static int plan_build(gt_lt *lt, const gt_lt_key *k, gt_lt_plan *p, int *unsupported) {
     int rc = GT_OK;
     cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t heur;
+    cublasLtMatmulHeuristicResult_t heur[GT_TUNE_CANDIDATES];
     int found = 0;
+    const uint32_t align = GT_PREF_ALIGNMENT;
     memset(p, 0, sizeof(*p));
     p->key = *k;
     cublasOperation_t ta = k->transa ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -139,15 +207,30 @@ static int plan_build(gt_lt *lt, const gt_lt_key *k, gt_lt_plan *p, int *unsuppo
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &lt->workspace_size,
         sizeof(lt->workspace_size)));
+    /* only algorithms that work for any call of this shape (the first call's pointers may be
+     * better aligned than a later call's) */
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &align, sizeof(align)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, &align, sizeof(align)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, &align, sizeof(align)));
+    CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
+        pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align, sizeof(align)));
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt->handle, p->op, p->la, p->lb, p->lc, p->ld,
-                                                pref, 1, &heur, &found));
+                                                pref, autotune_enabled() ? GT_TUNE_CANDIDATES : 1,
+                                                heur, &found));
     if (found == 0) {
         if (unsupported) *unsupported = 1;
         GT_FAIL(GT_ESTATE, "cuBLASLt has no algorithm for m=%d n=%d k=%d transa=%d transb=%d "
                 "epilogue=%d d_fp32=%d", k->m, k->n, k->k, k->transa, k->transb, k->epilogue,
                 k->d_fp32);
     }
-    p->algo = heur.algo;
+    for (int i = 0; i < found; i++) p->candidates[i] = heur[i].algo;
+    p->n_candidates = found;
+    p->algo = heur[0].algo;
+    /* a shape this process has tuned before (another stage's handle): the same algorithm */
+    p->tuned = found == 1 || choice_find(k, &p->algo);
 cleanup:
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (rc != GT_OK) plan_release(p);
@@ -179,6 +262,72 @@ cleanup:
     return rc;
 }
 
+/* Bytes of the (possibly batched) output of a plan. */
+static size_t output_bytes(const gt_lt_key *k) {
+    size_t elem = k->d_fp32 ? sizeof(float) : 2, cols = (size_t)k->ldd * (size_t)k->n;
+    if (k->batch > 1) cols += (size_t)(k->batch - 1) * (size_t)k->stride_d;
+    return cols * elem;
+}
+
+/* Times the plan's candidates on the call's operands with D (and a written aux) in scratch;
+ * keeps the fastest. Candidates that fail to launch are skipped; if none runs, the heuristic's
+ * first choice stays. */
+static int tune(gt_lt *lt, gt_lt_plan *p, const gt_matmul_args *a, cudaStream_t stream) {
+    int rc = GT_OK;
+    cudaEvent_t t0 = NULL, t1 = NULL;
+    const size_t d_bytes = (output_bytes(&p->key) + 255) & ~(size_t)255;
+    const size_t aux_bytes = p->key.epilogue == GT_EPI_GELU_BIAS
+                                 ? (size_t)p->key.ldd * (size_t)p->key.n * 2 : 0;
+    float best_ms = -1.0f;
+    p->tuned = 1;
+    if (d_bytes + aux_bytes > GT_TUNE_MAX_SCRATCH) goto remember;
+    if (d_bytes + aux_bytes > lt->scratch_size) {
+        /* no cudaFree here: it would synchronize the device in the middle of a pipeline step,
+         * with NCCL transfers in flight; outgrown buffers wait for gt_lt_trim */
+        if (lt->scratch != NULL) {
+            if (lt->n_retired == GT_LT_RETIRED) goto remember;
+            lt->retired[lt->n_retired++] = lt->scratch;
+        }
+        lt->scratch = NULL, lt->scratch_size = 0;
+        CUDA_MALLOC(lt->scratch, d_bytes + aux_bytes);
+        lt->scratch_size = d_bytes + aux_bytes;
+    }
+    if (aux_bytes > 0) {
+        void *aux = (char *)lt->scratch + d_bytes;
+        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+            p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
+    }
+    CUDA_CHECK(cudaEventCreate(&t0));
+    CUDA_CHECK(cudaEventCreate(&t1));
+    for (int c = 0; c < p->n_candidates; c++) {
+        const float alpha = 1.0f, beta = p->key.beta;
+        int ok = 1;
+        for (int r = 0; r <= GT_TUNE_REPS && ok; r++) { /* r == 0: warm-up, untimed */
+            if (r == 1) CUDA_CHECK(cudaEventRecord(t0, stream));
+            ok = cublasLtMatmul(lt->handle, p->op, &alpha, a->A, p->la, a->B, p->lb, &beta,
+                                lt->scratch, p->lc, lt->scratch, p->ld, &p->candidates[c],
+                                lt->workspace, lt->workspace_size, stream) ==
+                 CUBLAS_STATUS_SUCCESS;
+        }
+        if (!ok) continue;
+        CUDA_CHECK(cudaEventRecord(t1, stream));
+        CUDA_CHECK(cudaEventSynchronize(t1));
+        float ms = 0.0f;
+        CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+        if (best_ms < 0.0f || ms < best_ms) {
+            best_ms = ms;
+            p->algo = p->candidates[c];
+        }
+    }
+    CUDA_CHECK(cudaGetLastError());
+remember:
+    choice_add(&p->key, &p->algo);
+cleanup:
+    if (t0 != NULL) cudaEventDestroy(t0);
+    if (t1 != NULL) cudaEventDestroy(t1);
+    return rc;
+}
+
 int gt_matmul(gt_lt *lt, const gt_matmul_args *a, cudaStream_t stream, int *unsupported) {
     int rc = GT_OK;
     gt_lt_plan *p = NULL;
@@ -190,6 +339,12 @@ int gt_matmul(gt_lt *lt, const gt_matmul_args *a, cudaStream_t stream, int *unsu
     if (a->epilogue == GT_EPI_GELU_BIAS || a->epilogue == GT_EPI_DGELU)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
             p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &a->aux, sizeof(a->aux)));
+    if (!p->tuned) {
+        GT_CHECK(tune(lt, p, a, stream));
+        if (a->epilogue == GT_EPI_GELU_BIAS) /* tune pointed aux at its scratch */
+            CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
+                p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &a->aux, sizeof(a->aux)));
+    }
     {
         const float alpha = 1.0f;
         const float beta = p->key.beta;

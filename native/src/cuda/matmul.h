@@ -19,12 +19,18 @@
  * pointers of a call (operands, bias, aux) are not part of it; they are set per call. */
 typedef struct gt_lt_plan gt_lt_plan;
 
+#define GT_LT_RETIRED 8
+
 typedef struct {
     cublasLtHandle_t handle;
     void *workspace;       /* device */
     size_t workspace_size; /* bytes */
     gt_lt_plan *plans;     /* cache, [n_plans] of [cap_plans] */
     int n_plans, cap_plans;
+    void *scratch;         /* device: outputs of the autotuning launches */
+    size_t scratch_size;
+    void *retired[GT_LT_RETIRED]; /* outgrown scratch buffers, freed by gt_lt_trim */
+    int n_retired;
 } gt_lt;
 
 typedef enum {
@@ -53,6 +59,9 @@ typedef struct {
 /* Creates the handle and a workspace of `workspace_size` bytes. */
 int gt_lt_create(gt_lt *lt, size_t workspace_size);
 void gt_lt_destroy(gt_lt *lt);
+/* Frees the autotuning scratch (synchronizes the device: call it where no transfer is in
+ * flight, e.g. at the optimizer step; tuning after it allocates again). */
+void gt_lt_trim(gt_lt *lt);
 
 /* Runs one product on `stream`. The descriptors and the heuristic's choice are built once per
  * distinct shape (m, n, k, transposes, leading dimensions, batch, epilogue, types, beta) and

@@ -17,6 +17,12 @@ void gt_prof_init(gt_prof *p) {
     const char *env = getenv("GANTRY_PROFILE_OPS");
     memset(p, 0, sizeof(*p));
     p->enabled = env != NULL && env[0] != '\0' && strcmp(env, "0") != 0;
+    p->prefill = p->enabled && strcmp(env, "prefill") == 0;
+}
+
+void gt_prof_prefill(gt_prof *p, cudaStream_t stream) {
+    if (!p->enabled || !p->prefill) return;
+    if (gt_cu_spin(20ull * 1000 * 1000, stream) != cudaSuccess) p->enabled = 0;
 }
 
 void gt_prof_mark(gt_prof *p, gt_prof_op op, cudaStream_t stream) {

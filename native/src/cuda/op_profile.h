@@ -7,6 +7,10 @@
  * stream is synchronized and summed per operation; gt_prof_report prints one line
  * `gantry-op-profile {json}` to stderr. Off (every call returns at once) unless the variable is
  * set when the stage is created. Not part of the public API.
+ *
+ * GANTRY_PROFILE_OPS=prefill also starts every action with a GPU-side delay (gt_cu_spin, 20 ms)
+ * so the host queues the whole action before the GPU starts it: the intervals are then the
+ * kernels' own times. The difference to a plain profile is the time the GPU waited for the host.
  */
 #ifndef GANTRY_CUDA_OP_PROFILE_H
 #define GANTRY_CUDA_OP_PROFILE_H
@@ -23,6 +27,7 @@ typedef enum {
 
 typedef struct {
     int enabled;
+    int prefill;         /* GANTRY_PROFILE_OPS=prefill */
     cudaEvent_t *events; /* pool */
     int *ops;            /* op of each pending mark */
     int n, cap;          /* pending marks, pool size */
@@ -32,6 +37,8 @@ typedef struct {
 
 /* Reads GANTRY_PROFILE_OPS; 0 or failure leaves it off (profiling never fails a run). */
 void gt_prof_init(gt_prof *p);
+/* prefill mode: queues the GPU-side delay on `stream` (call at the start of an action). */
+void gt_prof_prefill(gt_prof *p, cudaStream_t stream);
 /* Marks the start of `op` on `stream` (GT_P_END closes the last one). */
 void gt_prof_mark(gt_prof *p, gt_prof_op op, cudaStream_t stream);
 /* Adds the intervals of the marks so far (their stream must be idle) and restarts. */
@@ -39,5 +46,11 @@ void gt_prof_flush(gt_prof *p);
 /* Prints the totals, labelled with `label`. */
 void gt_prof_report(const gt_prof *p, const char *label);
 void gt_prof_release(gt_prof *p);
+
+#ifdef __cplusplus
+extern "C"
+#endif
+    cudaError_t
+    gt_cu_spin(unsigned long long ns, cudaStream_t stream); /* spin.cu */
 
 #endif /* GANTRY_CUDA_OP_PROFILE_H */

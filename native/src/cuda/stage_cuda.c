@@ -109,6 +109,7 @@ int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is
     s->stream = 0;
     s->gelu_fused = s->dgelu_fused = 1;
     gt_prof_init(&s->prof);
+    s->graphs_enabled = gt_graphs_wanted() && !s->prof.enabled; /* marks need eager launches */
     for (int i = 0; i < 4; i++) {
         CUDA_MALLOC(s->buffers[i], s->layout.num_params * sizeof(float));
         CUDA_CHECK(cudaMemset(s->buffers[i], 0, s->layout.num_params * sizeof(float)));
@@ -359,6 +360,7 @@ int gt_stage_adamw_step(gt_stage *s, float lr, float beta1, float beta2, float e
         a.bc2_sqrt = k.bc2_sqrt;
         a.one_minus_beta1 = k.one_minus_beta1;
         a.one_minus_beta2 = k.one_minus_beta2;
+        if (s->lt.scratch != NULL) gt_lt_trim(&s->lt); /* the first step tuned every shape */
         gt_prof_mark(&s->prof, GT_P_ADAMW, s->stream);
         CUDA_CHECK(gt_cu_adamw(s->buffers[GT_BUF_PARAMS], s->params16, s->buffers[GT_BUF_GRADS],
                                s->buffers[GT_BUF_ADAM_M], s->buffers[GT_BUF_ADAM_V],

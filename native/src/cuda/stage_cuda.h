@@ -16,11 +16,16 @@
 #include <stdint.h>
 
 #include "cuda/attention_cudnn.h"
+#include "cuda/graph_cache.h"
 #include "cuda/kernels.h"
 #include "cuda/matmul.h"
 #include "cuda/op_profile.h"
 #include "gantry/stage.h"
 #include "stage_layout.h"
+
+/* The actions a slot captures as CUDA graphs. */
+enum { GT_GRAPH_FORWARD = 0, GT_GRAPH_BACKWARD = 1, GT_GRAPH_BACKWARD_INPUT = 2,
+       GT_GRAPH_WEIGHT = 3, GT_GRAPH_KINDS = 4 };
 
 /* Forward activations of one local layer (N = B*T). */
 typedef struct {
@@ -46,9 +51,10 @@ typedef struct {
     gt_bf16 *logits;           /* last: (N,V); dlogits after backward_input */
     float *lse, *losses;       /* last: (N) */
     int32_t *tokens, *targets; /* device (N) */
-    int32_t *groups;           /* first: device [3N+1]: token, start, pos of encoder groups */
-    int32_t *staging;          /* pinned host: tokens (N), targets (N), groups (3N+1) */
-    int n_groups;
+    int32_t *groups;           /* first: device [3N+2]: token (N), start (N+1), pos (N) of the
+                                  encoder groups, then their count */
+    int32_t *staging;          /* pinned host: tokens (N), targets (N), groups (3N+2) */
+    gt_graph_slot graphs[GT_GRAPH_KINDS]; /* captured actions of this slot (graph_cache.h) */
     cudaEvent_t uploaded;      /* after the host-to-device copies of staging */
     void *block;               /* the device allocation behind the pointers */
     int state;                 /* GT_SLOT_* */
@@ -98,6 +104,7 @@ struct gt_stage {
     float *host_loss;          /* pinned 1 */
     double *host_sq;           /* pinned 1 */
     gt_prof prof;              /* GANTRY_PROFILE_OPS */
+    int graphs_enabled;        /* CUDA graphs of the actions (graph_cache.h) */
     int32_t *group_count;      /* host V+1: counting-sort scratch of the encoder groups */
     gt_bf16 *ref_qkv;          /* reference attention: q,k,v (3 * N*C), y (N*C) */
     gt_bf16 *ref_scores;       /* reference attention: 2 * (B,NH,T,T) */
