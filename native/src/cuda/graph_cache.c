@@ -3,6 +3,7 @@
  */
 #include "cuda/graph_cache.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -32,6 +33,9 @@ static int capture(gt_graph_slot *g, cudaStream_t stream, gt_graph_body body, vo
              cudaGraphInstantiate(&g->exec, graph, 0) == cudaSuccess;
     if (graph != NULL) cudaGraphDestroy(graph);
     if (!ok) {
+        fprintf(stderr, "gantry: warning: CUDA graph capture of a stage action failed (%s%s); "
+                "the stage runs without graphs\n", cudaGetErrorName(end),
+                body_rc != GT_OK ? ", a call in the action cannot be captured" : "");
         g->exec = NULL;
         (void)cudaGetLastError(); /* capture errors are not sticky; clear the last one */
         return 1;
