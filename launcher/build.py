@@ -1,9 +1,15 @@
 """`gantry build --site S`: compile native/ for a site into a cache keyed by what it depends on.
 
-The key is a sha256 of the site's build section (backend, CUDA archs, BLAS, CMake args), the
-site constants that go into the generated ``gantry_site.h`` and every file under native/.
-A second call with the same key is a no-op. Tool paths can be overridden: GANTRY_CMAKE, CC,
-NVCC; the cache root: GANTRY_BUILD_CACHE (default ~/.cache/gantry/build).
+The key is a sha256 of the CMake configure options made from the site's build section
+(backend, CUDA archs, BLAS, cuDNN frontend, CMake args), the site constants that go into the
+generated ``gantry_site.h`` and every file under native/. A second call with the same key is a
+no-op. Tool paths can be overridden: GANTRY_CMAKE, CC, NVCC; the cache root: GANTRY_BUILD_CACHE
+(default ~/.cache/gantry/build).
+
+A cuda site compiles for exactly its ``build.cuda_archs`` (``-gencode arch=compute_X,code=sm_X``
+each, e.g. sm_90a for H100/H200) with cuDNN flash attention when the cudnn-frontend headers are
+found (``build.cudnn_frontend_dir``, else the checkout's ``.deps/cudnn_frontend/include``), and
+the NCCL communicator; its checker executable is ``gantry-cuda-smoke``.
 """
 
 from __future__ import annotations
@@ -20,8 +26,10 @@ from launcher.errors import GantryError
 from launcher.site_config import LoadedSite
 
 NATIVE_DIR = Path(__file__).resolve().parents[1] / "native"
+DEPS_FRONTEND_DIR = Path(__file__).resolve().parents[1] / ".deps" / "cudnn_frontend" / "include"
 LIBRARY_NAME = "libgantry_native.so"
 EXECUTABLE_NAME = "gantry-native-check"
+CUDA_EXECUTABLE_NAME = "gantry-cuda-smoke"
 STAMP = "build.json"
 
 
@@ -61,9 +69,30 @@ def site_header(site: LoadedSite) -> str:
     ])
 
 
+def cudnn_frontend_dir(site: LoadedSite) -> Path | None:
+    """The cudnn-frontend headers a cuda build uses, or None (reference attention)."""
+    cfg = site.config.build
+    if cfg.cudnn_frontend_dir is not None:
+        return site.resolve(os.path.expandvars(cfg.cudnn_frontend_dir))
+    return DEPS_FRONTEND_DIR if (DEPS_FRONTEND_DIR / "cudnn_frontend.h").is_file() else None
+
+
+def backend_options(site: LoadedSite) -> list[str]:
+    """The -D options of the site's backend (site-independent paths like the compiler excluded)."""
+    cfg = site.config.build
+    options = [f"-DGANTRY_BACKEND={cfg.backend}"]
+    if cfg.backend == "cuda":
+        options.append(f"-DGANTRY_CUDA_ARCHS={';'.join(cfg.cuda_archs)}")
+        frontend = cudnn_frontend_dir(site)
+        options += ([f"-DGANTRY_CUDNN_FRONTEND_DIR={frontend}"] if frontend is not None
+                    else ["-DGANTRY_CUDNN=OFF"])
+    return options + list(cfg.cmake_args)
+
+
 def build_key(site: LoadedSite) -> str:
     digest = hashlib.sha256()
     digest.update(json.dumps(asdict(site.config.build), sort_keys=True).encode())
+    digest.update(json.dumps(backend_options(site)).encode())
     digest.update(site_header(site).encode())
     for path in sorted(NATIVE_DIR.rglob("*")):
         if path.is_file() and "build" not in path.relative_to(NATIVE_DIR).parts:
@@ -97,8 +126,8 @@ def build_site(site: LoadedSite, force: bool = False) -> BuildResult:
     cfg = site.config.build
     key = build_key(site)
     directory = cache_root() / f"{site.config.name}-{key}"
-    result = BuildResult(directory, directory / LIBRARY_NAME, directory / EXECUTABLE_NAME,
-                         cached=True)
+    checker = CUDA_EXECUTABLE_NAME if cfg.backend == "cuda" else EXECUTABLE_NAME
+    result = BuildResult(directory, directory / LIBRARY_NAME, directory / checker, cached=True)
     if not force and (directory / STAMP).is_file() and result.library.is_file():
         return result
     cmake = _tool("GANTRY_CMAKE", "cmake")
@@ -110,15 +139,12 @@ def build_site(site: LoadedSite, force: bool = False) -> BuildResult:
     include.mkdir(parents=True, exist_ok=True)
     (include / "gantry_site.h").write_text(site_header(site))
     configure = [cmake, "-S", str(NATIVE_DIR), "-B", str(work), "-DCMAKE_BUILD_TYPE=Release",
-                 f"-DCMAKE_C_COMPILER={compiler}", f"-DGANTRY_BACKEND={cfg.backend}",
-                 f"-DGANTRY_SITE_INCLUDE_DIR={include}"]
-    if cfg.cuda_archs:
-        configure.append(f"-DCMAKE_CUDA_ARCHITECTURES={';'.join(cfg.cuda_archs)}")
-    configure += list(cfg.cmake_args)
+                 f"-DCMAKE_C_COMPILER={compiler}", f"-DGANTRY_SITE_INCLUDE_DIR={include}",
+                 *backend_options(site)]
     _run(configure, "cmake configure")
     _run([cmake, "--build", str(work), "-j", str(os.cpu_count() or 1)], "cmake build")
     shutil.copy2(work / LIBRARY_NAME, result.library)
-    shutil.copy2(work / EXECUTABLE_NAME, result.executable)
+    shutil.copy2(work / result.executable.name, result.executable)
     stamp = {"key": key, "site": str(site.path), "build": asdict(cfg)}
     (directory / STAMP).write_text(json.dumps(stamp, indent=2, sort_keys=True))
     return BuildResult(directory, result.library, result.executable, cached=False)

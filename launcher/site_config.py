@@ -198,10 +198,18 @@ class BuildSection:
     """CPU BLAS used for the matrix products."""
     cmake_args: list[str] = field(default_factory=list)
     """Extra -D options passed to CMake, e.g. ["-DMPI_HOME=/opt/mpi"]."""
+    cudnn_frontend_dir: str | None = None
+    """cuda: directory holding cudnn_frontend.h for cuDNN flash attention ($VARS expanded);
+    None: the checkout's .deps/cudnn_frontend/include (scripts/fetch_cudnn_frontend.sh) if
+    present, else the build uses the reference attention."""
 
     def validate(self) -> None:
         if self.backend == "cuda" and not self.cuda_archs:
             raise FieldError("cuda_archs", "backend 'cuda' needs at least one architecture")
+        for arch in self.cuda_archs:
+            if not arch or not arch.isalnum():
+                raise FieldError("cuda_archs", f"{arch!r} is not allowed (an architecture "
+                                 "like '90a' or '80': letters and digits)")
 
 
 DEFAULT_XID_FAIL_CODES = [
