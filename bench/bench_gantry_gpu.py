@@ -36,7 +36,7 @@ from launcher.schedules import Op, generate  # noqa: E402
 from launcher.schedules.simulator import UNIT_COSTS, simulate  # noqa: E402
 
 _TUNING_VARS = ("GANTRY_P2P_MAX_CTAS", "GANTRY_PROFILE_OPS", "GANTRY_CUDA_GRAPHS",
-                "GANTRY_GEMM_AUTOTUNE", "NCCL_MAX_P2P_NCHANNELS")
+                "GANTRY_GEMM_AUTOTUNE", "GANTRY_ATTN_AUTOTUNE", "NCCL_MAX_P2P_NCHANNELS")
 """Variables that change the native library's behaviour; passed to every rank when set."""
 
 _OPS = {"forward": Op.FORWARD, "backward": Op.BACKWARD, "backward_input": Op.BACKWARD_INPUT,

@@ -10,6 +10,8 @@
 #                                     ctas (PP=2 1f1b with NCCL's own p2p CTA count vs gantry's cap)
 #                                     graphs (single350 and pp350 zb-h1 with CUDA graphs off)
 #                                     prefill (per-op times with the host's launch gaps removed)
+#                                     cudnnlib (1.5B single with the torch wheel's cuDNN; with the
+#                                     heuristic's attention plan instead of the tuned one)
 # PP_SCHEDULES / ANCHOR_SCHEDULES narrow the schedules of pp350 / pp15 (default: all).
 # Every run has a hard time limit, so one hang cannot eat the call. Per-run logs go to
 # $GPU_BENCH_WORK/logs (the device tool brings back only a few files: tar them).
@@ -118,6 +120,17 @@ if has graphs; then  # the host's launch cost on the GPU's critical path
     "${m350[@]}"
   GANTRY_CUDA_GRAPHS=0 gantry pp350-zb-h1-nographs 90 --layout pp2 --schedule zb-h1 \
     --variant "no cuda graphs" "${m350[@]}"
+fi
+if has cudnnlib; then  # the same library against the newer cuDNN of the torch wheel (soname 9)
+  wheel_cudnn=$(python3 -c 'import nvidia.cudnn, os; print(os.path.join(list(nvidia.cudnn.__path__)[0], "lib"))' 2>/dev/null)
+  if [ -n "$wheel_cudnn" ] && [ -d "$wheel_cudnn" ]; then
+    LD_LIBRARY_PATH="$wheel_cudnn${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+      gantry single15-wheel-cudnn 150 --layout single --variant "torch wheel's cuDNN" "${m15[@]}"
+  else
+    stamp "no nvidia.cudnn wheel found"
+  fi
+  GANTRY_ATTN_AUTOTUNE=0 gantry single15-attn-heuristic 150 --layout single \
+    --variant "cuDNN heuristic's attention plan" "${m15[@]}"
 fi
 if has ctas; then  # SMs held by NCCL's p2p kernels: NCCL's own CTA count vs the cap
   GANTRY_P2P_MAX_CTAS=0 gantry pp350-1f1b-nccl-ctas 90 --layout pp2 --schedule 1f1b \

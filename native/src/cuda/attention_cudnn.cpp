@@ -2,12 +2,20 @@
 // llm.c's cudnn_att.cpp: one forward graph (emits O and the softmax stats) and one backward graph
 // per (B, T, NH, hs), built on first use and cached; strides read q/k/v straight out of the
 // fused (B,T,3,NH,hs) qkv tensor. Errors come back as strings (no exceptions cross into C).
+//
+// Plan choice (GANTRY_ATTN_AUTOTUNE, default on; 0 = cuDNN's heuristic choice): every plan the
+// heuristic offers is built, and when a shape is first probed (at stage creation, before any
+// transfer is in flight) each is timed on scratch buffers; the fastest is used. The choice is
+// kept per process and shape, so every stage of a process runs the same plan.
 #include <cudnn.h>
 #include <cudnn_frontend.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <tuple>
 
 #include "cuda/attention_cudnn.h"
@@ -21,12 +29,23 @@ using TensorPtr = std::shared_ptr<fe::graph::Tensor_attributes>;
 struct FwdGraph {
     std::shared_ptr<fe::graph::Graph> graph;
     TensorPtr q, k, v, scale, o, stats;
+    int64_t plan = -1; // -1: the graph's own candidate (heuristic choice)
 };
 struct BwdGraph {
     std::shared_ptr<fe::graph::Graph> graph;
     TensorPtr q, k, v, o, dout, stats, scale, dq, dk, dv;
+    int64_t plan = -1;
 };
 using Key = std::tuple<int, int, int, int>;
+
+// The process's tuned plans by shape: {forward, backward} plan index.
+std::mutex g_tuned_lock;
+std::map<Key, std::pair<int64_t, int64_t>> g_tuned;
+
+bool tuning_wanted() {
+    const char *env = std::getenv("GANTRY_ATTN_AUTOTUNE");
+    return env == nullptr || env[0] == '\0' || std::strcmp(env, "0") != 0;
+}
 
 void set_err(char *err, size_t len, const char *what, const std::string &msg) {
     if (err != nullptr && len > 0) std::snprintf(err, len, "cuDNN attention %s: %s", what, msg.c_str());
@@ -88,6 +107,12 @@ bool build(gt_cudnn_attn *ctx, fe::graph::Graph &g, char *err, size_t len) {
     if (!check(g.create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans", err, len))
         return false;
     if (!check(g.check_support(ctx->handle), "check_support", err, len)) return false;
+    if (tuning_wanted()) { // every candidate (fails only if none builds), sized for all of them
+        if (!check(g.build_plans(ctx->handle, fe::BuildPlanPolicy_t::ALL), "build_plans", err,
+                   len))
+            return false;
+        return ensure_workspace(ctx, (size_t)g.get_autotune_workspace_size(), err, len);
+    }
     if (!check(g.build_plans(ctx->handle), "build_plans", err, len)) return false;
     int64_t ws = 0;
     if (!check(g.get_workspace_size(ws), "get_workspace_size", err, len)) return false;
@@ -167,6 +192,88 @@ BwdGraph *backward_graph(gt_cudnn_attn *ctx, int B, int T, int NH, int hs, char 
     return &ctx->bwd.emplace(key, b).first->second;
 }
 
+// Mean time (ms) of `reps` runs of plan i after one warm-up, or a negative value if it fails.
+template <typename Pack>
+float time_plan(gt_cudnn_attn *ctx, fe::graph::Graph &g, Pack &pack, int64_t i, cudaEvent_t t0,
+                cudaEvent_t t1) {
+    const int reps = 5;
+    if (g.execute_plan_at_index(ctx->handle, pack, ctx->workspace, i).is_bad()) return -1.0f;
+    if (cudaEventRecord(t0, nullptr) != cudaSuccess) return -1.0f;
+    for (int r = 0; r < reps; r++)
+        if (g.execute_plan_at_index(ctx->handle, pack, ctx->workspace, i).is_bad()) return -1.0f;
+    float ms = 0.0f;
+    if (cudaEventRecord(t1, nullptr) != cudaSuccess || cudaEventSynchronize(t1) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, t0, t1) != cudaSuccess)
+        return -1.0f;
+    return ms / reps;
+}
+
+// Index of the fastest plan of g (-1 if none ran); reports the timings on stderr.
+template <typename Pack>
+int64_t fastest_plan(gt_cudnn_attn *ctx, fe::graph::Graph &g, Pack &pack, const char *what,
+                     cudaEvent_t t0, cudaEvent_t t1) {
+    int64_t best = -1, n = g.get_execution_plan_count();
+    float best_ms = 0.0f, first_ms = -1.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float ms = time_plan(ctx, g, pack, i, t0, t1);
+        if (ms < 0.0f) continue;
+        if (first_ms < 0.0f) first_ms = ms;
+        if (best < 0 || ms < best_ms) best = i, best_ms = ms;
+    }
+    (void)cudaGetLastError();
+    if (best >= 0)
+        std::fprintf(stderr, "gantry: cuDNN attention %s: %lld plans, chose #%lld (%.3f ms; "
+                     "heuristic's first %.3f ms)\n", what, (long long)n, (long long)best,
+                     best_ms, first_ms);
+    return best;
+}
+
+// Times every plan of both graphs of `key` on zeroed scratch buffers (once per process and
+// shape); sets f.plan / b.plan. Failures leave the heuristic's choice in place.
+void tune(gt_cudnn_attn *ctx, const Key &key, FwdGraph &f, BwdGraph &b) {
+    {
+        std::lock_guard<std::mutex> lock(g_tuned_lock);
+        auto it = g_tuned.find(key);
+        if (it != g_tuned.end()) {
+            f.plan = it->second.first;
+            b.plan = it->second.second;
+            return;
+        }
+    }
+    auto [B, T, NH, hs] = key;
+    size_t C = (size_t)NH * hs, N = (size_t)B * T;
+    void *block = nullptr;
+    cudaEvent_t t0 = nullptr, t1 = nullptr;
+    size_t qkv_bytes = 3 * N * C * 2, o_bytes = N * C * 2, stats_bytes = (size_t)B * NH * T * 4;
+    size_t total = 2 * qkv_bytes + 2 * o_bytes + stats_bytes;
+    if (cudnnSetStream(ctx->handle, nullptr) == CUDNN_STATUS_SUCCESS &&
+        cudaMalloc(&block, total) == cudaSuccess && cudaMemset(block, 0, total) == cudaSuccess &&
+        cudaEventCreate(&t0) == cudaSuccess && cudaEventCreate(&t1) == cudaSuccess) {
+        auto *qkv = static_cast<gt_bf16 *>(block);
+        auto *dqkv = reinterpret_cast<gt_bf16 *>(static_cast<char *>(block) + qkv_bytes);
+        auto *o = reinterpret_cast<gt_bf16 *>(static_cast<char *>(block) + 2 * qkv_bytes);
+        auto *dout = reinterpret_cast<gt_bf16 *>(static_cast<char *>(block) + 2 * qkv_bytes +
+                                                 o_bytes);
+        auto *stats = reinterpret_cast<float *>(static_cast<char *>(block) + 2 * qkv_bytes +
+                                                2 * o_bytes);
+        float scale = 1.0f / sqrtf((float)hs);
+        std::unordered_map<TensorPtr, void *> fpack = {
+            {f.q, qkv}, {f.k, qkv + C}, {f.v, qkv + 2 * C},
+            {f.scale, &scale}, {f.o, o}, {f.stats, stats}};
+        std::unordered_map<TensorPtr, void *> bpack = {
+            {b.q, qkv}, {b.k, qkv + C}, {b.v, qkv + 2 * C}, {b.o, o}, {b.dout, dout},
+            {b.stats, stats}, {b.scale, &scale}, {b.dq, dqkv}, {b.dk, dqkv + C},
+            {b.dv, dqkv + 2 * C}};
+        f.plan = fastest_plan(ctx, *f.graph, fpack, "forward", t0, t1);
+        b.plan = fastest_plan(ctx, *b.graph, bpack, "backward", t0, t1);
+    }
+    (void)cudaGetLastError();
+    if (t0 != nullptr) cudaEventDestroy(t0);
+    if (t1 != nullptr) cudaEventDestroy(t1);
+    if (block != nullptr) cudaFree(block);
+    std::lock_guard<std::mutex> lock(g_tuned_lock);
+    g_tuned.emplace(key, std::make_pair(f.plan, b.plan));
+}
 }  // namespace
 
 extern "C" int gt_cudnn_attn_create(gt_cudnn_attn **out, char *err, size_t len) {
@@ -186,6 +293,8 @@ extern "C" int gt_cudnn_attn_create(gt_cudnn_attn **out, char *err, size_t len) 
     return 0;
 }
 
+extern "C" size_t gt_cudnn_version(void) { return cudnnGetVersion(); }
+
 extern "C" void gt_cudnn_attn_destroy(gt_cudnn_attn *ctx) {
     if (ctx == nullptr) return;
     ctx->fwd.clear();
@@ -198,8 +307,11 @@ extern "C" void gt_cudnn_attn_destroy(gt_cudnn_attn *ctx) {
 extern "C" int gt_cudnn_attn_supported(gt_cudnn_attn *ctx, int B, int T, int NH, int hs,
                                        char *err, size_t len) {
     try {
-        return forward_graph(ctx, B, T, NH, hs, err, len) != nullptr &&
-               backward_graph(ctx, B, T, NH, hs, err, len) != nullptr;
+        FwdGraph *f = forward_graph(ctx, B, T, NH, hs, err, len);
+        BwdGraph *b = f != nullptr ? backward_graph(ctx, B, T, NH, hs, err, len) : nullptr;
+        if (b == nullptr) return 0;
+        if (tuning_wanted()) tune(ctx, Key{B, T, NH, hs}, *f, *b);
+        return 1;
     } catch (const std::exception &e) {
         set_err(err, len, "probe", e.what());
         return 0;
@@ -223,8 +335,11 @@ extern "C" int gt_cudnn_attn_forward(gt_cudnn_attn *ctx, gt_bf16 *out, float *st
         std::unordered_map<TensorPtr, void *> pack = {
             {f->q, base}, {f->k, base + C}, {f->v, base + 2 * C},
             {f->scale, &scale}, {f->o, out}, {f->stats, stats}};
-        return check(f->graph->execute(ctx->handle, pack, ctx->workspace), "forward", err, len)
-                   ? 0 : 1;
+        auto done = f->plan >= 0
+                        ? f->graph->execute_plan_at_index(ctx->handle, pack, ctx->workspace,
+                                                          f->plan)
+                        : f->graph->execute(ctx->handle, pack, ctx->workspace);
+        return check(done, "forward", err, len) ? 0 : 1;
     } catch (const std::exception &e) {
         set_err(err, len, "forward", e.what());
         return 1;
@@ -251,8 +366,11 @@ extern "C" int gt_cudnn_attn_backward(gt_cudnn_attn *ctx, gt_bf16 *dqkv, const g
             {b->o, const_cast<gt_bf16 *>(out)}, {b->dout, const_cast<gt_bf16 *>(dout)},
             {b->stats, const_cast<float *>(stats)}, {b->scale, &scale},
             {b->dq, dqkv}, {b->dk, dqkv + C}, {b->dv, dqkv + 2 * C}};
-        return check(b->graph->execute(ctx->handle, pack, ctx->workspace), "backward", err, len)
-                   ? 0 : 1;
+        auto done = b->plan >= 0
+                        ? b->graph->execute_plan_at_index(ctx->handle, pack, ctx->workspace,
+                                                          b->plan)
+                        : b->graph->execute(ctx->handle, pack, ctx->workspace);
+        return check(done, "backward", err, len) ? 0 : 1;
     } catch (const std::exception &e) {
         set_err(err, len, "backward", e.what());
         return 1;

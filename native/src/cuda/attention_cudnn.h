@@ -23,6 +23,8 @@ typedef struct gt_cudnn_attn gt_cudnn_attn;
 /* Each returns 0 on success, else nonzero with a message in err (NUL-terminated). */
 int gt_cudnn_attn_create(gt_cudnn_attn **out, char *err, size_t err_len);
 void gt_cudnn_attn_destroy(gt_cudnn_attn *ctx);
+/* The loaded cuDNN library's version (cudnnGetVersion, e.g. 91400 for 9.14.0). */
+size_t gt_cudnn_version(void);
 /* 1 if cuDNN supports this head size and shape (probes by building the graphs). */
 int gt_cudnn_attn_supported(gt_cudnn_attn *ctx, int B, int T, int NH, int hs, char *err,
                             size_t err_len);

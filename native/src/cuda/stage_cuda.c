@@ -138,8 +138,15 @@ int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is
     for (int i = 0; i < n_slots; i++) GT_CHECK(gt_cu_alloc_slot(s, &s->slots[i]));
     GT_CHECK(gt_cu_alloc_grads(s, &s->shared_grads, 0));
     GT_CALLOC(s->slot_grads, n_slots);
-    snprintf(s->info, sizeof(s->info), "cuda attention=%s%s%s", s->cudnn ? "cudnn" : "reference",
-             s->cudnn || why[0] == '\0' ? "" : " reason=", s->cudnn ? "" : why);
+    {
+        char version[32] = "";
+#ifdef GANTRY_HAVE_CUDNN
+        if (s->cudnn) snprintf(version, sizeof(version), " (cuDNN %zu)", gt_cudnn_version());
+#endif
+        snprintf(s->info, sizeof(s->info), "cuda attention=%s%s%s%s",
+                 s->cudnn ? "cudnn" : "reference", version,
+                 s->cudnn || why[0] == '\0' ? "" : " reason=", s->cudnn ? "" : why);
+    }
     *out = s;
     s = NULL;
 cleanup:
