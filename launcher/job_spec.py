@@ -61,12 +61,28 @@ class ParallelismSpec:
     """Sequences per micro-batch (B)."""
     virtual_stages: int = 1
     """Model chunks per rank (v) for the interleaved schedule; 1 otherwise."""
+    stage_layers: list[int] | None = None
+    """Layers of each pipeline stage in global stage order (pp * virtual_stages entries,
+    each >= 1, summing to model.n_layer); None: the automatic split (launcher/train/split.py)."""
 
     def validate(self) -> None:
         for key in ("pp", "dp", "micro_batches", "micro_batch_size", "virtual_stages"):
             value = getattr(self, key)
             if value < 1:
                 raise FieldError(key, f"{value} is not allowed (expected an integer >= 1)")
+        if self.stage_layers is not None:
+            stages = self.pp * self.virtual_stages
+            if len(self.stage_layers) != stages:
+                raise FieldError(
+                    "stage_layers",
+                    f"{self.stage_layers} has {len(self.stage_layers)} entries but "
+                    f"pp({self.pp}) * virtual_stages({self.virtual_stages}) = {stages} stages "
+                    "(expected one layer count per stage)",
+                )
+            for index, count in enumerate(self.stage_layers):
+                if count < 1:
+                    raise FieldError(f"stage_layers[{index}]",
+                                     f"{count} is not allowed (expected an integer >= 1)")
         if self.schedule != "interleaved" and self.virtual_stages != 1:
             raise FieldError(
                 "virtual_stages",
@@ -226,6 +242,13 @@ class JobSpec:
                 "parallelism.pp",
                 f"pp({self.parallelism.pp}) * virtual_stages({self.parallelism.virtual_stages})"
                 f" = {stages} stages but model.n_layer is {self.model.n_layer}",
+            )
+        counts = self.parallelism.stage_layers
+        if counts is not None and sum(counts) != self.model.n_layer:
+            raise FieldError(
+                "parallelism.stage_layers",
+                f"{counts} sums to {sum(counts)} but model.n_layer is {self.model.n_layer} "
+                "(expected the layer counts of all stages to add up to it)",
             )
         for key in self.env:
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):

@@ -39,7 +39,7 @@ from launcher.train.native_pipeline import (
     load_library,
     make_comm_id,
 )
-from launcher.train.split import split_layers
+from launcher.train.split import ranges_from_counts, split_layers
 from launcher.train.stop_signals import StopRequest, signal_name
 from launcher.train.watchdog import Watchdog
 
@@ -116,8 +116,9 @@ def _run(spec: JobSpec, opts: TrainOptions, stop: StopRequest) -> int:
         order = read_rank_order(opts.rank_order, size, names) if opts.rank_order else None
         layout = make_layout(rank, size, par.pp, par.dp, order)
         table = generate(par.schedule, par.pp, par.micro_batches, par.virtual_stages)
-        ranges = split_layers(model.n_layer, par.pp * par.virtual_stages, model.n_embd,
-                              model.seq_len, model.vocab_size)
+        ranges = (ranges_from_counts(par.stage_layers) if par.stage_layers is not None
+                  else split_layers(model.n_layer, par.pp * par.virtual_stages, model.n_embd,
+                                    model.seq_len, model.vocab_size))
     except ScheduleError as err:
         error = UserInputError(f"parallelism: {err}")
     except GantryError as err:
@@ -141,6 +142,8 @@ def _run(spec: JobSpec, opts: TrainOptions, stop: StopRequest) -> int:
                     v=par.virtual_stages, m=par.micro_batches, batch=par.micro_batch_size,
                     seq_len=model.seq_len, stage_layers=ranges,
                     slots_per_stage=table.slots_per_stage, comm_id=comm_id)
+    if rank == 0:
+        print(f"info: stage layers {ranges}", flush=True)
     try:
         return _train(world, spec, opts, layout, table, pipe, lib, stop)
     finally:
