@@ -27,6 +27,7 @@ from launcher.report.timeline import (
     step_timeline,
     typical_step,
 )
+from launcher.schedules import Op
 
 REPO = Path(__file__).resolve().parents[2]
 TIMING = {"compute_s": 0.3, "send_s": 0.01, "recv_s": 0.01, "bubble_s": 0.1, "sync_s": 0.05,
@@ -211,7 +212,6 @@ def test_demo_bad_input_is_refused_before_anything_starts(tmp_path: Path) -> Non
 
 def test_theory_with_measured_op_costs() -> None:
     from launcher.report.theory import measured_op_costs
-    from launcher.schedules import Op
 
     events = [
         event(0, 0, "forward s0 mb0", "compute", 0.0, 9.0),  # warm-up step: left out
