@@ -16,7 +16,7 @@ the later ranks defer W the same way, so the gradients are in flight ahead of ne
 W's fill each rank's cool-down for any B up to 2 W.
 
 Memory: peak in-flight micro-batches per rank is ``min(m, 2 * pp - 1)`` on every rank
-(ZB-H1: ``pp - r``; the table adds at most one receive slot on top).
+(ZB-H1: ``min(m, pp)`` on every rank; the table adds at most one receive slot on top).
 
 Bubble (the simulator's idle share of one step up to the slowest rank's end): no schedule
 can beat the floor ``(pp - 1) F / ((pp - 1) F + m (F + B + W))``, since the last rank starts
