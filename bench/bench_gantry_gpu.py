@@ -138,7 +138,7 @@ def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--layout", choices=["single", "pp2"], default="single")
-    p.add_argument("--schedule", choices=["gpipe", "1f1b", "interleaved", "zb-h1"],
+    p.add_argument("--schedule", choices=["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"],
                    default="1f1b")
     p.add_argument("--lib", required=True, help="CUDA libgantry_native.so (built with NCCL)")
     p.add_argument("--work", type=Path, required=True, help="directory for job, metrics, trace")

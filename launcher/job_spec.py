@@ -13,7 +13,7 @@ from typing import Literal
 
 from launcher.typed_config import FieldError, load_dataclass
 
-Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1"]
+Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"]
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _TIME_RE = re.compile(r"^(?:(\d+)-)?(\d{1,2}):(\d{2})(?::(\d{2}))?$|^(\d+)$")
 

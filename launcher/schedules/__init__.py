@@ -1,7 +1,7 @@
 """Pipeline schedules: per-rank action tables generated once, proven by the simulator.
 
 ``generate(name, pp, m, v)`` returns a :class:`ScheduleTable` for gpipe, 1f1b,
-interleaved (v chunks per rank) or zb-h1; ``simulate`` proves and costs it.
+interleaved (v chunks per rank), zb-h1 or zb-h2; ``simulate`` proves and costs it.
 """
 
 from __future__ import annotations
@@ -19,8 +19,9 @@ from launcher.schedules.table import (
     table_from_bytes,
 )
 from launcher.schedules.zb_h1 import zb_h1_orders
+from launcher.schedules.zb_h2 import zb_h2_orders
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2")
 
 __all__ = [
     "SCHEDULES", "Action", "Op", "ScheduleError", "ScheduleTable", "SimResult", "generate",
@@ -42,6 +43,8 @@ def generate(name: str, pp: int, m: int, v: int = 1) -> ScheduleTable:
         orders = interleaved_orders(pp, m, v)
     elif name == "zb-h1":
         orders = zb_h1_orders(pp, m)
+    elif name == "zb-h2":
+        orders = zb_h2_orders(pp, m)
     else:
         raise ScheduleError(f"unknown schedule {name!r} (expected one of {', '.join(SCHEDULES)})")
     return build_table(name, pp, v, m, orders)

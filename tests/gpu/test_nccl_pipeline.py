@@ -56,7 +56,7 @@ def _reference(n_micro: int, weights: Path) -> list[float]:
 
 
 LAYOUTS = [("1f1b", 1, 1), ("gpipe", 2, 1), ("1f1b", 2, 1), ("interleaved", 2, 2),
-           ("zb-h1", 2, 1)]
+           ("zb-h1", 2, 1), ("zb-h2", 2, 1)]
 
 
 @pytest.mark.parametrize("schedule,pp,v", LAYOUTS, ids=[f"pp{p}-{s}" for s, p, v in LAYOUTS])

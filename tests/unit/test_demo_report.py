@@ -27,6 +27,7 @@ from launcher.report.timeline import (
     step_timeline,
     typical_step,
 )
+from launcher.schedules import Op
 
 REPO = Path(__file__).resolve().parents[2]
 TIMING = {"compute_s": 0.3, "send_s": 0.01, "recv_s": 0.01, "bubble_s": 0.1, "sync_s": 0.05,
@@ -141,6 +142,12 @@ def test_zero_bubble_schedule_beats_1f1b() -> None:
     assert theoretical_bubble("zb-h1", 4, 8).fraction < theoretical_bubble("1f1b", 4, 8).fraction
     assert theoretical_bubble("interleaved", 4, 8, 2).fraction < (
         theoretical_bubble("1f1b", 4, 8).fraction)
+    # ZB-H2 equals ZB-H1 at unit costs and beats it once B > W (3/28.6 vs 4.2/29.8)
+    gpu_like = {Op.FORWARD: 1.0, Op.BACKWARD_INPUT: 1.3, Op.WEIGHT: 0.9}
+    h1, h2 = (theoretical_bubble(s, 4, 8, 1, gpu_like) for s in ("zb-h1", "zb-h2"))
+    assert h2.fraction == pytest.approx(h1.fraction)
+    assert h2.with_measured_costs == pytest.approx(3 / 28.6)
+    assert h1.with_measured_costs == pytest.approx(4.2 / 29.8)
 
 
 def test_trace_errors_name_the_file(tmp_path: Path) -> None:
@@ -205,7 +212,6 @@ def test_demo_bad_input_is_refused_before_anything_starts(tmp_path: Path) -> Non
 
 def test_theory_with_measured_op_costs() -> None:
     from launcher.report.theory import measured_op_costs
-    from launcher.schedules import Op
 
     events = [
         event(0, 0, "forward s0 mb0", "compute", 0.0, 9.0),  # warm-up step: left out
