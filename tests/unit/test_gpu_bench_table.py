@@ -1,0 +1,85 @@
+"""bench/gpu_bench_table.py: the GPU benchmark's markdown tables from a call's results.jsonl,
+checked on the recorded results of the session-2 H200 calls (bench/results/) and against the
+numbers docs/BENCHMARKS.md states for them."""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "bench"))
+
+import gpu_bench_table  # noqa: E402
+
+FINAL = REPO / "bench" / "results" / "gpu-bench-h200x2-2026-11-30-s2-call3.jsonl"
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _table_rows(markdown: str) -> dict[tuple[str, str, str], list[str]]:
+    """(model, layout, schedule) -> cells of the gantry table."""
+    rows: dict[tuple[str, str, str], list[str]] = {}
+    for line in markdown.split("PyTorch rows of the same call")[0].splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 9 and cells[0] in ("350M", "1.5B"):
+            rows[(cells[0], cells[1], cells[2])] = cells
+    return rows
+
+
+def test_ratio_is_gantry_over_the_best_pytorch_schedule_of_the_same_call() -> None:
+    rows = _rows(FINAL)
+    table = _table_rows(gpu_bench_table.tables(rows))
+    ours = [r for r in rows if r.get("impl") == "gantry"]
+    assert len(table) == len(ours) == 12
+    for r in ours:
+        model = "350M" if r["layers"] == 24 else "1.5B"
+        layout = "1 GPU" if r["mode"] == "single" else "PP=2"
+        torch = [t for t in rows if t.get("impl") != "gantry" and t["layers"] == r["layers"]
+                 and (t["mode"] == "single") == (r["mode"] == "single")]
+        best = max(t["tokens_per_s"] for t in torch)
+        cells = table[(model, layout, r["schedule"])]
+        assert cells[8] == f"**{r['tokens_per_s'] / best:.2f}x**"
+
+
+def test_variants_and_failures_get_their_own_rows() -> None:
+    base = {"impl": "gantry", "mode": "pp2", "layers": 24, "d": 1024, "mbs": 8, "nmb": 8,
+            "schedule": "1f1b"}
+    rows = [
+        {**base, "tokens_per_s": 300_000, "tflops_per_gpu": 360.0, "mem_used_gib": 14.0,
+         "variant": "nccl default ctas"},
+        {**base, "tokens_per_s": 330_000, "tflops_per_gpu": 400.0, "mem_used_gib": 13.0},
+        {**base, "schedule": "gpipe", "error": "exit 1: timed out after 90 s"},
+        {"mode": "pp", "schedule": "f1b", "layers": 24, "tokens_per_s": 250_000,
+         "tflops_per_gpu": 300.0, "peak_bf16_tflops": 800.0},
+    ]
+    table = _table_rows(gpu_bench_table.tables(rows))
+    assert table[("350M", "PP=2", "1f1b (nccl default ctas)")][8] == "**1.20x**"
+    assert table[("350M", "PP=2", "1f1b")][8] == "**1.32x**"
+    assert table[("350M", "PP=2", "1f1b")][4] == "50.0%"  # MFU against the anchor's peak
+    assert table[("350M", "PP=2", "gpipe")][3].startswith("failed: exit 1: timed out")
+
+
+@pytest.mark.parametrize("key", [
+    ("350M", "1 GPU", "-"), ("350M", "PP=2", "zb-h2"), ("1.5B", "1 GPU", "-"),
+    ("1.5B", "PP=2", "zb-h2"), ("1.5B", "PP=2", "interleaved"),
+])
+def test_benchmarks_doc_states_what_the_recorded_call_gives(
+        key: tuple[str, str, str]) -> None:
+    cells = _table_rows(gpu_bench_table.tables(_rows(FINAL)))[key]
+    tokens, ratio = cells[3], cells[8]
+    doc = (REPO / "docs" / "BENCHMARKS.md").read_text()
+    current = doc.split("## GPU: gantry vs PyTorch on 2x H200")[1].split("\n### ")[0]
+    model, layout, schedule = key
+    pattern = re.compile(rf"^\| {re.escape(model)}[^|]* \| {re.escape(layout)} \| "
+                         rf"{re.escape(schedule)}( \(v=2\))? \| {re.escape(tokens)} \|")
+    lines = [ln for ln in current.splitlines() if pattern.match(ln)]
+    assert len(lines) == 1, f"no single row for {key} with {tokens} in the current GPU section"
+    assert ratio in lines[0]
