@@ -289,7 +289,11 @@ static int tune(gt_lt *lt, gt_lt_plan *p, const gt_matmul_args *a, cudaStream_t 
             lt->retired[lt->n_retired++] = lt->scratch;
         }
         lt->scratch = NULL, lt->scratch_size = 0;
-        CUDA_MALLOC(lt->scratch, d_bytes + aux_bytes);
+        if (cudaMalloc(&lt->scratch, d_bytes + aux_bytes) != cudaSuccess) {
+            (void)cudaGetLastError(); /* no room to tune: the heuristic's choice, not a failure */
+            lt->scratch = NULL;
+            goto remember;
+        }
         lt->scratch_size = d_bytes + aux_bytes;
     }
     if (aux_bytes > 0) {
