@@ -182,6 +182,20 @@ class EmbeddedCluster:
     def scancel(self, *job_ids: str) -> None:
         self.run("scancel", *job_ids, check=False)
 
+    def wait_all_idle(self, timeout: float = 60) -> None:
+        """Wait until every node is idle: no job, not completing, not drained (test isolation:
+        a test that plans on specific nodes must not start while the previous test's job is
+        still completing or its drained node is still being resumed)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            lines = self.run("sinfo", "-h", "-N", "-o", "%N %T").stdout.splitlines()
+            states = dict(line.split(maxsplit=1) for line in lines if line.strip())
+            if states and all(state == "idle" for state in states.values()):
+                return
+            if time.monotonic() > deadline:
+                raise AssertionError(f"nodes not idle after {timeout} s: {states}")
+            time.sleep(0.3)
+
     def cancel_all(self, timeout: float = 30) -> None:
         """Cancel every job and wait until the queue is empty (for test isolation)."""
         ids = self.run("squeue", "-h", "-o", "%A").stdout.split()

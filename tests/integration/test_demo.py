@@ -23,6 +23,8 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_demo_end_to_end(embedded_cluster: EmbeddedCluster, tmp_path: Path) -> None:
     c = embedded_cluster
+    c.cancel_all()
+    c.wait_all_idle()  # the demo plans 5 of the 8 nodes and drills on one of them
     try:
         result = subprocess.run(
             [sys.executable, "-m", "launcher", "demo", "--site", str(c.site_path),

@@ -59,6 +59,8 @@ def gantry(c: EmbeddedCluster, cwd: Path, *args: str,
 def test_follow_shows_gate_excluding_faulty_node_steps_and_summary(
         embedded_cluster: EmbeddedCluster, tmp_path: Path) -> None:
     c = embedded_cluster
+    c.cancel_all()
+    c.wait_all_idle()  # FAULTY must be free to be planned (the previous test may still hold it)
     site = demo_site(c, tmp_path)
     built = gantry(c, tmp_path, "build", "--site", str(site))
     assert built.returncode == 0, built.stderr
