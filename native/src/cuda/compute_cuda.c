@@ -9,6 +9,11 @@
  * pre-activation as aux on c_fc, dGELU on the c_fc input gradient; weight gradients accumulate
  * straight into the fp32 gradient buffer (fp32 D with beta 1). Attention: cuDNN flash SDPA, or
  * the reference path (strided-batched products and a causal softmax kernel) when unavailable.
+ *
+ * Each action is a host part (checks, staging the host inputs, the encoder groups) around a
+ * device body that only enqueues work; the body runs through graph_cache.h, so from its
+ * second run on a slot it is one captured CUDA graph. MARK() places the op profiler's marks
+ * (op_profile.h; profiling runs the bodies eagerly).
  */
 #include <stdlib.h>
 #include <string.h>
