@@ -62,3 +62,28 @@ def gantry_train(job: Path, ranks: int, lib: Path, *extra: str,
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]
+
+
+def reference_losses(n_micro: int, batch: int, weights: Path, settings: Any,
+                     seed: int) -> list[float]:
+    """PyTorch GPT-2 (ODD_MODEL, weights written to `weights`) trained with `settings`
+    (a reference.gpt2_torch.TrainSettings) on the global batches gantry train draws with
+    `seed`: n_micro micro-batches of `batch` sequences per step, settings.total_steps steps."""
+    import torch
+
+    from launcher.native.model_config import GPTConfig
+    from launcher.reference.gpt2_torch import make_model, save_weights, train
+    from launcher.train.data import global_batch
+
+    cfg = GPTConfig(ODD_MODEL["vocab_size"], ODD_MODEL["seq_len"], ODD_MODEL["n_layer"],
+                    ODD_MODEL["n_head"], ODD_MODEL["n_embd"])
+    torch.manual_seed(0)
+    model = make_model(cfg, seed=11, randomize_all=True)
+    save_weights(model, weights)
+    batches = []
+    for step in range(settings.total_steps):
+        inputs, targets = global_batch(step, n_micro, batch, cfg.max_seq_len, cfg.vocab_size,
+                                       seed)
+        batches.append((torch.from_numpy(inputs.reshape(-1, cfg.max_seq_len)).long(),
+                        torch.from_numpy(targets.reshape(-1, cfg.max_seq_len)).long()))
+    return [loss for loss, _ in train(model, batches, settings)]

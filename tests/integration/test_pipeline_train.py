@@ -11,16 +11,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
-from launcher.native.model_config import GPTConfig
-from launcher.reference.gpt2_torch import TrainSettings, make_model, save_weights, train
-from launcher.train.data import global_batch
+from launcher.reference.gpt2_torch import TrainSettings
 from tests.integration.pipeline_helpers import (
-    ODD_MODEL,
     TRAIN,
     gantry_train,
     read_metrics,
+    reference_losses,
     write_job,
 )
 from tests.native.conftest import build_native
@@ -33,23 +30,10 @@ def native_lib_path() -> Path:
     return build_native(Path(__file__).resolve().parents[2] / "native" / "build")
 
 
-def reference_losses(n_micro: int, batch: int, weights: Path) -> list[float]:
-    cfg = GPTConfig(ODD_MODEL["vocab_size"], ODD_MODEL["seq_len"], ODD_MODEL["n_layer"],
-                    ODD_MODEL["n_head"], ODD_MODEL["n_embd"])
-    torch.manual_seed(0)
-    model = make_model(cfg, seed=11, randomize_all=True)
-    save_weights(model, weights)
-    batches = []
-    for step in range(TRAIN["steps"]):
-        inputs, targets = global_batch(step, n_micro, batch, cfg.max_seq_len, cfg.vocab_size,
-                                       TRAIN["seed"])
-        batches.append((torch.from_numpy(inputs.reshape(-1, cfg.max_seq_len)).long(),
-                        torch.from_numpy(targets.reshape(-1, cfg.max_seq_len)).long()))
-    settings = TrainSettings(max_lr=TRAIN["lr"], min_lr=TRAIN["min_lr"],
-                             warmup_steps=TRAIN["warmup_steps"], total_steps=TRAIN["steps"],
-                             cosine=True, weight_decay=TRAIN["weight_decay"],
-                             grad_clip=TRAIN["grad_clip"])
-    return [loss for loss, _ in train(model, batches, settings)]
+SETTINGS = TrainSettings(max_lr=TRAIN["lr"], min_lr=TRAIN["min_lr"],
+                         warmup_steps=TRAIN["warmup_steps"], total_steps=TRAIN["steps"],
+                         cosine=True, weight_decay=TRAIN["weight_decay"],
+                         grad_clip=TRAIN["grad_clip"])
 
 
 LAYOUTS = [
@@ -75,7 +59,7 @@ LAYOUTS = [
 def test_trajectory_matches_pytorch(tmp_path: Path, native_lib_path: Path, pp: int, dp: int,
                                     schedule: str, v: int, m: int) -> None:
     weights = tmp_path / "init.safetensors"
-    expected = reference_losses(dp * m, 2, weights)
+    expected = reference_losses(dp * m, 2, weights, SETTINGS, TRAIN["seed"])
     job = write_job(tmp_path, "traj", pp=pp, dp=dp, schedule=schedule, m=m, v=v,
                     train={"init_weights": str(weights)})
     result = gantry_train(job, pp * dp, native_lib_path, run_dir=tmp_path / "run")

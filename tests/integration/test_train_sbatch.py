@@ -20,14 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import torch
 import yaml
 
-from launcher.native.model_config import GPTConfig
-from launcher.reference.gpt2_torch import TrainSettings, make_model, save_weights, train
-from launcher.train.data import global_batch
+from launcher.reference.gpt2_torch import TrainSettings
 from tests.embedded_cluster import EmbeddedCluster
-from tests.integration.pipeline_helpers import ODD_MODEL
+from tests.integration.pipeline_helpers import ODD_MODEL, reference_losses
 
 pytestmark = pytest.mark.slow
 
@@ -57,22 +54,6 @@ def gantry(cluster: EmbeddedCluster, cwd: Path, cache: Path, *args: str,
     env = {**cluster.env, "GANTRY_JOBS_DIR": str(cwd / "jobs"), "GANTRY_BUILD_CACHE": str(cache)}
     return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True,
                           text=True, cwd=cwd, env=env, timeout=timeout, check=False)
-
-
-def reference_losses(n_micro: int, batch: int, weights: Path) -> list[float]:
-    """PyTorch GPT-2 trained on the global batches gantry train uses; writes the weights."""
-    cfg = GPTConfig(ODD_MODEL["vocab_size"], ODD_MODEL["seq_len"], ODD_MODEL["n_layer"],
-                    ODD_MODEL["n_head"], ODD_MODEL["n_embd"])
-    torch.manual_seed(0)
-    model = make_model(cfg, seed=11, randomize_all=True)
-    save_weights(model, weights)
-    batches = []
-    for step in range(STEPS):
-        inputs, targets = global_batch(step, n_micro, batch, cfg.max_seq_len, cfg.vocab_size,
-                                       SEED)
-        batches.append((torch.from_numpy(inputs.reshape(-1, cfg.max_seq_len)).long(),
-                        torch.from_numpy(targets.reshape(-1, cfg.max_seq_len)).long()))
-    return [loss for loss, _ in train(model, batches, SETTINGS)]
 
 
 def write_job(directory: Path, name: str, pp: int, dp: int, m: int, spares: int) -> Path:
@@ -115,7 +96,7 @@ def submit_follow(cluster: EmbeddedCluster, tmp_path: Path, cache: Path,
 def test_submit_follow_trains_like_pytorch(cluster: EmbeddedCluster, tmp_path: Path,
                                            build_cache: Path, pp: int, dp: int,
                                            m: int) -> None:
-    expected = reference_losses(dp * m, 2, tmp_path / "init.safetensors")
+    expected = reference_losses(dp * m, 2, tmp_path / "init.safetensors", SETTINGS, SEED)
     job = write_job(tmp_path, f"train-pp{pp}-dp{dp}", pp, dp, m, spares=1)
     job_id, job_dir = submit_follow(cluster, tmp_path, build_cache, job)
 
@@ -142,7 +123,7 @@ def test_submit_follow_trains_like_pytorch(cluster: EmbeddedCluster, tmp_path: P
 
 def test_requeue_resumes_from_the_newest_checkpoint(cluster: EmbeddedCluster, tmp_path: Path,
                                                     build_cache: Path) -> None:
-    reference_losses(2, 2, tmp_path / "init.safetensors")
+    reference_losses(2, 2, tmp_path / "init.safetensors", SETTINGS, SEED)
     job = write_job(tmp_path, "train-resume", 2, 1, 2, spares=0)
     job_id, job_dir = submit_follow(cluster, tmp_path, build_cache, job)
     run_dir = job_dir / "runs" / job.stem
