@@ -340,30 +340,29 @@ cleanup:
     return rc;
 }
 
-int gt_comm_isend(gt_comm *c, int req, int peer, int kind, const void *buf, size_t bytes) {
+/* Posts a send or receive on its edge's stream after everything queued on `compute` so far
+ * (the producer of the data or the last reader of the buffer); done[req] marks its end. */
+static int post_p2p(gt_comm *c, int req, int peer, int kind, int is_send, void *buf,
+                    size_t bytes) {
     int rc = GT_OK;
     int e = 0;
-    GT_CHECK(p2p_edge(c, req, peer, kind, 1, &e));
+    GT_CHECK(p2p_edge(c, req, peer, kind, is_send, &e));
     CUDA_CHECK(cudaEventRecord(c->posted, c->compute));
     CUDA_CHECK(cudaStreamWaitEvent(c->streams[e], c->posted, 0));
-    NCCL_CHECK(ncclSend(buf, bytes, ncclUint8, 1, c->edge[e], c->streams[e]));
+    if (is_send) NCCL_CHECK(ncclSend(buf, bytes, ncclUint8, 1, c->edge[e], c->streams[e]));
+    else NCCL_CHECK(ncclRecv(buf, bytes, ncclUint8, 0, c->edge[e], c->streams[e]));
     CUDA_CHECK(cudaEventRecord(c->done[req], c->streams[e]));
     c->edge_of[req] = (int8_t)e;
 cleanup:
     return rc;
 }
 
+int gt_comm_isend(gt_comm *c, int req, int peer, int kind, const void *buf, size_t bytes) {
+    return post_p2p(c, req, peer, kind, 1, (void *)buf, bytes);
+}
+
 int gt_comm_irecv(gt_comm *c, int req, int peer, int kind, void *buf, size_t bytes) {
-    int rc = GT_OK;
-    int e = 0;
-    GT_CHECK(p2p_edge(c, req, peer, kind, 0, &e));
-    CUDA_CHECK(cudaEventRecord(c->posted, c->compute));
-    CUDA_CHECK(cudaStreamWaitEvent(c->streams[e], c->posted, 0));
-    NCCL_CHECK(ncclRecv(buf, bytes, ncclUint8, 0, c->edge[e], c->streams[e]));
-    CUDA_CHECK(cudaEventRecord(c->done[req], c->streams[e]));
-    c->edge_of[req] = (int8_t)e;
-cleanup:
-    return rc;
+    return post_p2p(c, req, peer, kind, 0, buf, bytes);
 }
 
 int gt_comm_wait(gt_comm *c, int req, int *was_ready) {
