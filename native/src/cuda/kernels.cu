@@ -26,27 +26,6 @@ __device__ __forceinline__ float warp_max(float v) {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
-/* Sum over a block of blockDim.x (multiple of 32, <= 1024) threads; result to all threads. */
-__device__ float block_sum(float v) {
-    __shared__ float shared[32];
-    int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP, nw = blockDim.x / WARP;
-    v = warp_sum(v);
-    __syncthreads();
-    if (lane == 0) shared[wid] = v;
-    __syncthreads();
-    v = lane < nw ? shared[lane] : 0.0f;
-    return warp_sum(v);
-}
-__device__ float block_max(float v) {
-    __shared__ float shared[32];
-    int lane = threadIdx.x % WARP, wid = threadIdx.x / WARP, nw = blockDim.x / WARP;
-    v = warp_max(v);
-    __syncthreads();
-    if (lane == 0) shared[wid] = v;
-    __syncthreads();
-    v = lane < nw ? shared[lane] : -FLT_MAX;
-    return warp_max(v);
-}
 
 /* ------------------------------------------------------------------------------------------ */
 /* conversions                                                                                 */
