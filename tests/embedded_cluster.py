@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -182,22 +182,36 @@ class EmbeddedCluster:
     def scancel(self, *job_ids: str) -> None:
         self.run("scancel", *job_ids, check=False)
 
-    def wait_all_idle(self, timeout: float = 60) -> None:
-        """Wait until every node is idle: no job, not completing, not drained (test isolation:
-        a test that plans on specific nodes must not start while the previous test's job is
-        still completing or its drained node is still being resumed)."""
+    def node_states(self) -> dict[str, str]:
+        """Node name -> sinfo's long state (idle, allocated, mixed, completing, drained, ...)."""
+        lines = self.run("sinfo", "-h", "-N", "-o", "%N %T").stdout.splitlines()
+        return dict(line.split(maxsplit=1) for line in lines if line.strip())
+
+    def _wait_nodes(self, ok: Callable[[str], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
         while True:
-            lines = self.run("sinfo", "-h", "-N", "-o", "%N %T").stdout.splitlines()
-            states = dict(line.split(maxsplit=1) for line in lines if line.strip())
-            if states and all(state == "idle" for state in states.values()):
+            states = self.node_states()
+            if states and all(ok(state) for state in states.values()):
                 return
             if time.monotonic() > deadline:
-                raise AssertionError(f"nodes not idle after {timeout} s: {states}")
+                raise AssertionError(f"nodes not {what} after {timeout} s: {states}")
             time.sleep(0.3)
 
+    def wait_all_idle(self, timeout: float = 60) -> None:
+        """Wait until every node is idle: no job, not completing, not drained (a test that
+        plans on specific nodes, or releases a held requeued job, needs them all free)."""
+        self._wait_nodes(lambda state: state == "idle", timeout, "idle")
+
+    def release_requeued(self, job_id: str) -> None:
+        """Let a requeued job (held back by Slurm's BeginTime) start in 2 s. Not "now": the
+        requeue revokes the job's credential on the nodes with one-second granularity, and a
+        restart whose new credential falls in that same second is killed by slurmctld ("Killing
+        non-startable batch JobId=N: Job credential revoked", seen in CI)."""
+        self.run("scontrol", "update", f"JobId={job_id}", "StartTime=now+2")
+
     def cancel_all(self, timeout: float = 30) -> None:
-        """Cancel every job and wait until the queue is empty (for test isolation)."""
+        """Cancel every job and wait until the queue is empty and no node is still running or
+        completing one (for test isolation: the next test's plan sees free nodes)."""
         ids = self.run("squeue", "-h", "-o", "%A").stdout.split()
         if ids:
             self.scancel(*ids)
@@ -206,6 +220,8 @@ class EmbeddedCluster:
             if time.monotonic() > deadline:
                 raise AssertionError("jobs still queued after scancel")
             time.sleep(0.3)
+        busy = ("allocated", "mixed", "completing")
+        self._wait_nodes(lambda state: not state.startswith(busy), timeout, "free of jobs")
 
 
 _PORT_BLOCK = 16

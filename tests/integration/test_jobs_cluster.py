@@ -198,11 +198,7 @@ def test_usr1_checkpoints_then_requeues(cluster: EmbeddedCluster, tmp_path: Path
     job_dir = Path(requeued["job_dir"])
     for rank in (0, 1):
         assert (job_dir / f"ckpt-{rank}").read_text() == "checkpoint restart=0\n"
-    # Slurm holds requeued jobs back (BeginTime); let it start now, once the first attempt's
-    # nodes are free again (released while they were still completing, the second attempt
-    # failed to launch once in CI, with nothing in its log).
-    cluster.wait_all_idle()
-    cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+    cluster.release_requeued(job_id)
     done = wait_state(cluster, tmp_path, job_id, {"COMPLETED", "FAILED"})
     assert done["state"] == "COMPLETED" and done["restarts"] == 1
     for rank in (0, 1):

@@ -132,8 +132,7 @@ def test_requeue_resumes_from_the_newest_checkpoint(cluster: EmbeddedCluster, tm
     # Lose the last checkpoint: the restart must resume from step 4 and redo steps 5-6.
     shutil.rmtree(job_dir / "checkpoints" / "step_00000006")
     cluster.run("scontrol", "requeue", job_id)
-    # Slurm holds requeued jobs back (BeginTime); let it start now.
-    cluster.run("scontrol", "update", f"JobId={job_id}", "StartTime=now")
+    cluster.release_requeued(job_id)
     deadline = time.monotonic() + 300
     while not (job_dir / "runs" / f"{job_id}-1").is_dir() or \
             cluster.job(job_id).state != "COMPLETED":
