@@ -34,6 +34,11 @@ bench_steps="${GPU_BENCH_STEPS:-10}"
 bench_warmup="${GPU_BENCH_WARMUP:-3}"
 has() { [[ " $steps " == *" $1 "* ]]; }
 stamp() { echo "[$(date +%T)] $*"; }
+ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+two_gpus() { # label: true on a machine with two GPUs, else says what it skips
+  [ "$ngpu" -ge 2 ] && return 0
+  stamp "skip $1: needs 2 GPUs, this machine has $ngpu"; return 1
+}
 
 if has build; then
   # the user's path first: `gantry build` for a cuda site (sm_90a, cuDNN attention from .deps);
@@ -106,7 +111,7 @@ fi
 if has profile; then  # per-op device times (a few steps; the event marks cost host time)
   GANTRY_PROFILE_OPS=1 bench_steps=3 bench_warmup=1 \
     gantry profile-single350 90 --layout single --variant profiled "${m350[@]}"
-  GANTRY_PROFILE_OPS=1 bench_steps=3 bench_warmup=1 \
+  two_gpus profile-pp350 && GANTRY_PROFILE_OPS=1 bench_steps=3 bench_warmup=1 \
     gantry profile-pp350 90 --layout pp2 --schedule 1f1b --variant profiled "${m350[@]}"
   GANTRY_PROFILE_OPS=1 bench_steps=3 bench_warmup=1 \
     gantry profile-single15 150 --layout single --variant profiled "${m15[@]}"
@@ -118,7 +123,7 @@ fi
 if has graphs; then  # the host's launch cost on the GPU's critical path
   GANTRY_CUDA_GRAPHS=0 gantry single350-nographs 90 --layout single --variant "no cuda graphs" \
     "${m350[@]}"
-  GANTRY_CUDA_GRAPHS=0 gantry pp350-zb-h1-nographs 90 --layout pp2 --schedule zb-h1 \
+  two_gpus pp350-zb-h1-nographs && GANTRY_CUDA_GRAPHS=0 gantry pp350-zb-h1-nographs 90 --layout pp2 --schedule zb-h1 \
     --variant "no cuda graphs" "${m350[@]}"
 fi
 if has cudnnlib; then  # the same library against the newer cuDNN of the torch wheel (soname 9)
@@ -132,13 +137,13 @@ if has cudnnlib; then  # the same library against the newer cuDNN of the torch w
   GANTRY_ATTN_AUTOTUNE=0 gantry single15-attn-heuristic 150 --layout single \
     --variant "cuDNN heuristic's attention plan" "${m15[@]}"
 fi
-if has ctas; then  # SMs held by NCCL's p2p kernels: NCCL's own CTA count vs the cap
+if has ctas && two_gpus ctas; then  # SMs held by NCCL's p2p kernels: NCCL's own CTA count vs the cap
   GANTRY_P2P_MAX_CTAS=0 gantry pp350-1f1b-nccl-ctas 90 --layout pp2 --schedule 1f1b \
     --variant "nccl default ctas" "${m350[@]}"
   GANTRY_P2P_MAX_CTAS=1 gantry pp350-1f1b-1cta 90 --layout pp2 --schedule 1f1b \
     --variant "1 cta" "${m350[@]}"
 fi
-if has pp350; then
+if has pp350 && two_gpus pp350; then
   for s in $pp_schedules; do gantry "pp350-$s" 90 --layout pp2 --schedule "$s" "${m350[@]}"; done
   for s in $anchor_schedules; do anchor "pp350-$s" --mode pp --schedule "$s" "${m350[@]}"; done
 fi
@@ -146,7 +151,7 @@ if has single15; then
   gantry single15 150 --layout single "${m15[@]}"
   anchor single15 --mode single "${m15[@]}"
 fi
-if has pp15; then
+if has pp15 && two_gpus pp15; then
   for s in $pp_schedules; do gantry "pp15-$s" 150 --layout pp2 --schedule "$s" "${m15[@]}"; done
   for s in $anchor_schedules; do anchor "pp15-$s" --mode pp --schedule "$s" "${m15[@]}"; done
 fi
