@@ -10,6 +10,8 @@
 #                                     ctas (PP=2 1f1b with NCCL's own p2p CTA count vs gantry's cap)
 #                                     graphs (single350 and pp350 zb-h1 with CUDA graphs off)
 #                                     prefill (per-op times with the host's launch gaps removed)
+#                                     gemm (1.5B single with the tuner's log, 8 and 32 cuBLASLt
+#                                     candidates; PyTorch's matmul on the same shapes)
 #                                     cudnnlib (1.5B single with the torch wheel's cuDNN; with the
 #                                     heuristic's attention plan instead of the tuned one)
 # PP_SCHEDULES / ANCHOR_SCHEDULES narrow the schedules of pp350 / pp15 (default: all).
@@ -119,6 +121,17 @@ fi
 if has prefill; then  # kernels' own times: the host queues each action before the GPU starts it
   GANTRY_PROFILE_OPS=prefill bench_steps=3 bench_warmup=1 \
     gantry prefill-single350 90 --layout single --variant "profiled, prefill" "${m350[@]}"
+  GANTRY_PROFILE_OPS=prefill bench_steps=3 bench_warmup=1 \
+    gantry prefill-single15 150 --layout single --variant "profiled, prefill" "${m15[@]}"
+fi
+if has gemm; then  # every tuned shape's candidates, and torch.matmul on the same shapes
+  GANTRY_GEMM_TUNE_LOG=1 gantry gemm-single15 150 --layout single --variant "gemm tune log" \
+    "${m15[@]}"
+  GANTRY_GEMM_TUNE_LOG=1 GANTRY_GEMM_CANDIDATES=32 gantry gemm32-single15 150 --layout single \
+    --variant "32 gemm candidates" "${m15[@]}"
+  stamp "torch.matmul on the tuned shapes"
+  timeout 120 python3 bench/gemm_shapes_torch.py "$logs/gemm32-single15.log" \
+    2>>"$logs/bench.err" | tee "$out/gemm_shapes.jsonl" | cut -c1-400
 fi
 if has graphs; then  # the host's launch cost on the GPU's critical path
   GANTRY_CUDA_GRAPHS=0 gantry single350-nographs 90 --layout single --variant "no cuda graphs" \

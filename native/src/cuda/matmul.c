@@ -4,14 +4,17 @@
  * plan), and runs the product with the call's pointers.
  *
  * Autotuning (GANTRY_GEMM_AUTOTUNE, default on; 0 = the heuristic's first choice): on a shape's
- * first call the heuristic's candidates (up to GT_TUNE_CANDIDATES) are timed on the call's own
- * A and B with D (and a written epilogue aux) redirected to a scratch buffer, so the tuning
- * launches change nothing the caller can see; the fastest wins. The choice is kept per process
+ * first call the heuristic's candidates (GANTRY_GEMM_CANDIDATES, default 8, at most
+ * GT_TUNE_MAX_CANDIDATES) are timed on the call's own A and B with D (and a written epilogue
+ * aux) redirected to a scratch buffer, so the tuning launches change nothing the caller can see;
+ * the fastest wins. GANTRY_GEMM_TUNE_LOG=1 prints one `gantry-gemm-tune {json}` line per tuned
+ * shape to stderr (the shape, every candidate's time, the choice and its TFLOP/s). The choice is kept per process
  * and shape, so every stage of a process runs the same algorithm for the same shape (split and
  * full backward stay bit-identical). Every cuBLASLt call is checked (CUBLAS_CHECK carries the
  * status name and file:line).
  */
 #include <pthread.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,7 +36,8 @@ typedef struct {
     float beta;
 } gt_lt_key;
 
-#define GT_TUNE_CANDIDATES 8
+#define GT_TUNE_CANDIDATES 8      /* default */
+#define GT_TUNE_MAX_CANDIDATES 32
 #define GT_TUNE_REPS 3
 #define GT_TUNE_MAX_SCRATCH ((size_t)1 << 30) /* larger outputs keep the heuristic's choice */
 #define GT_PREF_ALIGNMENT 16u /* every operand gantry passes is 16-byte aligned (C % 8 == 0) */
@@ -43,7 +47,7 @@ struct gt_lt_plan {
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, lc, ld;
     cublasLtMatmulAlgo_t algo;
-    cublasLtMatmulAlgo_t candidates[GT_TUNE_CANDIDATES];
+    cublasLtMatmulAlgo_t candidates[GT_TUNE_MAX_CANDIDATES];
     int n_candidates, tuned;
 };
 
@@ -88,6 +92,35 @@ static void choice_add(const gt_lt_key *k, const cublasLtMatmulAlgo_t *algo) {
 static int autotune_enabled(void) {
     const char *env = getenv("GANTRY_GEMM_AUTOTUNE");
     return env == NULL || env[0] == '\0' || strcmp(env, "0") != 0;
+}
+
+/* How many of the heuristic's algorithms to ask for: 1 without autotuning, else
+ * GANTRY_GEMM_CANDIDATES clamped to 1..GT_TUNE_MAX_CANDIDATES (default GT_TUNE_CANDIDATES). */
+static int candidates_wanted(void) {
+    if (!autotune_enabled()) return 1;
+    const char *env = getenv("GANTRY_GEMM_CANDIDATES");
+    int n = env != NULL && env[0] != '\0' ? atoi(env) : GT_TUNE_CANDIDATES;
+    return n < 1 ? 1 : n > GT_TUNE_MAX_CANDIDATES ? GT_TUNE_MAX_CANDIDATES : n;
+}
+
+static int tune_log_enabled(void) {
+    const char *env = getenv("GANTRY_GEMM_TUNE_LOG");
+    return env != NULL && env[0] != '\0' && strcmp(env, "0") != 0;
+}
+
+/* One line per tuned shape: the key, each candidate's mean ms (-1: failed to launch), the
+ * chosen index and its TFLOP/s. */
+static void tune_log(const gt_lt_key *k, const float *ms, int n, int best) {
+    double flop = 2.0 * k->m * (double)k->n * k->k * (k->batch > 1 ? k->batch : 1);
+    fprintf(stderr,
+            "gantry-gemm-tune {\"m\": %d, \"n\": %d, \"k\": %d, \"transa\": %d, "
+            "\"transb\": %d, \"epilogue\": %d, \"d_fp32\": %d, \"beta\": %g, "
+            "\"batch\": %d, \"ms\": [",
+            k->m, k->n, k->k, k->transa, k->transb, k->epilogue, k->d_fp32, (double)k->beta,
+            k->batch);
+    for (int i = 0; i < n; i++) fprintf(stderr, "%s%.4f", i ? ", " : "", (double)ms[i]);
+    fprintf(stderr, "], \"best\": %d, \"tflops\": %.1f}\n", best,
+            best >= 0 && ms[best] > 0.0f ? flop / (1e9 * (double)ms[best]) : 0.0);
 }
 
 static void plan_release(gt_lt_plan *p) {
@@ -155,7 +188,7 @@ static gt_lt_key key_of(const gt_matmul_args *a) {
 static int plan_build(gt_lt *lt, const gt_lt_key *k, gt_lt_plan *p, int *unsupported) {
     int rc = GT_OK;
     cublasLtMatmulPreference_t pref = NULL;
-    cublasLtMatmulHeuristicResult_t heur[GT_TUNE_CANDIDATES];
+    cublasLtMatmulHeuristicResult_t heur[GT_TUNE_MAX_CANDIDATES];
     int found = 0;
     const uint32_t align = GT_PREF_ALIGNMENT;
     memset(p, 0, sizeof(*p));
@@ -218,8 +251,7 @@ static int plan_build(gt_lt *lt, const gt_lt_key *k, gt_lt_plan *p, int *unsuppo
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align, sizeof(align)));
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt->handle, p->op, p->la, p->lb, p->lc, p->ld,
-                                                pref, autotune_enabled() ? GT_TUNE_CANDIDATES : 1,
-                                                heur, &found));
+                                                pref, candidates_wanted(), heur, &found));
     if (found == 0) {
         if (unsupported) *unsupported = 1;
         GT_FAIL(GT_ESTATE, "cuBLASLt has no algorithm for m=%d n=%d k=%d transa=%d transb=%d "
@@ -278,7 +310,8 @@ static int tune(gt_lt *lt, gt_lt_plan *p, const gt_matmul_args *a, cudaStream_t 
     const size_t d_bytes = (output_bytes(&p->key) + 255) & ~(size_t)255;
     const size_t aux_bytes = p->key.epilogue == GT_EPI_GELU_BIAS
                                  ? (size_t)p->key.ldd * (size_t)p->key.n * 2 : 0;
-    float best_ms = -1.0f;
+    float best_ms = -1.0f, cand_ms[GT_TUNE_MAX_CANDIDATES];
+    int best = -1;
     p->tuned = 1;
     if (d_bytes + aux_bytes > GT_TUNE_MAX_SCRATCH) goto remember;
     if (d_bytes + aux_bytes > lt->scratch_size) {
@@ -306,6 +339,7 @@ static int tune(gt_lt *lt, gt_lt_plan *p, const gt_matmul_args *a, cudaStream_t 
     for (int c = 0; c < p->n_candidates; c++) {
         const float alpha = 1.0f, beta = p->key.beta;
         int ok = 1;
+        cand_ms[c] = -1.0f;
         for (int r = 0; r <= GT_TUNE_REPS && ok; r++) { /* r == 0: warm-up, untimed */
             if (r == 1) CUDA_CHECK(cudaEventRecord(t0, stream));
             ok = cublasLtMatmul(lt->handle, p->op, &alpha, a->A, p->la, a->B, p->lb, &beta,
@@ -318,12 +352,15 @@ static int tune(gt_lt *lt, gt_lt_plan *p, const gt_matmul_args *a, cudaStream_t 
         CUDA_CHECK(cudaEventSynchronize(t1));
         float ms = 0.0f;
         CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+        cand_ms[c] = ms / GT_TUNE_REPS;
         if (best_ms < 0.0f || ms < best_ms) {
             best_ms = ms;
+            best = c;
             p->algo = p->candidates[c];
         }
     }
     CUDA_CHECK(cudaGetLastError());
+    if (tune_log_enabled()) tune_log(&p->key, cand_ms, p->n_candidates, best);
 remember:
     choice_add(&p->key, &p->algo);
 cleanup:

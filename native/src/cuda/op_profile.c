@@ -61,6 +61,10 @@ void gt_prof_flush(gt_prof *p) {
         if (cudaEventElapsedTime(&ms, p->events[i], p->events[i + 1]) != cudaSuccess) continue;
         p->ms[p->ops[i]] += (double)ms;
         p->count[p->ops[i]]++;
+        if (p->ops[i] == GT_P_ADAMW && ++p->steps == 1) { /* the warm-up step ends here */
+            memset(p->ms, 0, sizeof(p->ms));
+            memset(p->count, 0, sizeof(p->count));
+        }
     }
     p->n = 0;
 }
@@ -76,7 +80,8 @@ void gt_prof_report(const gt_prof *p, const char *label) {
         total += p->ms[i];
         first = 0;
     }
-    fprintf(stderr, "}, \"total_ms\": %.3f}\n", total);
+    fprintf(stderr, "}, \"total_ms\": %.3f, \"steps\": %d}\n", total,
+            p->steps > 0 ? p->steps - 1 : 0);
     fflush(stderr);
 }
 

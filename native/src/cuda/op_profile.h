@@ -5,7 +5,9 @@
  * is the CUDA-event interval to the next mark on the same stream, so the marks cost nothing on
  * the GPU and the numbers are device time, not launch time. Intervals are resolved whenever the
  * stream is synchronized and summed per operation; gt_prof_report prints one line
- * `gantry-op-profile {json}` to stderr. Off (every call returns at once) unless the variable is
+ * `gantry-op-profile {json}` to stderr. The first optimizer step's marks close a warm-up: the
+ * totals restart there, so the report covers the steps after the first (which builds plans and
+ * autotunes every matrix-product shape). Off (every call returns at once) unless the variable is
  * set when the stage is created. Not part of the public API.
  *
  * GANTRY_PROFILE_OPS=prefill also starts every action with a GPU-side delay (gt_cu_spin, 20 ms)
@@ -33,6 +35,7 @@ typedef struct {
     int n, cap;          /* pending marks, pool size */
     double ms[GT_P_COUNT];
     long count[GT_P_COUNT];
+    int steps;           /* optimizer steps seen; totals restart after the first */
 } gt_prof;
 
 /* Reads GANTRY_PROFILE_OPS; 0 or failure leaves it off (profiling never fails a run). */
