@@ -576,6 +576,17 @@ extern "C" cudaError_t gt_cu_bias_backward(float *dbias, const gt_bf16 *dout, in
     return cudaGetLastError();
 }
 
+__global__ void accumulate_f32_kernel(float *dst, const float *src, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] += src[i];
+}
+
+extern "C" cudaError_t gt_cu_accumulate_f32(float *dst, const float *src, int n,
+                                            cudaStream_t stream) {
+    accumulate_f32_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(dst, src, n);
+    return cudaGetLastError();
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* GELU (tanh), residual                                                                       */
 
