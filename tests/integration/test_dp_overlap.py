@@ -110,12 +110,15 @@ def test_bucket_counts_follow_the_layout(tmp_path: Path, native_lib_path: Path) 
     assert [r["loss"] for r in big] == [r["loss"] for r in on]
 
 
-def test_hierarchical_two_nodes_matches_blocking(tmp_path: Path,
-                                                 native_lib_path: Path) -> None:
-    """dp=4 on 2 emulated nodes x 2 ranks: Ireduce in the node, Iallreduce across the node
-    leaders, Ibcast in the node — each step a two-rank sum, so bitwise equal again."""
-    _compare(tmp_path, native_lib_path, pp=1, dp=4, schedule="1f1b", v=1, m=1,
-             node_names=["na", "na", "nb", "nb"])
+@pytest.mark.parametrize("nodes", [["na", "na", "nb", "nb"], ["na", "nb"]],
+                         ids=["dp4-2x2", "dp2-2x1"])
+def test_hierarchical_nodes_match_blocking(tmp_path: Path, native_lib_path: Path,
+                                           nodes: list[str]) -> None:
+    """Emulated nodes. dp=4 as 2 x 2: Ireduce in the node, Iallreduce across the node
+    leaders, Ibcast in the node, each step a two-rank sum, so bitwise equal again. dp=2 as
+    2 x 1: the leaders' Iallreduce alone (the single-node cases above: Ireduce + Ibcast)."""
+    _compare(tmp_path, native_lib_path, pp=1, dp=len(nodes), schedule="1f1b", v=1, m=1,
+             node_names=nodes)
 
 
 @pytest.mark.parametrize("name,value", [("GANTRY_DP_OVERLAP", "yes"),
