@@ -30,6 +30,7 @@ set(GANTRY_CUDA_SOURCES
   src/safetensors.c
   src/shard.c
   src/stage_layout.c
+  src/dp_buckets.c
   src/stage_checks.c
   src/stage_io.c
   src/optim_common.c

@@ -46,9 +46,9 @@ class StepResult(ctypes.Structure):
     _fields_ = [
         (name, ctypes.c_double) for name in (
             "loss", "grad_norm", "lr", "compute_s", "send_s", "recv_s", "bubble_s", "sync_s",
-            "total_s",
+            "total_s", "dp_wait_s",
         )
-    ]
+    ] + [("dp_buckets", ctypes.c_int32), ("pad", ctypes.c_int32)]
 
 
 class TraceEvent(ctypes.Structure):

@@ -79,6 +79,21 @@ int gt_comm_allreduce_pipe_double(gt_comm *comm, double *value);
 int gt_comm_allreduce_world_double(gt_comm *comm, double *value);
 int gt_comm_barrier(gt_comm *comm);
 
+/* Overlapped data-parallel all-reduce (pipeline.c, GANTRY_DP_OVERLAP=1): the executor starts
+ * one bucket (a contiguous range of a gradient buffer whose gradients are final, or about to
+ * be on the compute stream) while the backward goes on, and waits for all of them before the
+ * tied all-reduce, the norm and the optimizer. Same sum as gt_comm_allreduce_dp. Every rank of
+ * a dp group starts the same buckets in the same order. No-ops if dp == 1.
+ *   MPI:  nonblocking and hierarchical like gt_comm_allreduce_dp: per bucket MPI_Ireduce to
+ *         the node leader, MPI_Iallreduce across the leaders, MPI_Ibcast inside the node, each
+ *         step posted when the previous completed (tested at every start and at wait-all; each
+ *         step has its own communicator, so all ranks post them in bucket order).
+ *   NCCL: on a dedicated DP stream and communicator (GANTRY_DP_MAX_CTAS); the bucket waits
+ *         (event) for the compute stream's work so far; wait-all makes the compute stream wait
+ *         for the DP stream (the host does not block). */
+int gt_comm_dp_bucket_start(gt_comm *comm, float *buf, size_t count);
+int gt_comm_dp_wait_all(gt_comm *comm);
+
 int gt_comm_pp(const gt_comm *comm);
 int gt_comm_dp(const gt_comm *comm);
 int gt_comm_pipe_rank(const gt_comm *comm);

@@ -30,6 +30,15 @@
  * received buffer before later compute. All-reduces of gradients run on `compute`; host
  * scalars (loss, norm) use MPI.
  *
+ * Overlapped data-parallel buckets (dp > 1, GANTRY_DP_OVERLAP=1): their own communicator
+ * (split from dp with maxCTAs = GANTRY_DP_MAX_CTAS, default 8, so the all-reduce kernels
+ * running beside the backward leave most SMs to it) and their own stream. A bucket records an
+ * event on `compute` right after the last kernel writing its gradients was enqueued, the DP
+ * stream waits for it and runs ncclAllReduce; wait-all records the DP stream's end and makes
+ * `compute` wait for it, so the tied all-reduce, the norm and AdamW see the sums and the host
+ * never blocks for them. The DP stream has the default (lowest) priority: the edges' transfers
+ * and the compute stream go first.
+ *
  * Every CUDA / NCCL / MPI call is checked; failures carry the call, the library's message and
  * file:line. The world dup, the pipe communicator and the host-scalar collectives are
  * comm_host.c's (shared with comm_mpi.c).
@@ -45,6 +54,7 @@
 #include "comm_host.h"
 #include "common.h"
 #include "cuda/cuda_check.h"
+#include "dp_buckets.h"
 
 #define NCCL_CHECK(call)                                                                      \
     do {                                                                                      \
@@ -61,6 +71,11 @@ struct gt_comm {
     gt_comm_host host;           /* first: layout, world, pipe (comm_host.c) */
     int device;
     ncclComm_t nworld, ntied, ndp;
+    ncclComm_t ndp_overlap;      /* overlapped dp buckets (NULL: dp == 1 or overlap off) */
+    cudaStream_t dp_stream;      /* their stream */
+    cudaEvent_t dp_ready;        /* recorded on compute when a bucket starts */
+    cudaEvent_t dp_done;         /* recorded on dp_stream at wait-all */
+    int dp_started;              /* buckets since the last wait-all */
     ncclComm_t edge[GT_N_EDGES]; /* NULL where unused (pp == 1) */
     cudaStream_t compute;
     cudaStream_t streams[GT_N_EDGES];
@@ -115,19 +130,39 @@ cleanup:
     return rc;
 }
 
-/* GANTRY_P2P_MAX_CTAS: the CTA (SM) cap of the edge communicators; 0 = NCCL's default. */
-static int p2p_max_ctas(int *out) {
+/* A CTA (SM) cap from environment variable `name` (GANTRY_P2P_MAX_CTAS for the edge
+ * communicators, GANTRY_DP_MAX_CTAS for the overlapped dp one); 0 = NCCL's default. */
+static int env_max_ctas(const char *name, int fallback, int *out) {
     int rc = GT_OK;
-    const char *env = getenv("GANTRY_P2P_MAX_CTAS");
-    *out = 4;
+    const char *env = getenv(name);
+    *out = fallback;
     if (env != NULL && env[0] != '\0') {
         char *end = NULL;
         long v = strtol(env, &end, 10);
         if (*end != '\0' || v < 0 || v > 64)
-            GT_INPUT_FAIL("GANTRY_P2P_MAX_CTAS='%s' is not allowed (an integer 0..64; 0 = NCCL's "
-                          "default)", env);
+            GT_INPUT_FAIL("%s='%s' is not allowed (an integer 0..64; 0 = NCCL's default)", name,
+                          env);
         *out = (int)v;
     }
+cleanup:
+    return rc;
+}
+
+/* The overlapped dp buckets' communicator (split from dp: collective over the dp group),
+ * stream and events. */
+static int create_dp_overlap(gt_comm *c) {
+    int rc = GT_OK;
+    int wanted = 0, max_ctas = 0;
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    GT_CHECK(gt_dp_overlap_wanted(&wanted));
+    if (!wanted || c->ndp == NULL) goto cleanup;
+    GT_CHECK(env_max_ctas("GANTRY_DP_MAX_CTAS", 8, &max_ctas));
+    if (max_ctas > 0) config.minCTAs = 1, config.maxCTAs = max_ctas;
+    NCCL_CHECK(ncclCommSplit(c->ndp, 0, c->host.replica, &c->ndp_overlap,
+                             max_ctas > 0 ? &config : NULL));
+    CUDA_CHECK(cudaStreamCreateWithFlags(&c->dp_stream, cudaStreamNonBlocking));
+    CUDA_CHECK(cudaEventCreateWithFlags(&c->dp_ready, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&c->dp_done, cudaEventDisableTiming));
 cleanup:
     return rc;
 }
@@ -139,7 +174,7 @@ static int split_edges(gt_comm *c) {
     const int n_rounds = pp % 2 == 1 ? 3 : 2;
     int max_ctas = 0;
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    GT_CHECK(p2p_max_ctas(&max_ctas));
+    GT_CHECK(env_max_ctas("GANTRY_P2P_MAX_CTAS", 4, &max_ctas));
     if (max_ctas > 0) config.minCTAs = 1, config.maxCTAs = max_ctas;
     for (int k = 0; k < 2; k++) {
         int kind = k == 0 ? GT_MSG_ACT : GT_MSG_GRAD;
@@ -231,6 +266,7 @@ int gt_comm_create(int world_fint, int pp, int dp, int pipe_rank, int replica, i
             c->ndp = made;
         }
     }
+    GT_CHECK(create_dp_overlap(c));
     if (pp > 1) {
         GT_CHECK(split_edges(c));
         GT_CHECK(warm_up_edges(c));
@@ -283,11 +319,15 @@ void gt_comm_free(gt_comm *c) {
             }
         }
     }
+    if (c->ndp_overlap != NULL) ncclCommDestroy(c->ndp_overlap);
     if (c->ndp != NULL) ncclCommDestroy(c->ndp);
     if (c->ntied != NULL) ncclCommDestroy(c->ntied);
     if (c->nworld != NULL) ncclCommDestroy(c->nworld);
     if (c->scratch != NULL) cudaFree(c->scratch);
     if (c->posted != NULL) cudaEventDestroy(c->posted);
+    if (c->dp_ready != NULL) cudaEventDestroy(c->dp_ready);
+    if (c->dp_done != NULL) cudaEventDestroy(c->dp_done);
+    if (c->dp_stream != NULL) cudaStreamDestroy(c->dp_stream);
     for (int e = 0; e < GT_N_EDGES; e++)
         if (c->streams[e] != NULL) cudaStreamDestroy(c->streams[e]);
     if (c->compute != NULL) cudaStreamDestroy(c->compute);
@@ -405,6 +445,32 @@ int gt_comm_allreduce_tied(gt_comm *c, float *buf, size_t count) {
     int rc = GT_OK;
     if (c->ntied == NULL) return GT_OK;
     NCCL_CHECK(ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, c->ntied, c->compute));
+cleanup:
+    return rc;
+}
+
+int gt_comm_dp_bucket_start(gt_comm *c, float *buf, size_t count) {
+    int rc = GT_OK;
+    if (c->ndp == NULL) return GT_OK;
+    if (c->ndp_overlap == NULL) { /* overlap switched off at creation: in stream order */
+        NCCL_CHECK(ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, c->ndp, c->compute));
+        goto cleanup;
+    }
+    /* the bucket's gradients are final once `compute` reaches this point */
+    CUDA_CHECK(cudaEventRecord(c->dp_ready, c->compute));
+    CUDA_CHECK(cudaStreamWaitEvent(c->dp_stream, c->dp_ready, 0));
+    NCCL_CHECK(ncclAllReduce(buf, buf, count, ncclFloat, ncclSum, c->ndp_overlap, c->dp_stream));
+    c->dp_started++;
+cleanup:
+    return rc;
+}
+
+int gt_comm_dp_wait_all(gt_comm *c) {
+    int rc = GT_OK;
+    if (c->dp_started == 0) return GT_OK;
+    CUDA_CHECK(cudaEventRecord(c->dp_done, c->dp_stream));
+    CUDA_CHECK(cudaStreamWaitEvent(c->compute, c->dp_done, 0));
+    c->dp_started = 0;
 cleanup:
     return rc;
 }

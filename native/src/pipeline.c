@@ -14,6 +14,12 @@
  * the GPU's time for it; sends and receives run on their own streams meanwhile, and a WAIT
  * blocks the host until its transfer is done. So the per-category times (compute / send /
  * recv / bubble) and the trace spans are what the GPU did, not launch times.
+ *
+ * Data-parallel overlap (see gantry/pipeline.h): before each step the executor finds, per
+ * chunk, the table index of its last BACKWARD / WEIGHT (last_grad); that action alone runs
+ * with the gradients-ready hook armed, feeding the bucketer (dp_buckets.h), whose full buckets
+ * start their all-reduce at once. The hook sees the final gradients because no later action of
+ * the step touches that chunk's gradient buffer.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -22,6 +28,7 @@
 
 #include "comm.h"
 #include "common.h"
+#include "dp_buckets.h"
 #include "gantry/pipeline.h"
 #ifdef GANTRY_HAVE_SITE_H
 #include "gantry_site.h"
@@ -46,6 +53,12 @@ struct gt_pipeline {
     gt_chunk *chunks; /* [v] */
     gt_trace_event *trace;
     int trace_count, trace_cap;
+    int overlap;            /* dp > 1 and GANTRY_DP_OVERLAP=1 */
+    size_t bucket_elems;    /* GANTRY_DP_BUCKET_MB in floats */
+    int *last_grad;         /* [v] table index of each chunk's last BACKWARD / WEIGHT, -1 */
+    gt_bucketer bucketer;   /* of the armed action */
+    float *armed_grads;     /* gradient buffer of the armed action's chunk */
+    int dp_buckets;         /* buckets started this step */
 };
 
 static double now_s(void) {
@@ -67,6 +80,10 @@ int gt_pipeline_create(const gt_config *cfg, gt_comm *comm, int v, int m, int B,
     p->comm = comm;
     p->pp = gt_comm_pp(comm), p->dp = gt_comm_dp(comm), p->pipe_rank = gt_comm_pipe_rank(comm);
     p->v = v, p->m = m, p->B = B, p->T = T;
+    GT_CHECK(gt_dp_overlap_wanted(&p->overlap));
+    GT_CHECK(gt_dp_bucket_elements(&p->bucket_elems));
+    p->overlap = p->overlap && p->dp > 1;
+    GT_CALLOC(p->last_grad, v);
     GT_CALLOC(p->chunks, v);
     const int n_stages = p->pp * v;
     void *stream = gt_comm_compute_stream(comm);
@@ -109,6 +126,7 @@ void gt_pipeline_free(gt_pipeline *p) {
         free(ch->x_in);
     }
     free(p->chunks);
+    free(p->last_grad);
     free(p->trace);
     free(p);
 }
@@ -133,6 +151,53 @@ static int chunk_of(gt_pipeline *p, int s, gt_chunk **out) {
                 p->pipe_rank);
     *out = &p->chunks[s / p->pp];
 cleanup:
+    return rc;
+}
+
+/* Bucketer flush: starts the data-parallel all-reduce of one bucket of the armed chunk. */
+static int start_bucket(void *ctx, size_t offset, size_t count) {
+    gt_pipeline *p = ctx;
+    p->dp_buckets++;
+    return gt_comm_dp_bucket_start(p->comm, p->armed_grads + offset, count);
+}
+
+/* The stage's gradients-ready hook while armed: one more final range for the bucketer. */
+static int on_grad_ready(void *ctx, size_t offset, size_t count) {
+    return gt_bucketer_add((gt_bucketer *)ctx, offset, count);
+}
+
+/* Finds each chunk's last gradient-producing action (-1: none, or no overlap). */
+static void find_last_grad(gt_pipeline *p, const int32_t *actions, int n) {
+    for (int c = 0; c < p->v; c++) p->last_grad[c] = -1;
+    if (!p->overlap) return;
+    for (int i = 0; i < n; i++) {
+        const int32_t *a = actions + (size_t)i * GT_ACTION_WIDTH;
+        int s = a[1];
+        if ((a[0] == GT_OP_BACKWARD || a[0] == GT_OP_WEIGHT) && s >= 0 && s < p->pp * p->v &&
+            s % p->pp == p->pipe_rank)
+            p->last_grad[s / p->pp] = i;
+    }
+}
+
+/* A BACKWARD or WEIGHT action; `armed`: the chunk's last one, run with the gradients-ready
+ * hook, after which every range must have been reported (and its bucket started). */
+static int grad_action(gt_pipeline *p, gt_chunk *ch, int op, int slot, float loss_scale,
+                       int armed) {
+    int rc = GT_OK;
+    if (armed) {
+        gt_bucketer_reset(&p->bucketer, gt_stage_num_params(ch->stage), p->bucket_elems,
+                          start_bucket, p);
+        p->armed_grads = gt_stage_buffer(ch->stage, GT_BUF_GRADS);
+        GT_CHECK(gt_stage_set_grad_ready(ch->stage, on_grad_ready, &p->bucketer));
+    }
+    if (op == GT_OP_BACKWARD)
+        GT_CHECK(gt_stage_backward(ch->stage, slot, ch->is_last ? NULL : ch->dx_out[slot],
+                                   ch->is_first ? NULL : ch->dx_in[slot], loss_scale));
+    else
+        GT_CHECK(gt_stage_backward_weight(ch->stage, slot));
+    if (armed) GT_CHECK(gt_bucketer_finish(&p->bucketer));
+cleanup:
+    if (armed) gt_stage_set_grad_ready(ch->stage, NULL, NULL);
     return rc;
 }
 
@@ -166,16 +231,13 @@ static int run_table(gt_pipeline *p, const int32_t *actions, int n, const int32_
             break;
         }
         case GT_OP_BACKWARD:
-            GT_CHECK(gt_stage_backward(ch->stage, slot, ch->is_last ? NULL : ch->dx_out[slot],
-                                       ch->is_first ? NULL : ch->dx_in[slot], loss_scale));
+        case GT_OP_WEIGHT:
+            GT_CHECK(grad_action(p, ch, op, slot, loss_scale, i == p->last_grad[s / p->pp]));
             break;
         case GT_OP_BACKWARD_INPUT:
             GT_CHECK(gt_stage_backward_input(ch->stage, slot,
                                              ch->is_last ? NULL : ch->dx_out[slot],
                                              ch->is_first ? NULL : ch->dx_in[slot], loss_scale));
-            break;
-        case GT_OP_WEIGHT:
-            GT_CHECK(gt_stage_backward_weight(ch->stage, slot));
             break;
         case GT_OP_SEND_ACT:
             GT_CHECK(gt_comm_isend(p->comm, i, peer, GT_MSG_ACT, ch->x_out[slot], ch->act_bytes));
@@ -220,18 +282,26 @@ cleanup:
     return rc;
 }
 
-/* Tied wte, data-parallel all-reduce, global norm, clipping, AdamW. */
+/* Data-parallel all-reduce (waiting for the overlapped buckets, or whole buffers), tied wte
+ * (of the dp-reduced gradients), global norm, clipping, AdamW. */
 static int sync_and_update(gt_pipeline *p, const gt_step_args *args, gt_step_result *r) {
     int rc = GT_OK;
     double sq = 0.0;
+    if (p->overlap) {
+        double t0 = now_s();
+        GT_CHECK(gt_comm_dp_wait_all(p->comm));
+        r->dp_wait_s = now_s() - t0;
+        r->dp_buckets = p->dp_buckets;
+    }
     for (int c = 0; c < p->v; c++) {
         gt_chunk *ch = &p->chunks[c];
         float *grads = gt_stage_buffer(ch->stage, GT_BUF_GRADS);
         size_t off = 0, count = 0;
+        if (p->last_grad[c] < 0) /* not overlapped */
+            GT_CHECK(gt_comm_allreduce_dp(p->comm, grads, gt_stage_num_params(ch->stage)));
         if ((ch->is_first || ch->is_last) && !(ch->is_first && ch->is_last) &&
             gt_stage_wte_range(ch->stage, &off, &count))
             GT_CHECK(gt_comm_allreduce_tied(p->comm, grads + off, count));
-        GT_CHECK(gt_comm_allreduce_dp(p->comm, grads, gt_stage_num_params(ch->stage)));
         double part = 0.0;
         GT_CHECK(gt_stage_grad_sq_sum(ch->stage, !(ch->is_last && !ch->is_first), &part));
         sq += part;
@@ -266,6 +336,8 @@ int gt_pipeline_step(gt_pipeline *p, const int32_t *actions, int n_actions,
     p->trace_count = 0;
     GT_CHECK(gt_comm_reserve(p->comm, n_actions));
     for (int c = 0; c < p->v; c++) GT_CHECK(gt_stage_zero_grad(p->chunks[c].stage));
+    find_last_grad(p, actions, n_actions);
+    p->dp_buckets = 0;
     GT_CHECK(run_table(p, actions, n_actions, tokens, targets, &loss_sum, &r, t_start));
     double t_sync = now_s();
     GT_CHECK(sync_and_update(p, args, &r));

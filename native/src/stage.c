@@ -304,7 +304,10 @@ static void backward_input(gt_stage *s, gt_slot *a, gt_grad_acts *g, const float
     if (!s->layout.is_first) memcpy(dx_in, g->dresid[0], N * C * sizeof(float));
 }
 
-static void backward_weight(gt_stage *s, gt_slot *a, gt_grad_acts *g) {
+/* Weight gradients of one micro-batch; reports each range to an armed gradients-ready hook
+ * (stage.h) right after its last accumulation. */
+static int backward_weight(gt_stage *s, gt_slot *a, gt_grad_acts *g) {
+    int rc = GT_OK;
     size_t N = (size_t)s->layout.B * s->layout.T;
     int B = s->layout.B, T = s->layout.T, C = s->layout.cfg.n_embd, V = s->layout.cfg.vocab_size;
     float *G = s->buffers[GT_BUF_GRADS];
@@ -316,6 +319,7 @@ static void backward_weight(gt_stage *s, gt_slot *a, gt_grad_acts *g) {
         gt_layernorm_backward_weight(G + s->layout.tensors[s->layout.num_tensors - 2].offset,
                                      G + s->layout.tensors[s->layout.num_tensors - 1].offset,
                                      g->dlnf, out, a->lnf_mean, a->lnf_rstd, N, C, scratch);
+        GT_CHECK(gt_stage_report_head(&s->layout));
     }
     for (int l = nl - 1; l >= 0; l--) {
         const float *x = l == 0 ? a->x0 : a->res3[l - 1];
@@ -337,10 +341,15 @@ static void backward_weight(gt_stage *s, gt_slot *a, gt_grad_acts *g) {
         gt_layernorm_backward_weight(gt_layer_tensor(s, G, l, GT_LN1_W),
                                      gt_layer_tensor(s, G, l, GT_LN1_B), g->dln1[l], x,
                                      a->ln1_mean[l], a->ln1_rstd[l], N, C, scratch);
+        GT_CHECK(gt_stage_report_layer(&s->layout, l));
     }
-    if (s->layout.is_first)
+    if (s->layout.is_first) {
         gt_encoder_backward(G + s->layout.tensors[0].offset, G + s->layout.tensors[1].offset,
                             g->dresid[0], a->tokens, B, T, C);
+        GT_CHECK(gt_stage_report_embeddings(&s->layout));
+    }
+cleanup:
+    return rc;
 }
 
 int gt_stage_backward(gt_stage *s, int slot, const float *dx_out, float *dx_in,
@@ -349,8 +358,8 @@ int gt_stage_backward(gt_stage *s, int slot, const float *dx_out, float *dx_in,
     GT_CHECK(check_slot(s, slot, GT_SLOT_FORWARD_DONE, "gt_stage_backward"));
     GT_CHECK(gt_stage_check_backward_args(&s->layout, dx_out, dx_in, "gt_stage_backward"));
     backward_input(s, &s->slots[slot], &s->shared_grads, dx_out, dx_in, loss_scale);
-    backward_weight(s, &s->slots[slot], &s->shared_grads);
-    s->slots[slot].state = GT_SLOT_FREE;
+    s->slots[slot].state = GT_SLOT_FREE; /* the slot's activations are consumed either way */
+    GT_CHECK(backward_weight(s, &s->slots[slot], &s->shared_grads));
 cleanup:
     return rc;
 }
@@ -378,8 +387,8 @@ cleanup:
 int gt_stage_backward_weight(gt_stage *s, int slot) {
     int rc = GT_OK;
     GT_CHECK(check_slot(s, slot, GT_SLOT_INPUT_GRAD_DONE, "gt_stage_backward_weight"));
-    backward_weight(s, &s->slots[slot], s->slot_grads[slot]);
     s->slots[slot].state = GT_SLOT_FREE;
+    GT_CHECK(backward_weight(s, &s->slots[slot], s->slot_grads[slot]));
 cleanup:
     return rc;
 }

@@ -149,3 +149,47 @@ const gt_tensor_info *gt_stage_tensor(const gt_stage *s, int i) {
     if (L == NULL || i < 0 || i >= L->num_tensors) return NULL;
     return &L->tensors[i];
 }
+
+/* ------------------------------------------------------------------------------------------ */
+/* gradients-ready hook                                                                        */
+
+int gt_stage_set_grad_ready(gt_stage *s, gt_grad_ready_fn fn, void *ctx) {
+    int rc = GT_OK;
+    if (s == NULL) GT_INPUT_FAIL("gt_stage_set_grad_ready: stage is NULL");
+    {
+        gt_stage_layout *L = (gt_stage_layout *)(void *)s;
+        L->grad_ready = fn;
+        L->grad_ready_ctx = fn != NULL ? ctx : NULL;
+    }
+cleanup:
+    return rc;
+}
+
+static int report(const gt_stage_layout *L, size_t offset, size_t count) {
+    return L->grad_ready(L->grad_ready_ctx, offset, count);
+}
+
+int gt_stage_report_head(const gt_stage_layout *L) {
+    int rc = GT_OK;
+    if (L->grad_ready == NULL || !L->is_last) return GT_OK;
+    if (!L->is_first) GT_CHECK(report(L, L->tensors[0].offset, L->tensors[0].numel));
+    {
+        const gt_tensor_info *lnf_w = &L->tensors[L->num_tensors - 2];
+        GT_CHECK(report(L, lnf_w->offset, L->num_params - lnf_w->offset)); /* ln_f w, b */
+    }
+cleanup:
+    return rc;
+}
+
+int gt_stage_report_layer(const gt_stage_layout *L, int l) {
+    if (L->grad_ready == NULL) return GT_OK;
+    const gt_tensor_info *first = &L->tensors[L->layer_tensor0 + l * GT_TENSORS_PER_LAYER];
+    const gt_tensor_info *last = first + GT_TENSORS_PER_LAYER - 1;
+    return report(L, first->offset, last->offset + last->numel - first->offset);
+}
+
+int gt_stage_report_embeddings(const gt_stage_layout *L) {
+    if (L->grad_ready == NULL || !L->is_first) return GT_OK;
+    const gt_tensor_info *wpe = &L->tensors[1]; /* a first stage: wte (0), wpe (1) */
+    return report(L, L->tensors[0].offset, wpe->offset + wpe->numel - L->tensors[0].offset);
+}

@@ -40,6 +40,9 @@ typedef struct {
     int layer_tensor0;              /* index of the first layer tensor in the table */
     int has_wte, has_wpe;           /* wte: first or last stage (tensor 0); wpe: first (tensor 1) */
     size_t num_params;              /* elements in each buffer */
+
+    gt_grad_ready_fn grad_ready;    /* armed gradients-ready hook (stage.h), NULL if none */
+    void *grad_ready_ctx;
 } gt_stage_layout;
 
 /* The layout at the start of a stage of either backend (NULL for NULL). */
@@ -63,6 +66,13 @@ int gt_stage_check_placement(const gt_config *cfg, int layer_begin, int layer_en
 /* Fills a zeroed layout from checked arguments and builds its tensor table. */
 int gt_stage_layout_init(gt_stage_layout *L, const gt_config *cfg, int layer_begin,
                          int layer_end, int is_first, int is_last, int B, int T, int n_slots);
+
+/* Reports to an armed gradients-ready hook (no-ops when disarmed), in backward order: after
+ * the head's weight gradients (wte unless the stage is also first, then ln_f), after local
+ * layer l's weight gradients, after the encoder's (wte and wpe of a first stage). */
+int gt_stage_report_head(const gt_stage_layout *L);
+int gt_stage_report_layer(const gt_stage_layout *L, int l);
+int gt_stage_report_embeddings(const gt_stage_layout *L);
 
 /* Frees the table (the layout itself belongs to the stage). */
 void gt_stage_layout_release(gt_stage_layout *L);

@@ -46,15 +46,31 @@ def write_job(directory: Path, name: str, *, pp: int, dp: int, schedule: str, m:
 
 
 def gantry_train(job: Path, ranks: int, lib: Path, *extra: str,
-                 run_dir: Path | None = None) -> subprocess.CompletedProcess[str]:
-    """`gantry train` under mpirun with `ranks` processes (or alone when ranks == 1)."""
+                 run_dir: Path | None = None, env: dict[str, str] | None = None,
+                 node_names: list[str] | None = None) -> subprocess.CompletedProcess[str]:
+    """`gantry train` under mpirun with `ranks` processes (or alone when ranks == 1), with
+    `env` added to the environment; `node_names` (one per rank) emulates nodes: rank i gets
+    GANTRY_NODE_NAME=node_names[i] (one mpirun app context per run of equal names)."""
     cmd = [sys.executable, "-m", "launcher", "train", str(job), "--lib", str(lib), *extra]
     if run_dir is not None:
         cmd += ["--run-dir", str(run_dir)]
-    if ranks > 1:
+    if node_names is not None:
+        assert len(node_names) == ranks
+        runs: list[list[Any]] = []  # [name, count] of consecutive ranks on one node
+        for name in node_names:
+            if runs and runs[-1][0] == name:
+                runs[-1][1] += 1
+            else:
+                runs.append([name, 1])
+        contexts: list[str] = []
+        for name, count in runs:
+            contexts += [":"] if contexts else []
+            contexts += ["-np", str(count), "-x", f"GANTRY_NODE_NAME={name}", *cmd]
+        cmd = ["mpirun", "--oversubscribe", *contexts]
+    elif ranks > 1:
         cmd = ["mpirun", "--oversubscribe", "-np", str(ranks), *cmd]
     path = os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH", "")]))
-    env = {**os.environ, **MPI_ENV, "PYTHONPATH": path}
+    env = {**os.environ, **MPI_ENV, **(env or {}), "PYTHONPATH": path}
     return subprocess.run(cmd, capture_output=True, text=True, check=False, env=env,
                           cwd=REPO, timeout=300)
 

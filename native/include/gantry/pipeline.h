@@ -7,11 +7,20 @@
  * executor follows it verbatim: it takes no decision at run time.
  *
  * One step: zero grads; run the table (forward / backward / split backward on activation
- * slots, non-blocking sends and receives waited where the table says); all-reduce the wte
- * gradient between first and last stage; hierarchical data-parallel all-reduce of all
- * gradients; global gradient norm (pipeline all-reduce of sums of squares, wte once);
- * clipping; AdamW at the scheduled learning rate. The loss (mean over the micro-batches and
- * replicas) and per-category timings come back on every rank.
+ * slots, non-blocking sends and receives waited where the table says); hierarchical
+ * data-parallel all-reduce of all gradients; all-reduce of the wte gradient between first and
+ * last stage (of the dp-reduced gradients); global gradient norm (pipeline all-reduce of sums
+ * of squares, wte once); clipping; AdamW at the scheduled learning rate. The loss (mean over
+ * the micro-batches and replicas) and per-category timings come back on every rank.
+ *
+ * Data-parallel overlap (dp > 1, GANTRY_DP_OVERLAP=1, the default): the table's LAST
+ * gradient-producing action of each chunk (its last BACKWARD or WEIGHT) runs with the stage's
+ * gradients-ready hook armed (stage.h); the ranges it reports are coalesced into buckets of
+ * about GANTRY_DP_BUCKET_MB (default 25) and each bucket's all-reduce starts at once
+ * (comm.h gt_comm_dp_bucket_start), overlapping the rest of the backward and the table; the
+ * step waits for all buckets before the tied all-reduce. GANTRY_DP_OVERLAP=0 all-reduces each
+ * whole gradient buffer after the table instead. Both give the same sums (for dp = 2 the same
+ * bits: see comm.h).
  */
 #ifndef GANTRY_PIPELINE_H
 #define GANTRY_PIPELINE_H
@@ -57,6 +66,10 @@ typedef struct {
     double bubble_s;  /* blocked in a receive whose data had not arrived (pipeline bubble) */
     double sync_s;    /* tied + data-parallel all-reduces, norm, optimizer */
     double total_s;
+    double dp_wait_s; /* part of sync_s: waiting for the overlapped buckets (MPI: blocked until
+                         they are summed; NCCL: enqueueing the compute stream's wait) */
+    int32_t dp_buckets; /* buckets all-reduced overlapped with the backward (0: none) */
+    int32_t pad;
 } gt_step_result;
 
 /* One span of the last step's trace (times in seconds since the step started). */

@@ -68,7 +68,7 @@ extern "C" {
 GT_API const char *gt_last_error(void);
 
 /* Version of this API; bumped when functions are added. */
-#define GT_API_VERSION 3
+#define GT_API_VERSION 4
 GT_API int gt_api_version(void);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -257,6 +257,27 @@ GT_API int gt_stage_params_updated(gt_stage *stage);
 /* Device memory in use and total on the current device (cudaMemGetInfo: every process's use,
  * context included); 0 and 0 on the CPU backend. Added in API version 3. */
 GT_API int gt_backend_memory(size_t *used_bytes, size_t *total_bytes);
+
+/* ------------------------------------------------------------------------------------------ */
+/* gradients-ready hook (API version 4)                                                        */
+/*
+ * The pipeline executor starts the data-parallel all-reduce of gradients that are final while
+ * the backward still runs. It arms the hook for the one action that is a stage's LAST
+ * gradient-producing action of the step (its last gt_stage_backward or
+ * gt_stage_backward_weight); while armed, that call reports each parameter range of the flat
+ * gradient buffer, in backward order, as soon as the range's gradients are final:
+ *   last stage:  wte (the head's gradient; a stage that is also first reports wte with the
+ *                embeddings instead), then ln_f
+ *   every layer, nl-1 down to 0: its 12 tensors (one contiguous range)
+ *   first stage: wte and wpe (one contiguous range, after the encoder backward)
+ * Together the ranges cover the buffer exactly once. On the CUDA backend a range is reported
+ * when its weight-gradient kernels are ENQUEUED on the stage's stream (the hook orders its own
+ * work after them, e.g. with an event), and an armed action always runs eagerly: a CUDA graph
+ * replays launches without the host, so it could not call the hook. A nonzero return of the
+ * hook fails the action with that status. Actions other than backward and backward_weight
+ * ignore the hook. fn == NULL disarms it. */
+typedef int (*gt_grad_ready_fn)(void *ctx, size_t offset, size_t count);
+GT_API int gt_stage_set_grad_ready(gt_stage *stage, gt_grad_ready_fn fn, void *ctx);
 
 #ifdef __cplusplus
 }

@@ -12,7 +12,9 @@
  *
  * Each action is a host part (checks, staging the host inputs, the encoder groups) around a
  * device body that only enqueues work; the body runs through graph_cache.h, so from its
- * second run on a slot it is one captured CUDA graph. MARK() places the op profiler's marks
+ * second run on a slot it is one captured CUDA graph — except a backward armed with the
+ * gradients-ready hook (stage.h), which always runs eagerly (run_weight_action): the hook is
+ * host code between the layers' launches. MARK() places the op profiler's marks
  * (op_profile.h; profiling runs the bodies eagerly).
  */
 #include <stdlib.h>
@@ -583,6 +585,7 @@ static int layer_backward_weight(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int
     CUDA_CHECK(gt_cu_layernorm_backward_weight(DW(GT_LN1_W), DW(GT_LN1_B), G->dln1, x,
                                                L->ln1_mean, L->ln1_rstd, n, C, s->colsum,
                                                s->stream));
+    GT_CHECK(gt_stage_report_layer(&s->layout, l)); /* an armed hook: the layer is enqueued */
 #undef DW
 cleanup:
     return rc;
@@ -634,6 +637,7 @@ static int head_backward_weight(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g) {
         Gb + s->layout.tensors[s->layout.num_tensors - 2].offset,
         Gb + s->layout.tensors[s->layout.num_tensors - 1].offset, g->dlnf, out, a->lnf_mean,
         a->lnf_rstd, n, C, s->colsum, s->stream));
+    GT_CHECK(gt_stage_report_head(&s->layout));
 cleanup:
     return rc;
 }
@@ -649,6 +653,7 @@ static int encoder_backward(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g) {
                                       a->groups + N, a->groups + 2 * N + 1, a->groups + 3 * N + 1,
                                       (int)N, s->layout.B, s->layout.T, s->layout.cfg.n_embd,
                                       s->stream));
+    GT_CHECK(gt_stage_report_embeddings(&s->layout));
 cleanup:
     return rc;
 }
@@ -709,6 +714,17 @@ cleanup:
     return rc;
 }
 
+/* Runs a weight-producing body through the graph cache, or EAGERLY while the gradients-ready
+ * hook is armed (stage.h): the hook is host code between launches (it records events and
+ * enqueues the data-parallel all-reduce of finished layers on another stream), which a
+ * replayed graph would skip and a capture would wrongly pull into the graph. The eager run
+ * neither captures nor replays, and leaves the slot's cached graph as it was. */
+static int run_weight_action(gt_stage *s, gt_graph_slot *g, const gt_graph_key *key,
+                             gt_graph_body body, void *ctx) {
+    if (s->layout.grad_ready != NULL) return body(ctx);
+    return gt_graph_run(g, &s->graphs_enabled, s->stream, key, sizeof(*key), body, ctx);
+}
+
 static int run_backward(gt_stage *s, int slot, gt_cu_grads *g, const float *dx_out,
                         float *dx_in, float loss_scale, int do_weight) {
     gt_cu_slot *a = &s->slots[slot];
@@ -716,8 +732,10 @@ static int run_backward(gt_stage *s, int slot, gt_cu_grads *g, const float *dx_o
     int kind = do_weight ? GT_GRAPH_BACKWARD : GT_GRAPH_BACKWARD_INPUT;
     gt_graph_key key = graph_key(s, kind, dx_out, dx_in, loss_scale);
     gt_prof_prefill(&s->prof, s->stream);
-    return gt_graph_run(&a->graphs[kind], &s->graphs_enabled, s->stream, &key, sizeof(key),
-                        backward_body, &ctx);
+    if (!do_weight) /* input gradients report nothing: graphs as always */
+        return gt_graph_run(&a->graphs[kind], &s->graphs_enabled, s->stream, &key, sizeof(key),
+                            backward_body, &ctx);
+    return run_weight_action(s, &a->graphs[kind], &key, backward_body, &ctx);
 }
 
 int gt_stage_backward(gt_stage *s, int slot, const float *dx_out, float *dx_in,
@@ -759,8 +777,7 @@ int gt_stage_backward_weight(gt_stage *s, int slot) {
         gt_bwd_ctx ctx = {s, a, s->slot_grads[slot], NULL, NULL, 0.0f, 1};
         gt_graph_key key = graph_key(s, GT_GRAPH_WEIGHT, NULL, NULL, 0.0f);
         gt_prof_prefill(&s->prof, s->stream);
-        GT_CHECK(gt_graph_run(&a->graphs[GT_GRAPH_WEIGHT], &s->graphs_enabled, s->stream, &key,
-                              sizeof(key), weight_body, &ctx));
+        GT_CHECK(run_weight_action(s, &a->graphs[GT_GRAPH_WEIGHT], &key, weight_body, &ctx));
     }
     s->slots[slot].state = GT_SLOT_FREE;
 cleanup:

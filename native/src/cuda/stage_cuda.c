@@ -89,6 +89,7 @@ static int choose_attention(gt_stage *s, char *why, size_t why_len) {
         }
     }
 #else
+    (void)s;
     if (env != NULL && strcmp(env, "reference") != 0)
         GT_INPUT_FAIL("GANTRY_ATTENTION='%s' is not allowed in this build (allowed: reference; "
                       "cudnn needs GANTRY_CUDNN=ON)", env);
