@@ -35,9 +35,12 @@ sys.path.insert(0, str(REPO))
 from launcher.schedules import Op, generate  # noqa: E402
 from launcher.schedules.simulator import UNIT_COSTS, simulate  # noqa: E402
 
-_TUNING_VARS = ("GANTRY_P2P_MAX_CTAS", "GANTRY_PROFILE_OPS", "GANTRY_CUDA_GRAPHS",
-                "GANTRY_GEMM_AUTOTUNE", "GANTRY_ATTN_AUTOTUNE", "NCCL_MAX_P2P_NCHANNELS")
-"""Variables that change the native library's behaviour; passed to every rank when set."""
+_TUNING_PREFIXES = ("GANTRY_", "NCCL_")
+"""Variables that change the native library's or NCCL's behaviour (GANTRY_P2P_MAX_CTAS,
+GANTRY_FUSED_BIAS_GRAD, GANTRY_DP_OVERLAP, ...): every one set is passed to every rank."""
+
+_RANKS = {"single": 1, "pp2": 2, "dp2": 2}
+"""Processes (= GPUs) of each layout."""
 
 _OPS = {"forward": Op.FORWARD, "backward": Op.BACKWARD, "backward_input": Op.BACKWARD_INPUT,
         "weight": Op.WEIGHT}
@@ -52,12 +55,13 @@ def flops_per_token(layers: int, d: int, vocab: int, seq: int) -> float:
 
 def write_job(a: argparse.Namespace, work: Path) -> Path:
     pp = 2 if a.layout == "pp2" else 1
+    dp = 2 if a.layout == "dp2" else 1
     schedule = a.schedule if pp > 1 else "1f1b"
     job = {
         "name": f"bench-{a.layout}-{schedule}",
         "model": {"n_layer": a.layers, "n_head": a.heads, "n_embd": a.d,
                   "vocab_size": a.vocab, "seq_len": a.seq},
-        "parallelism": {"pp": pp, "dp": 1, "schedule": schedule,
+        "parallelism": {"pp": pp, "dp": dp, "schedule": schedule,
                         "micro_batches": a.nmb, "micro_batch_size": a.mbs,
                         "virtual_stages": 2 if schedule == "interleaved" else 1},
         "train": {"steps": a.warmup + a.steps, "lr": 1.0e-4, "lr_schedule": "constant",
@@ -71,11 +75,12 @@ def write_job(a: argparse.Namespace, work: Path) -> Path:
 def run_gantry(a: argparse.Namespace, job: Path, work: Path) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "launcher", "train", str(job), "--lib", a.lib,
            "--run-dir", str(work / "run")]
-    if a.layout == "pp2":
-        passed = ["PYTHONPATH", "NCCL_NVLS_ENABLE", "TORCH_SYMM_MEM_DISABLE_MULTICAST",
-                  "NVSHMEM_DISABLE_NVLS", "GANTRY_ATTENTION"]
-        passed += [k for k in _TUNING_VARS if k in os.environ]
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", "2",
+    if _RANKS[a.layout] > 1:
+        passed = ["PYTHONPATH", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
+                  "GANTRY_ATTENTION"]
+        passed += sorted(k for k in os.environ
+                         if k.startswith(_TUNING_PREFIXES) and k not in passed)
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(_RANKS[a.layout]),
                *[x for k in passed for x in ("-x", k)], "--bind-to", "none", *cmd]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
@@ -137,7 +142,9 @@ def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--layout", choices=["single", "pp2"], default="single")
+    p.add_argument("--layout", choices=sorted(_RANKS), default="single",
+                   help="single: 1 GPU; pp2: PP=2 on 2 GPUs; dp2: DP=2 on 2 GPUs (each replica "
+                   "runs the whole micro-batch set, so a step trains twice the tokens)")
     p.add_argument("--schedule", choices=["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"],
                    default="1f1b")
     p.add_argument("--lib", required=True, help="CUDA libgantry_native.so (built with NCCL)")
@@ -177,8 +184,8 @@ def main() -> int:
 
     timed = records[a.warmup - 1:]
     wall = (timed[-1]["wall_s"] - timed[0]["wall_s"]) / (len(timed) - 1)
-    ngpu = 2 if a.layout == "pp2" else 1
-    tok = a.mbs * a.nmb * a.seq / wall
+    ngpu = _RANKS[a.layout]
+    tok = a.mbs * a.nmb * a.seq * (2 if a.layout == "dp2" else 1) / wall
     info = next((line for line in done.stdout.splitlines() if line.startswith("native backend")),
                 "")
     result = {

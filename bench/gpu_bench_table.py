@@ -24,7 +24,7 @@ def _model(r: dict[str, Any]) -> str:
 
 
 def _layout(r: dict[str, Any]) -> str:
-    return "1 GPU" if r["mode"] == "single" else "PP=2"
+    return {"single": "1 GPU", "dp2": "DP=2"}.get(r["mode"], "PP=2")
 
 
 def tables(rows: list[dict[str, Any]]) -> str:
@@ -34,7 +34,7 @@ def tables(rows: list[dict[str, Any]]) -> str:
     peak = statistics.median(peaks) if peaks else float("nan")
     best: dict[tuple[str, str], dict[str, Any]] = {}
     for r in torch_rows:
-        key = (_model(r), "1 GPU" if r["mode"] == "single" else "PP=2")
+        key = (_model(r), _layout(r))
         if key not in best or r["tokens_per_s"] > best[key]["tokens_per_s"]:
             best[key] = r
     out = [f"bf16 peak measured by the anchor in this call: {peak:.1f} TFLOP/s", "",

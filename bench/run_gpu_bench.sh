@@ -72,7 +72,8 @@ if has smoke; then
 fi
 if has nccltest; then
   stamp "tests/gpu/test_nccl_pipeline.py"
-  timeout "${NCCLTEST_TIMEOUT:-150}" python3 -m pytest -x -q -p no:cacheprovider tests/gpu/test_nccl_pipeline.py ${NCCLTEST_ARGS:-} 2>&1 \
+  timeout "${NCCLTEST_TIMEOUT:-150}" python3 -m pytest -x -q -p no:cacheprovider tests/gpu/test_nccl_pipeline.py \
+    tests/gpu/test_nccl_dp_overlap.py ${NCCLTEST_ARGS:-} 2>&1 \
     | tee "$out/nccltest.log" | tail -15
 fi
 gantry() { # label, time limit (s), bench_gantry_gpu.py args...

@@ -149,8 +149,11 @@ GT_API int gt_stage_forward(gt_stage *stage, int slot, const int32_t *tokens, co
 GT_API int gt_stage_backward(gt_stage *stage, int slot, const float *dx_out, float *dx_in,
                       float loss_scale);
 
-/* Zero-bubble split: input gradients only (dx_in); keeps the slot (and the activation gradients
- * of this micro-batch) until gt_stage_backward_weight(slot) computes the weight gradients. */
+/* Zero-bubble split: input gradients (dx_in); keeps the slot (and the activation gradients of
+ * this micro-batch) until gt_stage_backward_weight(slot) computes the weight gradients. A
+ * backend may accumulate a few cheap weight gradients already here, where they fall out of the
+ * input pass (the CUDA backend: the LayerNorms' weights and biases); the sum over both halves
+ * is always that of gt_stage_backward. */
 GT_API int gt_stage_backward_input(gt_stage *stage, int slot, const float *dx_out, float *dx_in,
                             float loss_scale);
 GT_API int gt_stage_backward_weight(gt_stage *stage, int slot);

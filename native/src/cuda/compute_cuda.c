@@ -17,6 +17,7 @@
  * host code between the layers' launches. MARK() places the op profiler's marks
  * (op_profile.h; profiling runs the bodies eagerly).
  */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -236,6 +237,8 @@ static int linear_backward_weight(gt_stage *s, float *dW, float *db, const gt_bf
         }
         if (!unsupported) goto cleanup;
         s->bgrad_fused = 0; /* no algorithm with this epilogue: the separate pass from now on */
+        fprintf(stderr, "gantry: cuBLASLt has no bias-gradient epilogue for %d x %d x %d; bias "
+                "gradients by a separate pass\n", OC, IC, N);
         rc = GT_OK;
         m.epilogue = GT_EPI_NONE;
         m.bgrad = NULL;
@@ -528,22 +531,28 @@ static gt_bf16 *dresid(gt_cu_grads *g, int l) {
     return g->dresid[g->n_resid == 2 ? (l & 1) : l];
 }
 
+/* The input gradients of layer l, and its two LayerNorms' weight gradients (computed in the
+ * same pass as their input gradients, so the split backward's weight half does not read the
+ * LayerNorm inputs again). */
 static int layer_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int l) {
     int rc = GT_OK;
     int n = s->layout.B * s->layout.T, C = s->layout.cfg.n_embd;
     const gt_bf16 *P = s->params16;
+    float *Gb = s->buffers[GT_BUF_GRADS];
     gt_cu_layer *L = &a->layers[l];
     gt_cu_layer_grads *G = layer_grads(g, l);
     const gt_bf16 *x = l == 0 ? a->x0 : a->layers[l - 1].res3;
     const gt_bf16 *dout = dresid(g, l + 1);
 #define W(k) (P + gt_layer_tensor_offset(&s->layout, l, (k)))
+#define DW(k) (Gb + gt_layer_tensor_offset(&s->layout, l, (k)))
     MARK(GT_P_D_FCPROJ);
     GT_CHECK(linear_backward_input(s, G->dfch, dout, W(GT_FCPROJ_W), L->fch, n, 4 * C, C));
     MARK(GT_P_D_FC);
     GT_CHECK(linear_backward_input(s, G->dln2, G->dfch, W(GT_FC_W), NULL, n, C, 4 * C));
-    MARK(GT_P_D_LN);
-    CUDA_CHECK(gt_cu_layernorm_backward_input(G->dres2, dout, G->dln2, L->res2, L->ln2_mean,
-                                              L->ln2_rstd, W(GT_LN2_W), n, C, s->stream));
+    MARK(GT_P_D_LN); /* with the LayerNorm's weight gradients: one pass over dln2 and res2 */
+    CUDA_CHECK(gt_cu_layernorm_backward(G->dres2, dout, G->dln2, L->res2, L->ln2_mean,
+                                        L->ln2_rstd, W(GT_LN2_W), DW(GT_LN2_W), DW(GT_LN2_B), n,
+                                        C, s->colsum, s->stream));
     MARK(GT_P_D_ATTPROJ);
     GT_CHECK(linear_backward_input(s, s->datty, G->dres2, W(GT_ATTPROJ_W), NULL, n, C, C));
     MARK(GT_P_D_ATTN);
@@ -551,9 +560,11 @@ static int layer_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int 
     MARK(GT_P_D_QKV);
     GT_CHECK(linear_backward_input(s, G->dln1, G->dqkv, W(GT_QKV_W), NULL, n, C, 3 * C));
     MARK(GT_P_D_LN);
-    CUDA_CHECK(gt_cu_layernorm_backward_input(dresid(g, l), G->dres2, G->dln1, x, L->ln1_mean,
-                                              L->ln1_rstd, W(GT_LN1_W), n, C, s->stream));
+    CUDA_CHECK(gt_cu_layernorm_backward(dresid(g, l), G->dres2, G->dln1, x, L->ln1_mean,
+                                        L->ln1_rstd, W(GT_LN1_W), DW(GT_LN1_W), DW(GT_LN1_B), n,
+                                        C, s->colsum, s->stream));
 #undef W
+#undef DW
 cleanup:
     return rc;
 }
@@ -564,7 +575,6 @@ static int layer_backward_weight(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int
     float *Gb = s->buffers[GT_BUF_GRADS];
     gt_cu_layer *L = &a->layers[l];
     gt_cu_layer_grads *G = layer_grads(g, l);
-    const gt_bf16 *x = l == 0 ? a->x0 : a->layers[l - 1].res3;
     const gt_bf16 *dout = dresid(g, l + 1);
 #define DW(k) (Gb + gt_layer_tensor_offset(&s->layout, l, (k)))
     MARK(GT_P_W_FCPROJ);
@@ -572,19 +582,11 @@ static int layer_backward_weight(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int
                                     4 * C, C));
     MARK(GT_P_W_FC);
     GT_CHECK(linear_backward_weight(s, DW(GT_FC_W), DW(GT_FC_B), G->dfch, L->ln2, n, C, 4 * C));
-    MARK(GT_P_W_LN);
-    CUDA_CHECK(gt_cu_layernorm_backward_weight(DW(GT_LN2_W), DW(GT_LN2_B), G->dln2, L->res2,
-                                               L->ln2_mean, L->ln2_rstd, n, C, s->colsum,
-                                               s->stream));
     MARK(GT_P_W_ATTPROJ);
     GT_CHECK(linear_backward_weight(s, DW(GT_ATTPROJ_W), DW(GT_ATTPROJ_B), G->dres2, L->atty, n,
                                     C, C));
     MARK(GT_P_W_QKV);
     GT_CHECK(linear_backward_weight(s, DW(GT_QKV_W), DW(GT_QKV_B), G->dqkv, L->ln1, n, C, 3 * C));
-    MARK(GT_P_W_LN);
-    CUDA_CHECK(gt_cu_layernorm_backward_weight(DW(GT_LN1_W), DW(GT_LN1_B), G->dln1, x,
-                                               L->ln1_mean, L->ln1_rstd, n, C, s->colsum,
-                                               s->stream));
     GT_CHECK(gt_stage_report_layer(&s->layout, l)); /* an armed hook: the layer is enqueued */
 #undef DW
 cleanup:
@@ -596,6 +598,7 @@ static int head_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, float
     int n = s->layout.B * s->layout.T, C = s->layout.cfg.n_embd;
     int V = s->layout.cfg.vocab_size, nl = s->layout.nl;
     const gt_bf16 *P = s->params16;
+    float *Gb = s->buffers[GT_BUF_GRADS];
     const gt_bf16 *out = nl > 0 ? a->layers[nl - 1].res3 : a->x0;
     gt_matmul_args m;
     MARK(GT_P_D_CE);
@@ -608,20 +611,21 @@ static int head_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, float
     m.lda = C, m.ldb = V, m.ldd = C;
     MARK(GT_P_D_HEAD);
     GT_CHECK(gt_matmul(&s->lt, &m, s->stream, NULL));
-    MARK(GT_P_D_LN);
-    CUDA_CHECK(gt_cu_layernorm_backward_input(
+    MARK(GT_P_D_LN); /* ln_f's input and weight gradients in one pass */
+    CUDA_CHECK(gt_cu_layernorm_backward(
         dresid(g, nl), NULL, g->dlnf, out, a->lnf_mean, a->lnf_rstd,
-        P + s->layout.tensors[s->layout.num_tensors - 2].offset, n, C, s->stream));
+        P + s->layout.tensors[s->layout.num_tensors - 2].offset,
+        Gb + s->layout.tensors[s->layout.num_tensors - 2].offset,
+        Gb + s->layout.tensors[s->layout.num_tensors - 1].offset, n, C, s->colsum, s->stream));
 cleanup:
     return rc;
 }
 
-static int head_backward_weight(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g) {
+static int head_backward_weight(gt_stage *s, gt_cu_slot *a) {
     int rc = GT_OK;
     int n = s->layout.B * s->layout.T, C = s->layout.cfg.n_embd;
-    int V = s->layout.cfg.vocab_size, nl = s->layout.nl;
+    int V = s->layout.cfg.vocab_size;
     float *Gb = s->buffers[GT_BUF_GRADS];
-    const gt_bf16 *out = nl > 0 ? a->layers[nl - 1].res3 : a->x0;
     gt_matmul_args m;
     /* dwte (V,C) += dlogits^T lnf: col-major (C,V) = lnf (C,N) @ dl^T (N,V) */
     memset(&m, 0, sizeof(m));
@@ -632,11 +636,6 @@ static int head_backward_weight(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g) {
     m.lda = C, m.ldb = V, m.ldd = C;
     MARK(GT_P_W_HEAD);
     GT_CHECK(gt_matmul(&s->lt, &m, s->stream, NULL));
-    MARK(GT_P_W_LN);
-    CUDA_CHECK(gt_cu_layernorm_backward_weight(
-        Gb + s->layout.tensors[s->layout.num_tensors - 2].offset,
-        Gb + s->layout.tensors[s->layout.num_tensors - 1].offset, g->dlnf, out, a->lnf_mean,
-        a->lnf_rstd, n, C, s->colsum, s->stream));
     GT_CHECK(gt_stage_report_head(&s->layout));
 cleanup:
     return rc;
@@ -679,7 +678,7 @@ static int backward_body(void *arg) {
     size_t NCb = (size_t)s->layout.B * s->layout.T * s->layout.cfg.n_embd * sizeof(gt_bf16);
     if (s->layout.is_last) {
         GT_CHECK(head_backward_input(s, a, g, c->loss_scale));
-        if (c->do_weight) GT_CHECK(head_backward_weight(s, a, g));
+        if (c->do_weight) GT_CHECK(head_backward_weight(s, a));
     } else {
         MARK(GT_P_INPUT);
         CUDA_CHECK(cudaMemcpyAsync(dresid(g, s->layout.nl), c->dx_out, NCb,
@@ -706,7 +705,7 @@ static int weight_body(void *arg) {
     int rc = GT_OK;
     const gt_bwd_ctx *c = arg;
     gt_stage *s = c->s;
-    if (s->layout.is_last) GT_CHECK(head_backward_weight(s, c->a, c->g));
+    if (s->layout.is_last) GT_CHECK(head_backward_weight(s, c->a));
     for (int l = s->layout.nl - 1; l >= 0; l--) GT_CHECK(layer_backward_weight(s, c->a, c->g, l));
     if (s->layout.is_first) GT_CHECK(encoder_backward(s, c->a, c->g));
     MARK(GT_P_END);

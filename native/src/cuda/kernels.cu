@@ -344,6 +344,114 @@ __global__ void __launch_bounds__(256)
 
 static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
+/* LayerNorm backward, input and weight gradients in one pass (layernorm_backward_input_vec_kernel
+ * plus the column sums of gt_cu_layernorm_backward_weight): block b of LN_BWD_WARPS warps owns
+ * rows [b R, b R + R) (R = rows_per_block), warp w takes rows b R + w, b R + w + LN_BWD_WARPS, ...
+ * in increasing order. A lane owns the same columns in every row (the 16-byte vectors
+ * lane + 32 k), so it adds dout and dout * xhat of its columns into its warp's shared-memory
+ * accumulators without any other thread touching them; at the end the block adds its warps in
+ * order and writes partial[b * C + c] (sum of dout) and partial[G * C + b * C + c] (sum of
+ * dout * xhat), G = gridDim.x, for colsum_finish_kernel. Deterministic: fixed orders only. */
+#define LN_BWD_WARPS 2
+template <int K>
+__global__ void __launch_bounds__(LN_BWD_WARPS * WARP)
+    layernorm_backward_fused_kernel(bf16 *dinp, const bf16 *dresid, const bf16 *dout,
+                                    const bf16 *inp, const float *mean, const float *rstd,
+                                    const bf16 *w, float *partial, int N, int C,
+                                    int rows_per_block) {
+    extern __shared__ float4 ln_acc_sh[]; /* [LN_BWD_WARPS][2][C / 4] */
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
+    const int nv = C / LN_VEC;
+    float4 *acc_d = ln_acc_sh + (size_t)warp * 2 * (C / 4); /* sum of dout */
+    float4 *acc_x = acc_d + C / 4;                           /* sum of dout * xhat */
+    const uint4 *wv = reinterpret_cast<const uint4 *>(w);
+#pragma unroll
+    for (int k = 0; k < K; k++) {
+        int v = lane + k * WARP;
+        if (v < nv) {
+            acc_d[2 * v] = acc_d[2 * v + 1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+            acc_x[2 * v] = acc_x[2 * v + 1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    }
+    const int r_end = min(N, ((int)blockIdx.x + 1) * rows_per_block);
+    for (int row = (int)blockIdx.x * rows_per_block + warp; row < r_end; row += LN_BWD_WARPS) {
+        size_t base = (size_t)row * C;
+        const uint4 *dg = reinterpret_cast<const uint4 *>(dout + base);
+        const uint4 *xg = reinterpret_cast<const uint4 *>(inp + base);
+        const uint4 *rg = dresid ? reinterpret_cast<const uint4 *>(dresid + base) : NULL;
+        float m = mean[row], s = rstd[row];
+        uint4 dv[K], xv[K], rv[K];
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int v = lane + k * WARP;
+            dv[k] = v < nv ? dg[v] : make_uint4(0u, 0u, 0u, 0u);
+            xv[k] = v < nv ? xg[v] : make_uint4(0u, 0u, 0u, 0u);
+            rv[k] = rg != NULL && v < nv ? rg[v] : make_uint4(0u, 0u, 0u, 0u);
+        }
+        float dsum = 0.0f, dxsum = 0.0f;
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int v = lane + k * WARP;
+            if (v < nv) {
+                float fd[LN_VEC], fx[LN_VEC], fw[LN_VEC];
+                bf16x8_unpack(dv[k], fd);
+                bf16x8_unpack(xv[k], fx);
+                bf16x8_unpack(wv[v], fw);
+                float4 ad0 = acc_d[2 * v], ad1 = acc_d[2 * v + 1];
+                float4 ax0 = acc_x[2 * v], ax1 = acc_x[2 * v + 1];
+                float xh[LN_VEC];
+#pragma unroll
+                for (int j = 0; j < LN_VEC; j++) {
+                    xh[j] = (fx[j] - m) * s;
+                    float dn = fw[j] * fd[j];
+                    dsum += dn;
+                    dxsum += dn * xh[j];
+                }
+                ad0.x += fd[0], ad0.y += fd[1], ad0.z += fd[2], ad0.w += fd[3];
+                ad1.x += fd[4], ad1.y += fd[5], ad1.z += fd[6], ad1.w += fd[7];
+                ax0.x += fd[0] * xh[0], ax0.y += fd[1] * xh[1];
+                ax0.z += fd[2] * xh[2], ax0.w += fd[3] * xh[3];
+                ax1.x += fd[4] * xh[4], ax1.y += fd[5] * xh[5];
+                ax1.z += fd[6] * xh[6], ax1.w += fd[7] * xh[7];
+                acc_d[2 * v] = ad0, acc_d[2 * v + 1] = ad1;
+                acc_x[2 * v] = ax0, acc_x[2 * v + 1] = ax1;
+            }
+        }
+        dsum = warp_sum(dsum) / C;
+        dxsum = warp_sum(dxsum) / C;
+        uint4 *og = reinterpret_cast<uint4 *>(dinp + base);
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int v = lane + k * WARP;
+            if (v < nv) {
+                float fd[LN_VEC], fx[LN_VEC], fw[LN_VEC], fr[LN_VEC];
+                bf16x8_unpack(dv[k], fd);
+                bf16x8_unpack(xv[k], fx);
+                bf16x8_unpack(wv[v], fw);
+                bf16x8_unpack(rv[k], fr);
+#pragma unroll
+                for (int j = 0; j < LN_VEC; j++) {
+                    float dn = fw[j] * fd[j];
+                    float xhat = (fx[j] - m) * s;
+                    fr[j] = fr[j] + s * (dn - dsum - xhat * dxsum);
+                }
+                og[v] = bf16x8_pack(fr);
+            }
+        }
+    }
+    __syncthreads();
+    const float *sh = reinterpret_cast<const float *>(ln_acc_sh);
+    for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) { /* i < C: dout sums, else dout*xhat */
+        float total = 0.0f;
+#pragma unroll
+        for (int q = 0; q < LN_BWD_WARPS; q++) total += sh[(size_t)q * 2 * C + i];
+        int which = i / C, c = i % C;
+        partial[(size_t)which * gridDim.x * C + (size_t)blockIdx.x * C + c] = total;
+    }
+}
+
+
+
 /* Vectors per lane for the register-cached LayerNorm kernels, or 0 for the scalar fallback. */
 static int ln_vec_per_lane(int C) {
     if (C <= 0 || C % LN_VEC != 0) return 0;
@@ -556,6 +664,50 @@ extern "C" cudaError_t gt_cu_layernorm_backward_weight(float *dw, float *db, con
     /* y = 0: db from p_db (= scratch), y = 1: dw from p_dw (= scratch + chunks * C) */
     colsum_finish_kernel<<<dim3(ceil_div(C, 32), 2), dim3(32, 8), 0, stream>>>(db, dw, scratch, C,
                                                                                chunks);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t gt_cu_layernorm_backward(gt_bf16 *dinp, const gt_bf16 *dresid,
+                                                const gt_bf16 *dout, const gt_bf16 *inp,
+                                                const float *mean, const float *rstd,
+                                                const gt_bf16 *w, float *dw, float *db, int N,
+                                                int C, float *scratch, cudaStream_t stream) {
+    int K = ln_vec_per_lane(C);
+    if (K == 0 || !aligned16(dinp) || (dresid != NULL && !aligned16(dresid)) || !aligned16(dout) ||
+        !aligned16(inp) || !aligned16(w)) {
+        cudaError_t err = gt_cu_layernorm_backward_input(dinp, dresid, dout, inp, mean, rstd, w,
+                                                         N, C, stream);
+        if (err != cudaSuccess) return err;
+        return gt_cu_layernorm_backward_weight(dw, db, dout, inp, mean, rstd, N, C, scratch,
+                                               stream);
+    }
+    int blocks = N < GT_CU_LN_BWD_BLOCKS ? N : GT_CU_LN_BWD_BLOCKS;
+    int per = (N + blocks - 1) / blocks;
+    size_t shmem = (size_t)LN_BWD_WARPS * 2 * C * sizeof(float); /* <= 32 KiB for C <= 2048 */
+    dim3 grid(blocks), block(LN_BWD_WARPS * WARP);
+    switch (K) {
+#define LN_FUSED_CASE(KK)                                                                          \
+    case KK:                                                                                       \
+        layernorm_backward_fused_kernel<KK><<<grid, block, shmem, stream>>>(                       \
+            (bf16 *)dinp, (const bf16 *)dresid, (const bf16 *)dout, (const bf16 *)inp, mean,       \
+            rstd, (const bf16 *)w, scratch, N, C, per);                                            \
+        break;
+        LN_FUSED_CASE(1)
+        LN_FUSED_CASE(2)
+        LN_FUSED_CASE(3)
+        LN_FUSED_CASE(4)
+        LN_FUSED_CASE(5)
+        LN_FUSED_CASE(6)
+        LN_FUSED_CASE(7)
+    default:
+        LN_FUSED_CASE(8)
+#undef LN_FUSED_CASE
+    }
+    cudaError_t err = cudaGetLastError();
+    if (err != cudaSuccess) return err;
+    /* y = 0: db from scratch[0, blocks*C), y = 1: dw from scratch[blocks*C, 2*blocks*C) */
+    colsum_finish_kernel<<<dim3(ceil_div(C, 32), 2), dim3(32, 8), 0, stream>>>(db, dw, scratch, C,
+                                                                               blocks);
     return cudaGetLastError();
 }
 

@@ -24,6 +24,9 @@ typedef uint16_t gt_bf16; /* storage of one bfloat16 */
 /* Rows per block-row of the two-phase column sums; partial buffers hold
  * GT_CU_COLSUM_CHUNKS * C floats per reduced vector. */
 #define GT_CU_COLSUM_CHUNKS 64
+/* Blocks (and partial vectors) of the one-pass LayerNorm backward: its scratch holds
+ * 2 * GT_CU_LN_BWD_BLOCKS * C floats. */
+#define GT_CU_LN_BWD_BLOCKS 512
 
 /* dst (n) bf16 = src (n) fp32, round to nearest even */
 cudaError_t gt_cu_f32_to_bf16(gt_bf16 *dst, const float *src, size_t n, cudaStream_t stream);
@@ -57,6 +60,13 @@ cudaError_t gt_cu_layernorm_backward_weight(float *dw, float *db, const gt_bf16 
                                             const gt_bf16 *inp, const float *mean,
                                             const float *rstd, int N, int C, float *scratch,
                                             cudaStream_t stream);
+/* Both of the above in one pass over dout and inp: dinp as gt_cu_layernorm_backward_input,
+ * dw and db accumulated as gt_cu_layernorm_backward_weight (the same sums, another order);
+ * scratch: 2 * max(GT_CU_LN_BWD_BLOCKS, GT_CU_COLSUM_CHUNKS) * C floats */
+cudaError_t gt_cu_layernorm_backward(gt_bf16 *dinp, const gt_bf16 *dresid, const gt_bf16 *dout,
+                                     const gt_bf16 *inp, const float *mean, const float *rstd,
+                                     const gt_bf16 *w, float *dw, float *db, int N, int C,
+                                     float *scratch, cudaStream_t stream);
 /* dbias (OC) += sum_n dout (N,OC); scratch: GT_CU_COLSUM_CHUNKS * OC floats */
 cudaError_t gt_cu_bias_backward(float *dbias, const gt_bf16 *dout, int N, int OC, float *scratch,
                                 cudaStream_t stream);

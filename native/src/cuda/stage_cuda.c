@@ -130,7 +130,11 @@ int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is
     {
         size_t N = (size_t)B * T, C = (size_t)cfg->n_embd;
         CUDA_MALLOC(s->datty, N * C * sizeof(gt_bf16));
-        CUDA_MALLOC(s->colsum, (size_t)2 * GT_CU_COLSUM_CHUNKS * 4 * C * sizeof(float));
+        /* the column sums of up to 4C columns, or the one-pass LayerNorm backward's partials */
+        size_t colsum_floats = (size_t)2 * GT_CU_COLSUM_CHUNKS * 4 * C;
+        if (colsum_floats < (size_t)2 * GT_CU_LN_BWD_BLOCKS * C)
+            colsum_floats = (size_t)2 * GT_CU_LN_BWD_BLOCKS * C;
+        CUDA_MALLOC(s->colsum, colsum_floats * sizeof(float));
         CUDA_MALLOC(s->sq, (size_t)(1 + GT_CU_SQ_BLOCKS) * sizeof(double));
         CUDA_MALLOC(s->loss, sizeof(float));
         CUDA_CHECK(cudaMallocHost((void **)&s->host_loss, sizeof(float)));
