@@ -17,7 +17,6 @@
  * host code between the layers' launches. MARK() places the op profiler's marks
  * (op_profile.h; profiling runs the bodies eagerly).
  */
-#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -212,10 +211,7 @@ cleanup:
     return rc;
 }
 
-/* dW (IC,OC) += x^T (IC,N) @ dy (N,OC) in fp32; db (OC) += colsum(dy) if db. The column sums
- * come from the product's epilogue (cuBLASLt BGRADA: the sums of A = dy over k = N, written to
- * the colsum scratch, then added to db) unless cuBLASLt has no such algorithm for the shape or
- * GANTRY_FUSED_BIAS_GRAD=0; then from a separate pass over dy (gt_cu_bias_backward). */
+/* dW (IC,OC) += x^T (IC,N) @ dy (N,OC) in fp32; db (OC) += colsum(dy) if db */
 static int linear_backward_weight(gt_stage *s, float *dW, float *db, const gt_bf16 *dy,
                                   const gt_bf16 *x, int N, int IC, int OC) {
     int rc = GT_OK;
@@ -226,23 +222,6 @@ static int linear_backward_weight(gt_stage *s, float *dW, float *db, const gt_bf
     m.m = OC, m.n = IC, m.k = N;
     m.transb = 1;
     m.lda = OC, m.ldb = IC, m.ldd = OC;
-    if (db != NULL && s->bgrad_fused) {
-        int unsupported = 0;
-        m.epilogue = GT_EPI_BGRADA;
-        m.bgrad = s->colsum; /* OC <= 4C floats of its 2 * GT_CU_COLSUM_CHUNKS * 4C */
-        rc = gt_matmul(&s->lt, &m, s->stream, &unsupported);
-        if (rc == GT_OK) {
-            CUDA_CHECK(gt_cu_accumulate_f32(db, s->colsum, OC, s->stream));
-            goto cleanup;
-        }
-        if (!unsupported) goto cleanup;
-        s->bgrad_fused = 0; /* no algorithm with this epilogue: the separate pass from now on */
-        fprintf(stderr, "gantry: cuBLASLt has no bias-gradient epilogue for %d x %d x %d; bias "
-                "gradients by a separate pass\n", OC, IC, N);
-        rc = GT_OK;
-        m.epilogue = GT_EPI_NONE;
-        m.bgrad = NULL;
-    }
     GT_CHECK(gt_matmul(&s->lt, &m, s->stream, NULL));
     if (db != NULL) CUDA_CHECK(gt_cu_bias_backward(db, dy, N, OC, s->colsum, s->stream));
 cleanup:

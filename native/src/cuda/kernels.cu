@@ -351,7 +351,7 @@ static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
  * lane + 32 k), so it adds dout and dout * xhat of its columns into its warp's shared-memory
  * accumulators without any other thread touching them; at the end the block adds its warps in
  * order and writes partial[b * C + c] (sum of dout) and partial[G * C + b * C + c] (sum of
- * dout * xhat), G = gridDim.x, for colsum_finish_kernel. Deterministic: fixed orders only. */
+ * dout * xhat), G = gridDim.x, for colsum_finish_wide_kernel. Deterministic: fixed orders only. */
 #define LN_BWD_WARPS 2
 template <int K>
 __global__ void __launch_bounds__(LN_BWD_WARPS * WARP)
@@ -645,6 +645,31 @@ __global__ void __launch_bounds__(256)
     }
 }
 
+/* phase 2 for many chunks (the one-pass LayerNorm backward's GT_CU_LN_BWD_BLOCKS partials):
+ * as colsum_finish_kernel with block (32, 32), so 32 threads share a column and each adds
+ * chunks y, y + 32, ... in order, then thread (x, 0) adds the 32 groups in order */
+__global__ void __launch_bounds__(1024)
+    colsum_finish_wide_kernel(float *dst0, float *dst1, const float *partial, int C, int chunks) {
+    __shared__ float sh[32][33];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int c = blockIdx.x * 32 + tx;
+    const float *p = partial + (size_t)blockIdx.y * chunks * C;
+    float acc = 0.0f;
+    if (c < C) {
+#pragma unroll 4
+        for (int k = ty; k < chunks; k += 32) acc += p[(size_t)k * C + c];
+    }
+    sh[ty][tx] = acc;
+    __syncthreads();
+    if (ty == 0 && c < C) {
+        float total = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 32; k++) total += sh[k][tx];
+        float *dst = blockIdx.y ? dst1 : dst0;
+        dst[c] += total;
+    }
+}
+
 static inline int aligned8(const void *p) { return ((uintptr_t)p & 7u) == 0; }
 
 extern "C" cudaError_t gt_cu_layernorm_backward_weight(float *dw, float *db, const gt_bf16 *dout,
@@ -706,8 +731,8 @@ extern "C" cudaError_t gt_cu_layernorm_backward(gt_bf16 *dinp, const gt_bf16 *dr
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     /* y = 0: db from scratch[0, blocks*C), y = 1: dw from scratch[blocks*C, 2*blocks*C) */
-    colsum_finish_kernel<<<dim3(ceil_div(C, 32), 2), dim3(32, 8), 0, stream>>>(db, dw, scratch, C,
-                                                                               blocks);
+    colsum_finish_wide_kernel<<<dim3(ceil_div(C, 32), 2), dim3(32, 32), 0, stream>>>(
+        db, dw, scratch, C, blocks);
     return cudaGetLastError();
 }
 
@@ -725,17 +750,6 @@ extern "C" cudaError_t gt_cu_bias_backward(float *dbias, const gt_bf16 *dout, in
     if (err != cudaSuccess) return err;
     colsum_finish_kernel<<<dim3(ceil_div(OC, 32), 1), dim3(32, 8), 0, stream>>>(dbias, NULL,
                                                                                 scratch, OC, chunks);
-    return cudaGetLastError();
-}
-
-__global__ void accumulate_f32_kernel(float *dst, const float *src, int n) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < n) dst[i] += src[i];
-}
-
-extern "C" cudaError_t gt_cu_accumulate_f32(float *dst, const float *src, int n,
-                                            cudaStream_t stream) {
-    accumulate_f32_kernel<<<ceil_div(n, 256), 256, 0, stream>>>(dst, src, n);
     return cudaGetLastError();
 }
 

@@ -72,8 +72,6 @@ cudaError_t gt_cu_bias_backward(float *dbias, const gt_bf16 *dout, int N, int OC
                                 cudaStream_t stream);
 
 /* tanh-GELU: out (n) = gelu(inp); backward in place: d (n) = gelu'(pre) * d */
-/* dst (n) += src (n), fp32 */
-cudaError_t gt_cu_accumulate_f32(float *dst, const float *src, int n, cudaStream_t stream);
 cudaError_t gt_cu_gelu_forward(gt_bf16 *out, const gt_bf16 *inp, size_t n, cudaStream_t stream);
 cudaError_t gt_cu_gelu_backward_inplace(gt_bf16 *d, const gt_bf16 *pre, size_t n,
                                         cudaStream_t stream);

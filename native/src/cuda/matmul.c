@@ -206,14 +206,12 @@ static int plan_build(gt_lt *lt, const gt_lt_key *k, gt_lt_plan *p, int *unsuppo
     case GT_EPI_BIAS: epi = CUBLASLT_EPILOGUE_BIAS; break;
     case GT_EPI_GELU_BIAS: epi = CUBLASLT_EPILOGUE_GELU_AUX_BIAS; break;
     case GT_EPI_DGELU: epi = CUBLASLT_EPILOGUE_DGELU; break;
-    case GT_EPI_BGRADA: epi = CUBLASLT_EPILOGUE_BGRADA; break;
     default: break;
     }
     CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                                 sizeof(epi)));
-    if (k->epilogue == GT_EPI_BIAS || k->epilogue == GT_EPI_GELU_BIAS ||
-        k->epilogue == GT_EPI_BGRADA) {
-        cudaDataType_t bias_type = k->epilogue == GT_EPI_BGRADA ? CUDA_R_32F : CUDA_R_16BF;
+    if (k->epilogue == GT_EPI_BIAS || k->epilogue == GT_EPI_GELU_BIAS) {
+        cudaDataType_t bias_type = CUDA_R_16BF;
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE,
                                                     &bias_type, sizeof(bias_type)));
     }
@@ -379,9 +377,6 @@ int gt_matmul(gt_lt *lt, const gt_matmul_args *a, cudaStream_t stream, int *unsu
     if (a->epilogue == GT_EPI_BIAS || a->epilogue == GT_EPI_GELU_BIAS)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
                                                     &a->bias, sizeof(a->bias)));
-    if (a->epilogue == GT_EPI_BGRADA) /* the tuning launches write it too: it is output only */
-        CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                    &a->bgrad, sizeof(a->bgrad)));
     if (a->epilogue == GT_EPI_GELU_BIAS || a->epilogue == GT_EPI_DGELU)
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
             p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &a->aux, sizeof(a->aux)));

@@ -5,8 +5,7 @@
  * with strides. A and B are bf16; Cin/D are bf16 or fp32 (fp32 for accumulating weight
  * gradients into the master-precision gradient buffer with beta = 1). Epilogues: bias (bf16,
  * length m, added to every column), bias + tanh-GELU with the pre-activation written to aux,
- * dGELU (D *= gelu'(aux)), and the bias gradient of a weight-gradient product (the sums of
- * op(A)'s rows over k, written to an fp32 vector). A row-major (rows, cols) matrix is a column-major (cols, rows)
+ * and dGELU (D *= gelu'(aux)). A row-major (rows, cols) matrix is a column-major (cols, rows)
  * one, which is how stage_cuda.c maps Hugging Face's Conv1D layout onto these calls.
  */
 #ifndef GANTRY_CUDA_MATMUL_H
@@ -38,8 +37,7 @@ typedef enum {
     GT_EPI_NONE = 0,
     GT_EPI_BIAS = 1,      /* D = AB + beta*Cin + bias */
     GT_EPI_GELU_BIAS = 2, /* aux = AB + bias; D = gelu(aux)  (Cin unused) */
-    GT_EPI_DGELU = 3,     /* D = (AB) * gelu'(aux)           (Cin unused) */
-    GT_EPI_BGRADA = 4     /* D = AB + beta*Cin; bgrad (m) = sum over k of op(A) (written) */
+    GT_EPI_DGELU = 3      /* D = (AB) * gelu'(aux)           (Cin unused) */
 } gt_epilogue;
 
 typedef struct {
@@ -54,7 +52,6 @@ typedef struct {
     gt_epilogue epilogue;
     const void *bias;  /* bf16 (m) */
     void *aux;         /* bf16 (m,n), ld = ldd */
-    float *bgrad;      /* GT_EPI_BGRADA: fp32 (m), overwritten (not accumulated) */
     int batch;         /* 0 or 1: not batched */
     long long stride_a, stride_b, stride_d;
 } gt_matmul_args;

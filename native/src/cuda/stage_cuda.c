@@ -64,12 +64,6 @@ cleanup:
 
 /* cuDNN flash attention unless GANTRY_ATTENTION=reference, the build lacks it or cuDNN
  * rejects the shape (then the reason is kept in the info line). */
-/* GANTRY_FUSED_BIAS_GRAD=0: bias gradients by a separate pass, not the product's epilogue. */
-static int fused_bias_grads_enabled(void) {
-    const char *env = getenv("GANTRY_FUSED_BIAS_GRAD");
-    return env == NULL || env[0] == '\0' || strcmp(env, "0") != 0;
-}
-
 static int choose_attention(gt_stage *s, char *why, size_t why_len) {
     int rc = GT_OK;
     const char *env = getenv("GANTRY_ATTENTION");
@@ -115,7 +109,6 @@ int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is
                                   T, n_slots));
     s->stream = 0;
     s->gelu_fused = s->dgelu_fused = 1;
-    s->bgrad_fused = fused_bias_grads_enabled();
     gt_prof_init(&s->prof);
     s->graphs_enabled = gt_graphs_wanted() && !s->prof.enabled; /* marks need eager launches */
     for (int i = 0; i < 4; i++) {

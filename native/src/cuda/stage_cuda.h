@@ -90,7 +90,6 @@ struct gt_stage {
     gt_lt lt;
     gt_cudnn_attn *cudnn;      /* NULL: reference attention */
     int gelu_fused, dgelu_fused;
-    int bgrad_fused;           /* bias gradients in the weight-gradient product's epilogue */
     char info[512];
 
     gt_cu_slot *slots;
