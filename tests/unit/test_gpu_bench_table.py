@@ -1,6 +1,6 @@
 """bench/gpu_bench_table.py: the GPU benchmark's markdown tables from a call's results.jsonl,
-checked on the recorded results of the session-2 H200 calls (bench/results/) and against the
-numbers docs/BENCHMARKS.md states for them."""
+checked on the recorded results of the final H200 call of session 3 (bench/results/) and against
+the numbers docs/BENCHMARKS.md states for them."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import gpu_bench_table  # noqa: E402
 
-FINAL = REPO / "bench" / "results" / "gpu-bench-h200x2-2026-11-30-s2-call3.jsonl"
+FINAL = REPO / "bench" / "results" / "gpu-bench-h200x2-2026-11-30-s3-call4.jsonl"
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
@@ -37,8 +37,9 @@ def _table_rows(markdown: str) -> dict[tuple[str, str, str], list[str]]:
 def test_ratio_is_gantry_over_the_best_pytorch_schedule_of_the_same_call() -> None:
     rows = _rows(FINAL)
     table = _table_rows(gpu_bench_table.tables(rows))
-    ours = [r for r in rows if r.get("impl") == "gantry"]
-    assert len(table) == len(ours) == 12
+    ours = [r for r in rows if r.get("impl") == "gantry" and r["mode"] in ("single", "pp2")]
+    assert len(ours) == 12
+    assert len(table) == 14  # and the two DP=2 variants
     for r in ours:
         model = "350M" if r["layers"] == 24 else "1.5B"
         layout = "1 GPU" if r["mode"] == "single" else "PP=2"
@@ -47,6 +48,13 @@ def test_ratio_is_gantry_over_the_best_pytorch_schedule_of_the_same_call() -> No
         best = max(t["tokens_per_s"] for t in torch)
         cells = table[(model, layout, r["schedule"])]
         assert cells[8] == f"**{r['tokens_per_s'] / best:.2f}x**"
+
+
+def test_dp2_rows_have_their_own_layout_and_no_pytorch_ratio() -> None:
+    table = _table_rows(gpu_bench_table.tables(_rows(FINAL)))
+    dp = {k: v for k, v in table.items() if k[1] == "DP=2"}
+    assert sorted(k[2] for k in dp) == ["- (dp overlap, 0 CTAs)", "- (dp overlap, 8 CTAs)"]
+    assert all(cells[8] == "-" for cells in dp.values())
 
 
 def test_variants_and_failures_get_their_own_rows() -> None:
