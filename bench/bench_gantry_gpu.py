@@ -113,6 +113,15 @@ def op_costs(trace: dict[str, Any], step: int, v: int) -> dict[Op, float]:
     return {op: statistics.fmean(d) for op, d in durations.items()}
 
 
+def dp_timings(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per-rank times (ms) of the last step of a data-parallel run and its overlapped buckets:
+    compute, sync (the gradient all-reduce's remainder, norm, AdamW) and total."""
+    return [{**{k: round(r.get(k, 0.0) * 1e3, 2)
+                for k in ("compute_s", "sync_s", "dp_wait_s", "total_s")},
+             "dp_buckets": r.get("dp_buckets", 0)}
+            for r in records[-1]["ranks"]]
+
+
 def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
              trace: dict[str, Any]) -> dict[str, Any]:
     """Per-rank timeline of the last step, measured bubble vs theory."""
@@ -199,6 +208,8 @@ def main() -> int:
     if a.layout == "pp2":
         trace = json.loads((a.work / "run" / "trace.json").read_text())
         result["timeline"] = timeline(a, records, trace)
+    if a.layout == "dp2":
+        result["dp_ranks"] = dp_timings(records)
     print(json.dumps(result), flush=True)
     return 0
 

@@ -1,0 +1,89 @@
+"""bench/bench_gantry_gpu.py, the gantry side of the GPU benchmark, run for real on the CPU build
+(tiny model, real `gantry train` under mpirun): every layout prints one JSON line whose tokens/s
+follow from its measured step time, PP=2 adds the per-rank timeline and the bubble against the
+simulator, DP=2 counts both replicas' tokens and reports the overlapped all-reduce's buckets.
+A broken bench script costs a device call; this catches it on CPU first."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integration.pipeline_helpers import MPI_ENV
+from tests.native.conftest import build_native
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.slow
+
+TINY = ["--layers", "4", "--dmodel", "16", "--heads", "2", "--seq", "8", "--vocab", "64",
+        "--mbs", "2", "--nmb", "4", "--steps", "3", "--warmup", "1", "--timeout", "120"]
+TOKENS_PER_REPLICA = 2 * 4 * 8  # mbs * nmb * seq
+
+
+@pytest.fixture(scope="module")
+def cpu_lib() -> Path:
+    return build_native(REPO / "native" / "build")
+
+
+def _bench(tmp_path: Path, lib: Path, *args: str, env: dict[str, str] | None = None
+           ) -> dict[str, Any]:
+    done = subprocess.run(
+        [sys.executable, "bench/bench_gantry_gpu.py", "--lib", str(lib), "--work",
+         str(tmp_path / "work"), *TINY, *args],
+        cwd=REPO, capture_output=True, text=True, timeout=300,
+        env={**os.environ, **MPI_ENV, **(env or {})})
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    assert len(lines) == 1, done.stdout
+    result: dict[str, Any] = json.loads(lines[0])
+    assert "error" not in result, result
+    return result
+
+
+def _check_rate(result: dict[str, Any], replicas: int) -> None:
+    expected = TOKENS_PER_REPLICA * replicas / (result["step_ms"] / 1e3)
+    assert result["tokens_per_s"] == pytest.approx(expected, rel=0.01, abs=1.0)
+    assert result["last_loss"] < result["first_loss"] + 1.0  # it trained, finitely
+
+
+def test_single(tmp_path: Path, cpu_lib: Path) -> None:
+    result = _bench(tmp_path, cpu_lib, "--layout", "single")
+    assert result["mode"] == "single" and result["schedule"] == "-"
+    _check_rate(result, 1)
+    assert "timeline" not in result and "dp_ranks" not in result
+
+
+def test_pp2_reports_timeline_and_bubble(tmp_path: Path, cpu_lib: Path) -> None:
+    result = _bench(tmp_path, cpu_lib, "--layout", "pp2", "--schedule", "zb-h2",
+                    "--variant", "cpu check")
+    assert (result["mode"], result["schedule"], result["variant"]) == ("pp2", "zb-h2",
+                                                                      "cpu check")
+    _check_rate(result, 1)
+    t = result["timeline"]
+    assert len(t["ranks"]) == 2
+    for r in t["ranks"]:
+        assert r["compute_s"] > 0 and r["total_s"] >= r["compute_s"]
+    assert 0.0 <= t["bubble_measured"] < 1.0
+    assert 0.0 < t["bubble_theory_unit"] < 1.0
+    assert set(t["op_ms"]) == {"forward", "backward_input", "weight"}
+
+
+def test_dp2_counts_both_replicas_and_the_overlapped_buckets(tmp_path: Path,
+                                                              cpu_lib: Path) -> None:
+    on = _bench(tmp_path / "on", cpu_lib, "--layout", "dp2",
+                env={"GANTRY_DP_OVERLAP": "1", "GANTRY_DP_BUCKET_MB": "0"})
+    assert on["mode"] == "dp2"
+    _check_rate(on, 2)
+    assert len(on["dp_ranks"]) == 2
+    # a bucket per layer (4), ln_f and the head's wte, and the embeddings
+    assert all(r["dp_buckets"] > 4 for r in on["dp_ranks"]), on["dp_ranks"]
+    # the variable reached the ranks: with overlap off no bucket is started
+    off = _bench(tmp_path / "off", cpu_lib, "--layout", "dp2", env={"GANTRY_DP_OVERLAP": "0"})
+    assert all(r["dp_buckets"] == 0 for r in off["dp_ranks"]), off["dp_ranks"]
+    assert off["first_loss"] == on["first_loss"]
