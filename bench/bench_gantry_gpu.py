@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import signal
 import statistics
 import subprocess
@@ -39,8 +40,22 @@ _TUNING_PREFIXES = ("GANTRY_", "NCCL_")
 """Variables that change the native library's or NCCL's behaviour (GANTRY_P2P_MAX_CTAS,
 GANTRY_FUSED_BIAS_GRAD, GANTRY_DP_OVERLAP, ...): every one set is passed to every rank."""
 
-_RANKS = {"single": 1, "pp2": 2, "dp2": 2}
-"""Processes (= GPUs) of each layout."""
+_LAYOUT = re.compile(r"^(?:single|pp(\d+)|dp(\d+)|pp(\d+)xdp(\d+))$")
+
+
+def parse_layout(text: str) -> tuple[int, int]:
+    """(pp, dp) of a layout: single, ppN, dpM or ppNxdpM (one process and GPU per rank)."""
+    match = _LAYOUT.match(text)
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"layout '{text}' is not allowed (single, ppN, dpM or ppNxdpM, e.g. pp2xdp2)")
+    pp_only, dp_only, pp, dp = (int(g) if g else None for g in match.groups())
+    layout = (pp or pp_only or 1, dp or dp_only or 1)
+    if 0 in (pp_only, dp_only, pp, dp) or (text != "single" and layout == (1, 1)):
+        raise argparse.ArgumentTypeError(
+            f"layout '{text}' is not allowed (counts of at least 1 and at least 2 ranks; one "
+            "rank is 'single')")
+    return layout
 
 _OPS = {"forward": Op.FORWARD, "backward": Op.BACKWARD, "backward_input": Op.BACKWARD_INPUT,
         "weight": Op.WEIGHT}
@@ -54,8 +69,7 @@ def flops_per_token(layers: int, d: int, vocab: int, seq: int) -> float:
 
 
 def write_job(a: argparse.Namespace, work: Path) -> Path:
-    pp = 2 if a.layout == "pp2" else 1
-    dp = 2 if a.layout == "dp2" else 1
+    pp, dp = parse_layout(a.layout)
     schedule = a.schedule if pp > 1 else "1f1b"
     job = {
         "name": f"bench-{a.layout}-{schedule}",
@@ -75,12 +89,13 @@ def write_job(a: argparse.Namespace, work: Path) -> Path:
 def run_gantry(a: argparse.Namespace, job: Path, work: Path) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "launcher", "train", str(job), "--lib", a.lib,
            "--run-dir", str(work / "run")]
-    if _RANKS[a.layout] > 1:
+    pp, dp = parse_layout(a.layout)
+    if pp * dp > 1:
         passed = ["PYTHONPATH", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
                   "GANTRY_ATTENTION"]
         passed += sorted(k for k in os.environ
                          if k.startswith(_TUNING_PREFIXES) and k not in passed)
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(_RANKS[a.layout]),
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(pp * dp),
                *[x for k in passed for x in ("-x", k)], "--bind-to", "none", *cmd]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
@@ -132,7 +147,7 @@ def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
     busy = sum(r["compute_s"] for r in ranks)
     measured = 1.0 - busy / (makespan * len(ranks))
     v = 2 if a.schedule == "interleaved" else 1
-    table = generate(a.schedule, 2, a.nmb, v)
+    table = generate(a.schedule, parse_layout(a.layout)[0], a.nmb, v)
     costs = op_costs(trace, last["step"] - 1, v)
     full = dict(UNIT_COSTS)
     full.update(costs)
@@ -151,9 +166,9 @@ def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--layout", choices=sorted(_RANKS), default="single",
-                   help="single: 1 GPU; pp2: PP=2 on 2 GPUs; dp2: DP=2 on 2 GPUs (each replica "
-                   "runs the whole micro-batch set, so a step trains twice the tokens)")
+    p.add_argument("--layout", default="single",
+                   help="single (1 GPU), ppN, dpM or ppNxdpM (N*M GPUs); each data-parallel "
+                   "replica runs the whole micro-batch set, so a step trains dp times the tokens")
     p.add_argument("--schedule", choices=["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"],
                    default="1f1b")
     p.add_argument("--lib", required=True, help="CUDA libgantry_native.so (built with NCCL)")
@@ -171,12 +186,16 @@ def main() -> int:
     p.add_argument("--variant", default="",
                    help="label of a tuning variant (e.g. the env it ran with), kept in the JSON")
     a = p.parse_args()
+    try:
+        pp, dp = parse_layout(a.layout)
+    except argparse.ArgumentTypeError as err:
+        p.error(str(err))
     a.work.mkdir(parents=True, exist_ok=True)
     job = write_job(a, a.work)
     done = run_gantry(a, job, a.work)
     (a.work / "train.log").write_text(done.stdout + done.stderr)
-    base = {"impl": "gantry", "mode": a.layout, "schedule": a.schedule if a.layout == "pp2"
-            else "-", "layers": a.layers, "d": a.d, "mbs": a.mbs, "nmb": a.nmb}
+    base = {"impl": "gantry", "mode": a.layout, "schedule": a.schedule if pp > 1 else "-",
+            "layers": a.layers, "d": a.d, "mbs": a.mbs, "nmb": a.nmb}
     if a.variant:
         base["variant"] = a.variant
     metrics_path = a.work / "run" / "metrics.jsonl"
@@ -193,8 +212,8 @@ def main() -> int:
 
     timed = records[a.warmup - 1:]
     wall = (timed[-1]["wall_s"] - timed[0]["wall_s"]) / (len(timed) - 1)
-    ngpu = _RANKS[a.layout]
-    tok = a.mbs * a.nmb * a.seq * (2 if a.layout == "dp2" else 1) / wall
+    ngpu = pp * dp
+    tok = a.mbs * a.nmb * a.seq * dp / wall
     info = next((line for line in done.stdout.splitlines() if line.startswith("native backend")),
                 "")
     result = {
@@ -205,10 +224,10 @@ def main() -> int:
                                   for r in rec["ranks"]) / 2**30, 1),
         "first_loss": round(records[0]["loss"], 4), "last_loss": round(records[-1]["loss"], 4),
     }
-    if a.layout == "pp2":
+    if pp > 1:
         trace = json.loads((a.work / "run" / "trace.json").read_text())
         result["timeline"] = timeline(a, records, trace)
-    if a.layout == "dp2":
+    if dp > 1:
         result["dp_ranks"] = dp_timings(records)
     print(json.dumps(result), flush=True)
     return 0

@@ -24,7 +24,14 @@ def _model(r: dict[str, Any]) -> str:
 
 
 def _layout(r: dict[str, Any]) -> str:
-    return {"single": "1 GPU", "dp2": "DP=2"}.get(r["mode"], "PP=2")
+    """single -> 1 GPU, pp2 -> PP=2, dp2 -> DP=2, pp2xdp2 -> PP=2 x DP=2 (the anchor's "pp"
+    mode is its PP=2 run)."""
+    mode = str(r["mode"])
+    if mode == "single":
+        return "1 GPU"
+    if mode == "pp":
+        return "PP=2"
+    return " x ".join(f"{part[:2].upper()}={part[2:]}" for part in mode.split("x"))
 
 
 def tables(rows: list[dict[str, Any]]) -> str:

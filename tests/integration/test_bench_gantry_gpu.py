@@ -18,6 +18,9 @@ import pytest
 from tests.integration.pipeline_helpers import MPI_ENV
 from tests.native.conftest import build_native
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import bench_gantry_gpu
+
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
@@ -87,3 +90,26 @@ def test_dp2_counts_both_replicas_and_the_overlapped_buckets(tmp_path: Path,
     off = _bench(tmp_path / "off", cpu_lib, "--layout", "dp2", env={"GANTRY_DP_OVERLAP": "0"})
     assert all(r["dp_buckets"] == 0 for r in off["dp_ranks"]), off["dp_ranks"]
     assert off["first_loss"] == on["first_loss"]
+
+
+def test_pp2xdp2_has_the_timeline_of_four_ranks_and_both_replicas_tokens(
+        tmp_path: Path, cpu_lib: Path) -> None:
+    result = _bench(tmp_path, cpu_lib, "--layout", "pp2xdp2", "--schedule", "zb-h1")
+    assert (result["mode"], result["schedule"]) == ("pp2xdp2", "zb-h1")
+    _check_rate(result, 2)
+    assert len(result["timeline"]["ranks"]) == 4 and len(result["dp_ranks"]) == 4
+
+
+@pytest.mark.parametrize("text,layout", [("single", (1, 1)), ("pp2", (2, 1)), ("dp4", (1, 4)),
+                                         ("pp4xdp2", (4, 2))])
+def test_layouts(text: str, layout: tuple[int, int]) -> None:
+    assert bench_gantry_gpu.parse_layout(text) == layout
+
+
+@pytest.mark.parametrize("text", ["pp1", "dp0", "pp2xdp0", "pp", "2x2", "PP2", "pp2xdp2x"])
+def test_bad_layouts_are_one_line_errors(text: str) -> None:
+    done = subprocess.run([sys.executable, "bench/bench_gantry_gpu.py", "--lib", "x", "--work",
+                           "/nonexistent", "--layout", text], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2
+    assert f"error: layout '{text}' is not allowed" in done.stderr.splitlines()[-1]
