@@ -24,13 +24,16 @@ def _model(r: dict[str, Any]) -> str:
 
 
 def _layout(r: dict[str, Any]) -> str:
-    """single -> 1 GPU, pp2 -> PP=2, dp2 -> DP=2, pp2xdp2 -> PP=2 x DP=2 (the anchor's "pp"
-    mode is its PP=2 run)."""
+    """gantry's modes single -> 1 GPU, pp2 -> PP=2, dp2 -> DP=2, pp2xdp2 -> PP=2 x DP=2; the
+    anchor's modes pp and dp with its pp / dp / world fields (PP=2 where older rows lack them)."""
     mode = str(r["mode"])
     if mode == "single":
         return "1 GPU"
     if mode == "pp":
-        return "PP=2"
+        dp = int(r.get("dp", 1))
+        return f"PP={r.get('pp', 2)}" + (f" x DP={dp}" if dp > 1 else "")
+    if mode == "dp":
+        return f"DP={r.get('world', r.get('dp', 2))}"
     return " x ".join(f"{part[:2].upper()}={part[2:]}" for part in mode.split("x"))
 
 

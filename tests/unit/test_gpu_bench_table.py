@@ -91,3 +91,25 @@ def test_benchmarks_doc_states_what_the_recorded_call_gives(
     lines = [ln for ln in current.splitlines() if pattern.match(ln)]
     assert len(lines) == 1, f"no single row for {key} with {tokens} in the current GPU section"
     assert ratio in lines[0]
+
+
+@pytest.mark.parametrize("row,label", [
+    ({"mode": "single"}, "1 GPU"), ({"mode": "pp2"}, "PP=2"), ({"mode": "pp4xdp2"}, "PP=4 x DP=2"),
+    ({"mode": "dp8"}, "DP=8"), ({"mode": "pp"}, "PP=2"), ({"mode": "pp", "pp": 4, "dp": 2},
+                                                         "PP=4 x DP=2"),
+    ({"mode": "pp", "pp": 8, "dp": 1}, "PP=8"), ({"mode": "dp", "world": 4, "dp": 4}, "DP=4"),
+])
+def test_layout_labels_of_gantry_and_anchor_rows(row: dict[str, Any], label: str) -> None:
+    assert gpu_bench_table._layout(row) == label
+
+
+def test_anchor_dp_rows_are_the_reference_of_the_same_layout() -> None:
+    gantry = {"impl": "gantry", "mode": "pp2xdp2", "schedule": "1f1b", "layers": 48,
+              "tokens_per_s": 200_000, "tflops_per_gpu": 300.0, "mem_used_gib": 30.0}
+    rows = [gantry,
+            {"mode": "pp", "pp": 2, "dp": 2, "schedule": "f1b", "layers": 48,
+             "tokens_per_s": 160_000, "tflops_per_gpu": 240.0, "peak_bf16_tflops": 800.0},
+            {"mode": "pp", "pp": 2, "dp": 1, "schedule": "f1b", "layers": 48,
+             "tokens_per_s": 75_000, "tflops_per_gpu": 390.0, "peak_bf16_tflops": 800.0}]
+    table = _table_rows(gpu_bench_table.tables(rows))
+    assert table[("1.5B", "PP=2 x DP=2", "1f1b")][8] == "**1.25x**"
