@@ -16,11 +16,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
-_NAMES = {24: "350M", 48: "1.5B"}
+_NAMES = {(24, 1024): "350M", (48, 1600): "1.5B", (32, 4096): "7B"}
 
 
 def _model(r: dict[str, Any]) -> str:
-    return _NAMES.get(int(r["layers"]), f"{r['layers']}L")
+    """The benchmark's name of a (layers, d) config, else e.g. 8L-d32."""
+    layers, d = int(r["layers"]), int(r.get("d", 0))
+    if (layers, d) in _NAMES:
+        return _NAMES[(layers, d)]
+    legacy = {24: "350M", 48: "1.5B"}  # rows that predate the d field
+    return legacy[layers] if not d and layers in legacy else f"{layers}L-d{d}"
 
 
 def _layout(r: dict[str, Any]) -> str:
@@ -40,7 +45,7 @@ def _layout(r: dict[str, Any]) -> str:
 def tables(rows: list[dict[str, Any]]) -> str:
     torch_rows = [r for r in rows if r.get("impl") != "gantry" and "tokens_per_s" in r]
     ours = [r for r in rows if r.get("impl") == "gantry"]
-    peaks = [r["peak_bf16_tflops"] for r in torch_rows if "peak_bf16_tflops" in r]
+    peaks = [r["peak_bf16_tflops"] for r in torch_rows if r.get("peak_bf16_tflops")]
     peak = statistics.median(peaks) if peaks else float("nan")
     best: dict[tuple[str, str], dict[str, Any]] = {}
     for r in torch_rows:
@@ -61,7 +66,8 @@ def tables(rows: list[dict[str, Any]]) -> str:
                        "| | | | | |")
             continue
         ratio = f"**{r['tokens_per_s'] / ref['tokens_per_s']:.2f}x**" if ref else "-"
-        ref_sched = ("single" if ref["mode"] == "single" else ref["schedule"]) if ref else ""
+        ref_sched = ({"single": "single", "dp": "ddp"}.get(ref["mode"], ref["schedule"])
+                     if ref else "")
         ref_text = f"{ref['tokens_per_s'] / 1e3:.1f}K ({ref_sched})" if ref else "-"
         ref_mfu = f"{ref['tflops_per_gpu'] / peak:.1%}" if ref else "-"
         out.append(f"| {key[0]} | {key[1]} | {r['schedule']} | {r['tokens_per_s'] / 1e3:.1f}K "
@@ -70,7 +76,7 @@ def tables(rows: list[dict[str, Any]]) -> str:
     out += ["", "PyTorch rows of the same call:", "",
             "| model | layout | schedule | tokens/s | MFU |", "|---|---|---|---|---|"]
     for r in torch_rows:
-        sched = "-" if r["mode"] == "single" else r["schedule"]
+        sched = "-" if r["mode"] in ("single", "dp") else r["schedule"]
         out.append(f"| {_model(r)} | {_layout(r)} | {sched} | {r['tokens_per_s'] / 1e3:.1f}K "
                    f"| {r['tflops_per_gpu'] / peak:.1%} |")
     out += ["", "gantry PP=2 timeline of the last step (ms per rank: compute / send / recv / "
