@@ -137,6 +137,19 @@ def dp_timings(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             for r in records[-1]["ranks"]]
 
 
+def op_times_by_rank(trace: dict[str, Any], step: int) -> list[dict[str, list[float]]]:
+    """Per rank (the trace's pid): each compute op's [mean ms per action, summed ms] in `step`,
+    to compare a rank's work with the same layers' share of a one-GPU step."""
+    per_rank: dict[int, dict[str, list[float]]] = {}
+    for e in trace["traceEvents"]:
+        if e.get("cat") != "compute" or e["args"]["step"] != step:
+            continue
+        op = e["name"].split(" ")[0]
+        per_rank.setdefault(int(e["pid"]), {}).setdefault(op, []).append(e["dur"] * 1e-3)
+    return [{op: [round(statistics.fmean(d), 3), round(sum(d), 2)] for op, d in ops.items()}
+            for _, ops in sorted(per_rank.items())]
+
+
 def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
              trace: dict[str, Any]) -> dict[str, Any]:
     """Per-rank timeline of the last step, measured bubble vs theory."""
@@ -161,6 +174,7 @@ def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
         "bubble_theory_unit": round(simulate(table).bubble_fraction, 4),
         "bubble_theory_measured_costs": round(simulate(table, full).bubble_fraction, 4),
         "op_ms": {op.name.lower(): round(c * 1e3 / v, 3) for op, c in costs.items()},
+        "op_ms_by_rank": op_times_by_rank(trace, last["step"] - 1),
     }
 
 

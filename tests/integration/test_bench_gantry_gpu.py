@@ -75,6 +75,19 @@ def test_pp2_reports_timeline_and_bubble(tmp_path: Path, cpu_lib: Path) -> None:
     assert 0.0 <= t["bubble_measured"] < 1.0
     assert 0.0 < t["bubble_theory_unit"] < 1.0
     assert set(t["op_ms"]) == {"forward", "backward_input", "weight"}
+    by_rank = t["op_ms_by_rank"]
+    assert len(by_rank) == 2
+    for ops in by_rank:  # 4 micro-batches: 4 of each op per rank, the sum 4 x the mean
+        assert set(ops) == {"forward", "backward_input", "weight"}
+        for mean, total in ops.values():
+            assert total == pytest.approx(4 * mean, rel=0.02, abs=0.02)
+    assert r0_compute_matches(t)
+
+
+def r0_compute_matches(t: dict[str, Any]) -> bool:
+    """Rank 0's summed op times are its compute time (the executor times the same actions)."""
+    summed = sum(total for _, total in t["op_ms_by_rank"][0].values())
+    return bool(summed == pytest.approx(t["ranks"][0]["compute_s"], rel=0.1, abs=0.5))
 
 
 def test_dp2_counts_both_replicas_and_the_overlapped_buckets(tmp_path: Path,
