@@ -1,4 +1,5 @@
-"""Fixtures of the GPU tests: skip cleanly without a CUDA GPU; the CUDA library built once.
+"""Fixtures of the GPU tests: skip cleanly without a CUDA GPU; the CUDA library built once;
+``nccl_lib``, the NCCL build for the two-GPU tests.
 
 ``GANTRY_CUDA_LIB`` names an already built CUDA ``libgantry_native.so``; otherwise it is built
 with CMake into ``native/build-cuda`` (cuDNN attention when ``GANTRY_CUDNN_FRONTEND_DIR`` names
@@ -50,3 +51,17 @@ def cuda_lib() -> NativeLibrary:
     subprocess.run(["cmake", "--build", str(build), "-j", str(os.cpu_count() or 1)], check=True,
                    capture_output=True, text=True)
     return load_cuda_library(build / "libgantry_native.so")
+
+
+@pytest.fixture(scope="module")
+def nccl_lib() -> Path:
+    """The CUDA library built with NCCL that GANTRY_CUDA_LIB names, on a machine with 2 GPUs
+    (else skip): the multi-rank GPU tests run it under mpirun."""
+    import torch
+
+    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
+        pytest.skip("GPU test: needs 2 CUDA GPUs")
+    given = os.environ.get("GANTRY_CUDA_LIB")
+    if not given:
+        pytest.skip("GPU test: set GANTRY_CUDA_LIB to a CUDA library built with NCCL")
+    return Path(given)

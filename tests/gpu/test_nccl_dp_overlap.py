@@ -9,7 +9,6 @@ otherwise.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,19 +18,6 @@ from tests.gpu.test_nccl_pipeline import BATCH, LOSS_TOL, MODEL, _reference
 from tests.integration.pipeline_helpers import gantry_train, read_metrics, write_job
 
 SAME_KERNELS = {"GANTRY_GEMM_AUTOTUNE": "0", "GANTRY_ATTN_AUTOTUNE": "0"}
-
-
-@pytest.fixture(scope="module")
-def dp_lib() -> Path:
-    """The NCCL build named by GANTRY_CUDA_LIB on a machine with 2 GPUs (else skip)."""
-    import torch
-
-    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
-        pytest.skip("GPU test: needs 2 CUDA GPUs")
-    given = os.environ.get("GANTRY_CUDA_LIB")
-    if not given:
-        pytest.skip("GPU test: set GANTRY_CUDA_LIB to a CUDA library built with NCCL")
-    return Path(given)
 
 
 def _run(tmp_path: Path, lib: Path, name: str, m: int, weights: Path,
@@ -44,15 +30,15 @@ def _run(tmp_path: Path, lib: Path, name: str, m: int, weights: Path,
 
 
 @pytest.mark.parametrize("graphs", ["1", "0"])
-def test_gpu_dp_overlap_matches_blocking(tmp_path: Path, dp_lib: Path, graphs: str) -> None:
+def test_gpu_dp_overlap_matches_blocking(tmp_path: Path, nccl_lib: Path, graphs: str) -> None:
     m = 2
     weights = tmp_path / "init.safetensors"
     expected = _reference(2 * m, weights)
     # 0.05 MB: a layer of MODEL (d=64) is 0.19 MB, so one bucket per layer
-    on = _run(tmp_path, dp_lib, "on", m, weights,
+    on = _run(tmp_path, nccl_lib, "on", m, weights,
               {"GANTRY_DP_OVERLAP": "1", "GANTRY_DP_BUCKET_MB": "0.05",
                "GANTRY_CUDA_GRAPHS": graphs})
-    off = _run(tmp_path, dp_lib, "off", m, weights,
+    off = _run(tmp_path, nccl_lib, "off", m, weights,
                {"GANTRY_DP_OVERLAP": "0", "GANTRY_CUDA_GRAPHS": graphs})
     assert [r["loss"] for r in on] == [r["loss"] for r in off]
     assert [r["grad_norm"] for r in on] == [r["grad_norm"] for r in off]

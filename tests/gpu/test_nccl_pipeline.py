@@ -8,32 +8,27 @@ bench/run_gpu_bench.sh builds it); skips otherwise.
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
-from typing import Any, cast
+from typing import cast
 
 import pytest
 import torch
 
 from launcher.native.model_config import GPTConfig
-from launcher.reference.gpt2_torch import TrainSettings, make_model, save_weights, train
+from launcher.reference.gpt2_torch import make_model, save_weights, train
 from launcher.train.data import global_batch
-from tests.integration.pipeline_helpers import TRAIN, gantry_train, read_metrics, write_job
+from tests.integration.pipeline_helpers import (
+    TRAIN,
+    gantry_train,
+    read_metrics,
+    train_settings,
+    write_job,
+)
 
 MODEL = {"n_layer": 4, "n_head": 4, "n_embd": 64, "vocab_size": 256, "seq_len": 64}
 BATCH = 4
 LOSS_TOL = 1e-2
 """Largest relative loss difference to the fp32 reference over 10 steps (bf16 compute)."""
-
-
-@pytest.fixture(scope="module")
-def nccl_lib() -> Path:
-    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
-        pytest.skip("GPU test: needs 2 CUDA GPUs")
-    given = os.environ.get("GANTRY_CUDA_LIB")
-    if not given:
-        pytest.skip("GPU test: set GANTRY_CUDA_LIB to a CUDA library built with NCCL")
-    return Path(given)
 
 
 def _reference(n_micro: int, weights: Path) -> list[float]:
@@ -48,11 +43,7 @@ def _reference(n_micro: int, weights: Path) -> list[float]:
                                        cast(int, TRAIN["seed"]))
         batches.append((torch.from_numpy(inputs.reshape(-1, cfg.max_seq_len)).long(),
                         torch.from_numpy(targets.reshape(-1, cfg.max_seq_len)).long()))
-    t = cast(dict[str, Any], TRAIN)
-    settings = TrainSettings(max_lr=t["lr"], min_lr=t["min_lr"], warmup_steps=t["warmup_steps"],
-                             total_steps=t["steps"], cosine=True,
-                             weight_decay=t["weight_decay"], grad_clip=t["grad_clip"])
-    return [loss for loss, _ in train(model, batches, settings)]
+    return [loss for loss, _ in train(model, batches, train_settings())]
 
 
 LAYOUTS = [("1f1b", 1, 1), ("gpipe", 2, 1), ("1f1b", 2, 1), ("interleaved", 2, 2),

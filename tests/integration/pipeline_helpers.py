@@ -7,9 +7,12 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from launcher.reference.gpt2_torch import TrainSettings
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -25,6 +28,17 @@ MPI_ENV = {
 ODD_MODEL = {"n_layer": 9, "n_head": 3, "n_embd": 15, "vocab_size": 50, "seq_len": 5}
 TRAIN = {"steps": 10, "lr": 1.0e-3, "lr_schedule": "cosine", "warmup_steps": 3,
          "min_lr": 1.0e-4, "weight_decay": 0.1, "grad_clip": 1.0, "seed": 7}
+
+
+def train_settings(total_steps: int | None = None) -> TrainSettings:
+    """The PyTorch reference's settings of TRAIN (cosine schedule), over total_steps (default:
+    TRAIN's steps)."""
+    from launcher.reference.gpt2_torch import TrainSettings
+
+    t: dict[str, Any] = TRAIN
+    return TrainSettings(max_lr=t["lr"], min_lr=t["min_lr"], warmup_steps=t["warmup_steps"],
+                         total_steps=t["steps"] if total_steps is None else total_steps,
+                         cosine=True, weight_decay=t["weight_decay"], grad_clip=t["grad_clip"])
 
 
 def write_job(directory: Path, name: str, *, pp: int, dp: int, schedule: str, m: int = 4,

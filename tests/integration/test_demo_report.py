@@ -17,16 +17,11 @@ import yaml
 from launcher.job_dir import create_job_dir, record_submission
 from launcher.report.run_data import read_trace
 from tests.integration.pipeline_helpers import REPO, gantry_train, read_metrics, write_job
-from tests.native.conftest import build_native
 
 pytestmark = pytest.mark.slow
 MODEL = {"n_layer": 4, "n_head": 2, "n_embd": 32, "vocab_size": 64, "seq_len": 16}
 TOLERANCE_S = 0.002
 
-
-@pytest.fixture(scope="module")
-def native_lib_path() -> Path:
-    return build_native(REPO / "native" / "build")
 
 
 def test_report_of_a_restarted_pp2_dp2_run(tmp_path: Path, native_lib_path: Path) -> None:

@@ -16,31 +16,24 @@ from typing import Any
 
 import pytest
 
-from launcher.reference.gpt2_torch import TrainSettings
 from tests.integration.pipeline_helpers import (
     ODD_MODEL,
     TRAIN,
     gantry_train,
     read_metrics,
     reference_losses,
+    train_settings,
     write_job,
 )
-from tests.native.conftest import build_native
 
 pytestmark = pytest.mark.slow
 
 STEPS = 5
-SETTINGS = TrainSettings(max_lr=TRAIN["lr"], min_lr=TRAIN["min_lr"],
-                         warmup_steps=TRAIN["warmup_steps"], total_steps=STEPS, cosine=True,
-                         weight_decay=TRAIN["weight_decay"], grad_clip=TRAIN["grad_clip"])
+SETTINGS = train_settings(STEPS)
 # 0.002 MB = 524 floats: a layer of ODD_MODEL (C=15) holds 2,895 parameters, so a bucket per
 # layer; wte is 750, wpe 75.
 SMALL_BUCKETS = "0.002"
 
-
-@pytest.fixture(scope="module")
-def native_lib_path() -> Path:
-    return build_native(Path(__file__).resolve().parents[2] / "native" / "build")
 
 
 def _run(tmp_path: Path, lib: Path, name: str, *, pp: int, dp: int, schedule: str, v: int,

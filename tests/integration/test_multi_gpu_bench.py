@@ -14,19 +14,17 @@ from pathlib import Path
 import pytest
 
 from tests.integration.pipeline_helpers import MPI_ENV
-from tests.native.conftest import build_native
 
 REPO = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.slow
 
 
-def test_cpu_run_of_every_layout_kind(tmp_path: Path) -> None:
-    lib = build_native(REPO / "native" / "build")
+def test_cpu_run_of_every_layout_kind(tmp_path: Path, native_lib_path: Path) -> None:
     out = tmp_path / "out"
     env = {**os.environ, **MPI_ENV, "MULTI_BENCH_CPU": "1", "NGPU": "4", "MODELS": "tiny",
            "LAYOUTS": "pp4 pp2xdp2 dp2", "PP_SCHEDULES": "1f1b zb-h2",
            "ANCHOR_SCHEDULES": "f1b", "GPU_BENCH_STEPS": "2", "GPU_BENCH_WARMUP": "1",
-           "GANTRY_NATIVE_LIB": str(lib), "OUT": str(out),
+           "GANTRY_NATIVE_LIB": str(native_lib_path), "OUT": str(out),
            "GPU_BENCH_WORK": str(tmp_path / "work")}
     done = subprocess.run(["bash", "bench/run_multi_gpu_bench.sh", "layouts", "table"],
                           cwd=REPO, env=env, capture_output=True, text=True, timeout=900)

@@ -11,14 +11,9 @@ import pytest
 from safetensors.numpy import load_file, save_file
 
 from tests.integration.pipeline_helpers import gantry_train, read_metrics, write_job
-from tests.native.conftest import build_native
 
 pytestmark = pytest.mark.slow
 
-
-@pytest.fixture(scope="module")
-def native_lib_path() -> Path:
-    return build_native(Path(__file__).resolve().parents[2] / "native" / "build")
 
 
 @pytest.fixture(scope="module")

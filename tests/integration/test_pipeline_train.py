@@ -12,28 +12,20 @@ from pathlib import Path
 
 import pytest
 
-from launcher.reference.gpt2_torch import TrainSettings
 from tests.integration.pipeline_helpers import (
     TRAIN,
     gantry_train,
     read_metrics,
     reference_losses,
+    train_settings,
     write_job,
 )
-from tests.native.conftest import build_native
 
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture(scope="module")
-def native_lib_path() -> Path:
-    return build_native(Path(__file__).resolve().parents[2] / "native" / "build")
 
-
-SETTINGS = TrainSettings(max_lr=TRAIN["lr"], min_lr=TRAIN["min_lr"],
-                         warmup_steps=TRAIN["warmup_steps"], total_steps=TRAIN["steps"],
-                         cosine=True, weight_decay=TRAIN["weight_decay"],
-                         grad_clip=TRAIN["grad_clip"])
+SETTINGS = train_settings()
 
 
 LAYOUTS = [

@@ -13,14 +13,9 @@ from safetensors.numpy import load_file
 
 from launcher.train.checkpoint import shard_name, step_dir
 from tests.integration.pipeline_helpers import ODD_MODEL, gantry_train, write_job
-from tests.native.conftest import build_native
 
 pytestmark = pytest.mark.slow
 
-
-@pytest.fixture(scope="module")
-def native_lib_path() -> Path:
-    return build_native(Path(__file__).resolve().parents[2] / "native" / "build")
 
 
 def _blocks(shard: Path) -> set[int]:
