@@ -69,13 +69,12 @@ def flops_per_token(layers: int, d: int, vocab: int, seq: int) -> float:
 
 
 def write_job(a: argparse.Namespace, work: Path) -> Path:
-    pp, dp = parse_layout(a.layout)
-    schedule = a.schedule if pp > 1 else "1f1b"
+    schedule = a.schedule if a.pp > 1 else "1f1b"
     job = {
         "name": f"bench-{a.layout}-{schedule}",
         "model": {"n_layer": a.layers, "n_head": a.heads, "n_embd": a.d,
                   "vocab_size": a.vocab, "seq_len": a.seq},
-        "parallelism": {"pp": pp, "dp": dp, "schedule": schedule,
+        "parallelism": {"pp": a.pp, "dp": a.dp, "schedule": schedule,
                         "micro_batches": a.nmb, "micro_batch_size": a.mbs,
                         "virtual_stages": 2 if schedule == "interleaved" else 1},
         "train": {"steps": a.warmup + a.steps, "lr": 1.0e-4, "lr_schedule": "constant",
@@ -89,13 +88,12 @@ def write_job(a: argparse.Namespace, work: Path) -> Path:
 def run_gantry(a: argparse.Namespace, job: Path, work: Path) -> subprocess.CompletedProcess[str]:
     cmd = [sys.executable, "-m", "launcher", "train", str(job), "--lib", a.lib,
            "--run-dir", str(work / "run")]
-    pp, dp = parse_layout(a.layout)
-    if pp * dp > 1:
+    if a.pp * a.dp > 1:
         passed = ["PYTHONPATH", "TORCH_SYMM_MEM_DISABLE_MULTICAST", "NVSHMEM_DISABLE_NVLS",
                   "GANTRY_ATTENTION"]
         passed += sorted(k for k in os.environ
                          if k.startswith(_TUNING_PREFIXES) and k not in passed)
-        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(pp * dp),
+        cmd = ["mpirun", "--allow-run-as-root", "--oversubscribe", "-np", str(a.pp * a.dp),
                *[x for k in passed for x in ("-x", k)], "--bind-to", "none", *cmd]
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH", "")]))
@@ -160,7 +158,7 @@ def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
     busy = sum(r["compute_s"] for r in ranks)
     measured = 1.0 - busy / (makespan * len(ranks))
     v = 2 if a.schedule == "interleaved" else 1
-    table = generate(a.schedule, parse_layout(a.layout)[0], a.nmb, v)
+    table = generate(a.schedule, a.pp, a.nmb, v)
     costs = op_costs(trace, last["step"] - 1, v)
     full = dict(UNIT_COSTS)
     full.update(costs)
@@ -201,14 +199,14 @@ def main() -> int:
                    help="label of a tuning variant (e.g. the env it ran with), kept in the JSON")
     a = p.parse_args()
     try:
-        pp, dp = parse_layout(a.layout)
+        a.pp, a.dp = parse_layout(a.layout)
     except argparse.ArgumentTypeError as err:
         p.error(str(err))
     a.work.mkdir(parents=True, exist_ok=True)
     job = write_job(a, a.work)
     done = run_gantry(a, job, a.work)
     (a.work / "train.log").write_text(done.stdout + done.stderr)
-    base = {"impl": "gantry", "mode": a.layout, "schedule": a.schedule if pp > 1 else "-",
+    base = {"impl": "gantry", "mode": a.layout, "schedule": a.schedule if a.pp > 1 else "-",
             "layers": a.layers, "d": a.d, "mbs": a.mbs, "nmb": a.nmb}
     if a.variant:
         base["variant"] = a.variant
@@ -226,8 +224,8 @@ def main() -> int:
 
     timed = records[a.warmup - 1:]
     wall = (timed[-1]["wall_s"] - timed[0]["wall_s"]) / (len(timed) - 1)
-    ngpu = pp * dp
-    tok = a.mbs * a.nmb * a.seq * dp / wall
+    ngpu = a.pp * a.dp
+    tok = a.mbs * a.nmb * a.seq * a.dp / wall
     info = next((line for line in done.stdout.splitlines() if line.startswith("native backend")),
                 "")
     result = {
@@ -238,10 +236,10 @@ def main() -> int:
                                   for r in rec["ranks"]) / 2**30, 1),
         "first_loss": round(records[0]["loss"], 4), "last_loss": round(records[-1]["loss"], 4),
     }
-    if pp > 1:
+    if a.pp > 1:
         trace = json.loads((a.work / "run" / "trace.json").read_text())
         result["timeline"] = timeline(a, records, trace)
-    if dp > 1:
+    if a.dp > 1:
         result["dp_ranks"] = dp_timings(records)
     print(json.dumps(result), flush=True)
     return 0

@@ -18,24 +18,16 @@
 # Every run has a hard time limit, so one hang cannot eat the call. Per-run logs go to
 # $GPU_BENCH_WORK/logs (the device tool brings back only a few files: tar them).
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-out="${OUT:-$PWD/gpu-bench-out}"
-work="${GPU_BENCH_WORK:-/tmp/gantry-gpu-bench}"
-logs="$work/logs"
-mkdir -p "$out" "$logs"
+source bench/gpu_bench_common.sh
+gpu_bench_dirs "$PWD/gpu-bench-out" /tmp/gantry-gpu-bench
 steps="${*:-build smoke nccltest single350 pp350 single15 pp15 table parity}"
 build="$PWD/native/build-cuda"
 lib="$build/libgantry_native.so"
 smoke_tool="$build/gantry-cuda-smoke"
-results="$out/results.jsonl"
 pp_schedules="${PP_SCHEDULES:-1f1b gpipe interleaved zb-h1 zb-h2}"
 anchor_schedules="${ANCHOR_SCHEDULES:-f1b gpipe interleaved}"
 bench_steps="${GPU_BENCH_STEPS:-10}"
 bench_warmup="${GPU_BENCH_WARMUP:-3}"
-has() { [[ " $steps " == *" $1 "* ]]; }
-stamp() { echo "[$(date +%T)] $*"; }
 ngpu=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
 two_gpus() { # label: true on a machine with two GPUs, else says what it skips
   [ "$ngpu" -ge 2 ] && return 0

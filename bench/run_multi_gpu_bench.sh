@@ -18,22 +18,14 @@
 #                     this script without GPUs (NGPU sets the rank count there)
 # Every run has a time limit, so one hang cannot eat the call.
 set -uo pipefail
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-out="${OUT:-$PWD/multi-gpu-bench-out}"
-work="${GPU_BENCH_WORK:-/tmp/gantry-multi-gpu-bench}"
-logs="$work/logs"
-mkdir -p "$out" "$logs"
+source bench/gpu_bench_common.sh
+gpu_bench_dirs "$PWD/multi-gpu-bench-out" /tmp/gantry-multi-gpu-bench
 steps="${*:-build nccl layouts table}"
 cpu="${MULTI_BENCH_CPU:-0}"
-results="$out/results.jsonl"
 bench_steps="${GPU_BENCH_STEPS:-8}"
 bench_warmup="${GPU_BENCH_WARMUP:-2}"
 pp_schedules="${PP_SCHEDULES:-1f1b gpipe interleaved zb-h1 zb-h2}"
 anchor_schedules="${ANCHOR_SCHEDULES:-f1b gpipe interleaved}"
-has() { [[ " $steps " == *" $1 "* ]]; }
-stamp() { echo "[$(date +%T)] $*"; }
 
 if [ "$cpu" = 1 ]; then
   ngpu="${NGPU:-4}"
@@ -59,12 +51,6 @@ model_args() { # model name -> bench arguments (the same for gantry and the anch
     tiny) echo "--layers 8 --dmodel 32 --heads 2 --seq 16 --vocab 64 --mbs 2 --nmb 4" ;;
     *) echo "unknown model $1" >&2; return 1 ;;
   esac
-}
-ranks_of() { # layout -> processes
-  local pp=1 dp=1
-  [[ "$1" =~ ^pp([0-9]+) ]] && pp=${BASH_REMATCH[1]}
-  [[ "$1" =~ dp([0-9]+)$ ]] && dp=${BASH_REMATCH[1]}
-  echo $((pp * dp))
 }
 
 lib="${GANTRY_NATIVE_LIB:-}"
@@ -99,10 +85,10 @@ if has layouts; then
   for model in ${MODELS:-1.5B 7B}; do
     read -r -a margs <<< "$(model_args "$model")" || exit 2
     for layout in $layouts; do
-      n=$(ranks_of "$layout")
       pp=1 dp=1
       [[ "$layout" =~ ^pp([0-9]+) ]] && pp=${BASH_REMATCH[1]}
       [[ "$layout" =~ dp([0-9]+)$ ]] && dp=${BASH_REMATCH[1]}
+      n=$((pp * dp))
       if [ "$pp" -gt 1 ]; then
         for s in $pp_schedules; do
           gantry "$model-$layout-$s" 240 --layout "$layout" --schedule "$s" "${margs[@]}"
