@@ -271,25 +271,23 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-/* one warp per row; lane handles the 16-byte vectors v = lane + 32 k (k < K, v < C / 8): dout,
- * inp and dresid (if any) loaded into registers before any store and kept across both passes,
- * w re-read (L1-resident); each vector is read and written by one lane only, so dinp may alias
- * dresid */
-template <int K>
-__global__ void __launch_bounds__(256)
-    layernorm_backward_input_vec_kernel(bf16 *dinp, const bf16 *dresid, const bf16 *dout,
-                                        const bf16 *inp, const float *mean, const float *rstd,
-                                        const bf16 *w, int N, int C) {
-    int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
-    int lane = threadIdx.x % WARP;
-    if (row >= N) return;
+/* One row of the LayerNorm backward by one warp: lane handles the 16-byte vectors
+ * v = lane + 32 k (k < K, v < C / 8); dout, inp and dresid (if any) are loaded into registers
+ * before any store and kept across both passes, w re-read (L1-resident); each vector is read and
+ * written by one lane only, so dinp may alias dresid. dinp = dresid + d LN / d inp. With ACC,
+ * the lane also adds dout and dout * xhat of its columns into acc_d / acc_x (float4 pairs per
+ * vector, owned by this lane: no other thread touches them). */
+template <int K, bool ACC>
+__device__ __forceinline__ void layernorm_backward_row(bf16 *dinp, const bf16 *dresid,
+                                                       const bf16 *dout, const bf16 *inp,
+                                                       float m, float s, const uint4 *wv,
+                                                       int row, int lane, int C, float4 *acc_d,
+                                                       float4 *acc_x) {
     const int nv = C / LN_VEC;
     size_t base = (size_t)row * C;
     const uint4 *dg = reinterpret_cast<const uint4 *>(dout + base);
     const uint4 *xg = reinterpret_cast<const uint4 *>(inp + base);
-    const uint4 *wv = reinterpret_cast<const uint4 *>(w);
     const uint4 *rg = dresid ? reinterpret_cast<const uint4 *>(dresid + base) : NULL;
-    float m = mean[row], s = rstd[row];
     /* all loads of the row up front (dresid too: it may alias dinp, whose stores would
      * otherwise keep the compiler from hoisting these loads) */
     uint4 dv[K], xv[K], rv[K];
@@ -305,16 +303,28 @@ __global__ void __launch_bounds__(256)
     for (int k = 0; k < K; k++) {
         int v = lane + k * WARP;
         if (v < nv) {
-            float fd[LN_VEC], fx[LN_VEC], fw[LN_VEC];
+            float fd[LN_VEC], fx[LN_VEC], fw[LN_VEC], xh[LN_VEC];
             bf16x8_unpack(dv[k], fd);
             bf16x8_unpack(xv[k], fx);
             bf16x8_unpack(wv[v], fw);
 #pragma unroll
             for (int j = 0; j < LN_VEC; j++) {
+                xh[j] = (fx[j] - m) * s;
                 float dn = fw[j] * fd[j];
-                float xhat = (fx[j] - m) * s;
                 dsum += dn;
-                dxsum += dn * xhat;
+                dxsum += dn * xh[j];
+            }
+            if (ACC) {
+                float4 ad0 = acc_d[2 * v], ad1 = acc_d[2 * v + 1];
+                float4 ax0 = acc_x[2 * v], ax1 = acc_x[2 * v + 1];
+                ad0.x += fd[0], ad0.y += fd[1], ad0.z += fd[2], ad0.w += fd[3];
+                ad1.x += fd[4], ad1.y += fd[5], ad1.z += fd[6], ad1.w += fd[7];
+                ax0.x += fd[0] * xh[0], ax0.y += fd[1] * xh[1];
+                ax0.z += fd[2] * xh[2], ax0.w += fd[3] * xh[3];
+                ax1.x += fd[4] * xh[4], ax1.y += fd[5] * xh[5];
+                ax1.z += fd[6] * xh[6], ax1.w += fd[7] * xh[7];
+                acc_d[2 * v] = ad0, acc_d[2 * v + 1] = ad1;
+                acc_x[2 * v] = ax0, acc_x[2 * v + 1] = ax1;
             }
         }
     }
@@ -342,10 +352,24 @@ __global__ void __launch_bounds__(256)
     }
 }
 
+/* one warp per row (layernorm_backward_row) */
+template <int K>
+__global__ void __launch_bounds__(256)
+    layernorm_backward_input_vec_kernel(bf16 *dinp, const bf16 *dresid, const bf16 *dout,
+                                        const bf16 *inp, const float *mean, const float *rstd,
+                                        const bf16 *w, int N, int C) {
+    int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
+    int lane = threadIdx.x % WARP;
+    if (row >= N) return;
+    layernorm_backward_row<K, false>(dinp, dresid, dout, inp, mean[row], rstd[row],
+                                     reinterpret_cast<const uint4 *>(w), row, lane, C, NULL,
+                                     NULL);
+}
+
 static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-/* LayerNorm backward, input and weight gradients in one pass (layernorm_backward_input_vec_kernel
- * plus the column sums of gt_cu_layernorm_backward_weight): block b of LN_BWD_WARPS warps owns
+/* LayerNorm backward, input and weight gradients in one pass (layernorm_backward_row with the
+ * column sums of gt_cu_layernorm_backward_weight): block b of LN_BWD_WARPS warps owns
  * rows [b R, b R + R) (R = rows_per_block), warp w takes rows b R + w, b R + w + LN_BWD_WARPS, ...
  * in increasing order. A lane owns the same columns in every row (the 16-byte vectors
  * lane + 32 k), so it adds dout and dout * xhat of its columns into its warp's shared-memory
@@ -374,71 +398,9 @@ __global__ void __launch_bounds__(LN_BWD_WARPS * WARP)
         }
     }
     const int r_end = min(N, ((int)blockIdx.x + 1) * rows_per_block);
-    for (int row = (int)blockIdx.x * rows_per_block + warp; row < r_end; row += LN_BWD_WARPS) {
-        size_t base = (size_t)row * C;
-        const uint4 *dg = reinterpret_cast<const uint4 *>(dout + base);
-        const uint4 *xg = reinterpret_cast<const uint4 *>(inp + base);
-        const uint4 *rg = dresid ? reinterpret_cast<const uint4 *>(dresid + base) : NULL;
-        float m = mean[row], s = rstd[row];
-        uint4 dv[K], xv[K], rv[K];
-#pragma unroll
-        for (int k = 0; k < K; k++) {
-            int v = lane + k * WARP;
-            dv[k] = v < nv ? dg[v] : make_uint4(0u, 0u, 0u, 0u);
-            xv[k] = v < nv ? xg[v] : make_uint4(0u, 0u, 0u, 0u);
-            rv[k] = rg != NULL && v < nv ? rg[v] : make_uint4(0u, 0u, 0u, 0u);
-        }
-        float dsum = 0.0f, dxsum = 0.0f;
-#pragma unroll
-        for (int k = 0; k < K; k++) {
-            int v = lane + k * WARP;
-            if (v < nv) {
-                float fd[LN_VEC], fx[LN_VEC], fw[LN_VEC];
-                bf16x8_unpack(dv[k], fd);
-                bf16x8_unpack(xv[k], fx);
-                bf16x8_unpack(wv[v], fw);
-                float4 ad0 = acc_d[2 * v], ad1 = acc_d[2 * v + 1];
-                float4 ax0 = acc_x[2 * v], ax1 = acc_x[2 * v + 1];
-                float xh[LN_VEC];
-#pragma unroll
-                for (int j = 0; j < LN_VEC; j++) {
-                    xh[j] = (fx[j] - m) * s;
-                    float dn = fw[j] * fd[j];
-                    dsum += dn;
-                    dxsum += dn * xh[j];
-                }
-                ad0.x += fd[0], ad0.y += fd[1], ad0.z += fd[2], ad0.w += fd[3];
-                ad1.x += fd[4], ad1.y += fd[5], ad1.z += fd[6], ad1.w += fd[7];
-                ax0.x += fd[0] * xh[0], ax0.y += fd[1] * xh[1];
-                ax0.z += fd[2] * xh[2], ax0.w += fd[3] * xh[3];
-                ax1.x += fd[4] * xh[4], ax1.y += fd[5] * xh[5];
-                ax1.z += fd[6] * xh[6], ax1.w += fd[7] * xh[7];
-                acc_d[2 * v] = ad0, acc_d[2 * v + 1] = ad1;
-                acc_x[2 * v] = ax0, acc_x[2 * v + 1] = ax1;
-            }
-        }
-        dsum = warp_sum(dsum) / C;
-        dxsum = warp_sum(dxsum) / C;
-        uint4 *og = reinterpret_cast<uint4 *>(dinp + base);
-#pragma unroll
-        for (int k = 0; k < K; k++) {
-            int v = lane + k * WARP;
-            if (v < nv) {
-                float fd[LN_VEC], fx[LN_VEC], fw[LN_VEC], fr[LN_VEC];
-                bf16x8_unpack(dv[k], fd);
-                bf16x8_unpack(xv[k], fx);
-                bf16x8_unpack(wv[v], fw);
-                bf16x8_unpack(rv[k], fr);
-#pragma unroll
-                for (int j = 0; j < LN_VEC; j++) {
-                    float dn = fw[j] * fd[j];
-                    float xhat = (fx[j] - m) * s;
-                    fr[j] = fr[j] + s * (dn - dsum - xhat * dxsum);
-                }
-                og[v] = bf16x8_pack(fr);
-            }
-        }
-    }
+    for (int row = (int)blockIdx.x * rows_per_block + warp; row < r_end; row += LN_BWD_WARPS)
+        layernorm_backward_row<K, true>(dinp, dresid, dout, inp, mean[row], rstd[row], wv, row,
+                                        lane, C, acc_d, acc_x);
     __syncthreads();
     const float *sh = reinterpret_cast<const float *>(ln_acc_sh);
     for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) { /* i < C: dout sums, else dout*xhat */
@@ -449,8 +411,6 @@ __global__ void __launch_bounds__(LN_BWD_WARPS * WARP)
         partial[(size_t)which * gridDim.x * C + (size_t)blockIdx.x * C + c] = total;
     }
 }
-
-
 
 /* Vectors per lane for the register-cached LayerNorm kernels, or 0 for the scalar fallback. */
 static int ln_vec_per_lane(int C) {
