@@ -375,7 +375,7 @@ static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
  * lane + 32 k), so it adds dout and dout * xhat of its columns into its warp's shared-memory
  * accumulators without any other thread touching them; at the end the block adds its warps in
  * order and writes partial[b * C + c] (sum of dout) and partial[G * C + b * C + c] (sum of
- * dout * xhat), G = gridDim.x, for colsum_finish_wide_kernel. Deterministic: fixed orders only. */
+ * dout * xhat), G = gridDim.x, for colsum_finish_kernel<32>. Deterministic: fixed orders only. */
 #define LN_BWD_WARPS 2
 template <int K>
 __global__ void __launch_bounds__(LN_BWD_WARPS * WARP)
@@ -580,51 +580,29 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-/* phase 2: block (32, 8) over 32 columns of reduced vector blockIdx.y (0: dst0 from partial,
- * 1: dst1 from partial + chunks * C); thread (x, y) adds chunks y, y + 8, ... in order, then
- * thread (x, 0) adds the 8 groups in order: dst[c] += sum_k partial[k * C + c] */
-__global__ void __launch_bounds__(256)
+/* phase 2: block (32, ROWS) over 32 columns of reduced vector blockIdx.y (0: dst0 from partial,
+ * 1: dst1 from partial + chunks * C); thread (x, y) adds chunks y, y + ROWS, ... in order, then
+ * thread (x, 0) adds the ROWS groups in order: dst[c] += sum_k partial[k * C + c]. ROWS = 8
+ * for the GT_CU_COLSUM_CHUNKS partials, 32 for the one-pass LayerNorm backward's
+ * GT_CU_LN_BWD_BLOCKS (more threads per column for the longer sums). */
+template <int ROWS>
+__global__ void __launch_bounds__(32 * ROWS)
     colsum_finish_kernel(float *dst0, float *dst1, const float *partial, int C, int chunks) {
-    __shared__ float sh[8][32];
+    __shared__ float sh[ROWS][33];
     int tx = threadIdx.x, ty = threadIdx.y;
     int c = blockIdx.x * 32 + tx;
     const float *p = partial + (size_t)blockIdx.y * chunks * C;
     float acc = 0.0f;
     if (c < C) {
 #pragma unroll 8
-        for (int k = ty; k < chunks; k += 8) acc += p[(size_t)k * C + c];
+        for (int k = ty; k < chunks; k += ROWS) acc += p[(size_t)k * C + c];
     }
     sh[ty][tx] = acc;
     __syncthreads();
     if (ty == 0 && c < C) {
         float total = 0.0f;
 #pragma unroll
-        for (int k = 0; k < 8; k++) total += sh[k][tx];
-        float *dst = blockIdx.y ? dst1 : dst0;
-        dst[c] += total;
-    }
-}
-
-/* phase 2 for many chunks (the one-pass LayerNorm backward's GT_CU_LN_BWD_BLOCKS partials):
- * as colsum_finish_kernel with block (32, 32), so 32 threads share a column and each adds
- * chunks y, y + 32, ... in order, then thread (x, 0) adds the 32 groups in order */
-__global__ void __launch_bounds__(1024)
-    colsum_finish_wide_kernel(float *dst0, float *dst1, const float *partial, int C, int chunks) {
-    __shared__ float sh[32][33];
-    int tx = threadIdx.x, ty = threadIdx.y;
-    int c = blockIdx.x * 32 + tx;
-    const float *p = partial + (size_t)blockIdx.y * chunks * C;
-    float acc = 0.0f;
-    if (c < C) {
-#pragma unroll 4
-        for (int k = ty; k < chunks; k += 32) acc += p[(size_t)k * C + c];
-    }
-    sh[ty][tx] = acc;
-    __syncthreads();
-    if (ty == 0 && c < C) {
-        float total = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 32; k++) total += sh[k][tx];
+        for (int k = 0; k < ROWS; k++) total += sh[k][tx];
         float *dst = blockIdx.y ? dst1 : dst0;
         dst[c] += total;
     }
@@ -647,7 +625,7 @@ extern "C" cudaError_t gt_cu_layernorm_backward_weight(float *dw, float *db, con
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     /* y = 0: db from p_db (= scratch), y = 1: dw from p_dw (= scratch + chunks * C) */
-    colsum_finish_kernel<<<dim3(ceil_div(C, 32), 2), dim3(32, 8), 0, stream>>>(db, dw, scratch, C,
+    colsum_finish_kernel<8><<<dim3(ceil_div(C, 32), 2), dim3(32, 8), 0, stream>>>(db, dw, scratch, C,
                                                                                chunks);
     return cudaGetLastError();
 }
@@ -691,7 +669,7 @@ extern "C" cudaError_t gt_cu_layernorm_backward(gt_bf16 *dinp, const gt_bf16 *dr
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     /* y = 0: db from scratch[0, blocks*C), y = 1: dw from scratch[blocks*C, 2*blocks*C) */
-    colsum_finish_wide_kernel<<<dim3(ceil_div(C, 32), 2), dim3(32, 32), 0, stream>>>(
+    colsum_finish_kernel<32><<<dim3(ceil_div(C, 32), 2), dim3(32, 32), 0, stream>>>(
         db, dw, scratch, C, blocks);
     return cudaGetLastError();
 }
@@ -708,7 +686,7 @@ extern "C" cudaError_t gt_cu_bias_backward(float *dbias, const gt_bf16 *dout, in
             scratch, NULL, (const bf16 *)dout, NULL, NULL, NULL, N, OC, per);
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
-    colsum_finish_kernel<<<dim3(ceil_div(OC, 32), 1), dim3(32, 8), 0, stream>>>(dbias, NULL,
+    colsum_finish_kernel<8><<<dim3(ceil_div(OC, 32), 1), dim3(32, 8), 0, stream>>>(dbias, NULL,
                                                                                 scratch, OC, chunks);
     return cudaGetLastError();
 }
