@@ -63,9 +63,9 @@ if has smoke; then
   timeout 60 "$smoke_tool" 50304 1024 16 2 1024 8 2>&1
 fi
 if has nccltest; then
-  stamp "tests/gpu/test_nccl_pipeline.py"
+  stamp "tests/gpu: pipeline layouts, dp overlap, copy-engine edges"
   timeout "${NCCLTEST_TIMEOUT:-150}" python3 -m pytest -x -q -p no:cacheprovider tests/gpu/test_nccl_pipeline.py \
-    tests/gpu/test_nccl_dp_overlap.py ${NCCLTEST_ARGS:-} 2>&1 \
+    tests/gpu/test_nccl_dp_overlap.py tests/gpu/test_p2p_copy_engine.py ${NCCLTEST_ARGS:-} 2>&1 \
     | tee "$out/nccltest.log" | tail -15
 fi
 gantry() { # label, time limit (s), bench_gantry_gpu.py args...

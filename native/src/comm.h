@@ -61,6 +61,13 @@ void *gt_comm_compute_stream(gt_comm *comm);
 /* Request table capacity (grows; existing requests must be complete). */
 int gt_comm_reserve(gt_comm *comm, int n_requests);
 
+/* Prepares the pipeline transfers for messages of up to `max_bytes` bytes (collective over the
+ * world; again with a larger size re-prepares). The NCCL build moves every edge whose two ranks
+ * share a node and can reach each other's GPU through copy engines (CUDA IPC, no SMs held:
+ * p2p_ce.h; GANTRY_P2P_TRANSPORT=auto|ce|nccl, GANTRY_P2P_CE_SLOTS), the others through NCCL;
+ * without this call every edge uses NCCL. A no-op on the MPI build. */
+int gt_comm_p2p_setup(gt_comm *comm, size_t max_bytes);
+
 /* Non-blocking send/recv of `bytes` bytes to/from pipeline rank `peer`; request id `req`.
  * Activations (GT_MSG_ACT) go to pipe_rank + 1 and come from pipe_rank - 1, gradients the other
  * way (modulo pp: interleaved schedules wrap around). */

@@ -39,6 +39,12 @@
  * never blocks for them. The DP stream has the default (lowest) priority: the edges' transfers
  * and the compute stream go first.
  *
+ * Copy engines (gt_comm_p2p_setup, p2p_ce.h): an edge whose two ranks share a node and reach
+ * each other's GPU moves its messages with peer copies into a ring on the receiver, ordered by
+ * counters the GPUs wait on (stream memory operations): nothing waits on an SM, so the busy
+ * rank's compute keeps all of them. Same streams, events and completion points as the NCCL
+ * path; the NCCL edge stays as the fallback (GANTRY_P2P_TRANSPORT=nccl).
+ *
  * Every CUDA / NCCL / MPI call is checked; failures carry the call, the library's message and
  * file:line. The world dup, the pipe communicator and the host-scalar collectives are
  * comm_host.c's (shared with comm_mpi.c).
@@ -47,6 +53,7 @@
 #include <mpi.h>
 #include <nccl.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -55,6 +62,7 @@
 #include "common.h"
 #include "cuda/cuda_check.h"
 #include "dp_buckets.h"
+#include "p2p_ce.h"
 
 #define NCCL_CHECK(call)                                                                      \
     do {                                                                                      \
@@ -69,7 +77,7 @@ enum { GT_EDGE_ACT_OUT = 0, GT_EDGE_ACT_IN = 1, GT_EDGE_GRAD_OUT = 2, GT_EDGE_GR
 
 struct gt_comm {
     gt_comm_host host;           /* first: layout, world, pipe (comm_host.c) */
-    int device;
+    int device, node_id;
     ncclComm_t nworld, ntied, ndp;
     ncclComm_t ndp_overlap;      /* overlapped dp buckets (NULL: dp == 1 or overlap off) */
     cudaStream_t dp_stream;      /* their stream */
@@ -77,6 +85,8 @@ struct gt_comm {
     cudaEvent_t dp_done;         /* recorded on dp_stream at wait-all */
     int dp_started;              /* buckets since the last wait-all */
     ncclComm_t edge[GT_N_EDGES]; /* NULL where unused (pp == 1) */
+    gt_ce_edge *ce[GT_N_EDGES];  /* copy-engine edges (gt_comm_p2p_setup); NULL: NCCL */
+    size_t ce_bytes;             /* message size the transfers were prepared for */
     cudaStream_t compute;
     cudaStream_t streams[GT_N_EDGES];
     cudaEvent_t posted;          /* recorded on compute when a send/recv is posted */
@@ -90,9 +100,15 @@ _Static_assert(offsetof(struct gt_comm, host) == 0, "comm_host.c needs the host 
 
 const char *gt_comm_backend(void) { return "nccl"; }
 
+/* More hardware queues than CUDA's default 8 before this process's CUDA context exists, so
+ * the copy-engine edges' counter waits get queues of their own (p2p_ce.c); a value the user
+ * set stays. */
+static void widen_hardware_queues(void) { setenv("CUDA_DEVICE_MAX_CONNECTIONS", "32", 0); }
+
 int gt_comm_unique_id(void *out, size_t len) {
     int rc = GT_OK;
     ncclUniqueId id;
+    widen_hardware_queues();
     if (out == NULL || len < GT_COMM_ID_BYTES)
         GT_INPUT_FAIL("gt_comm_unique_id: needs a buffer of %d bytes", GT_COMM_ID_BYTES);
     _Static_assert(sizeof(ncclUniqueId) == GT_COMM_ID_BYTES, "ncclUniqueId size");
@@ -235,6 +251,7 @@ int gt_comm_create(int world_fint, int pp, int dp, int pipe_rank, int replica, i
     ncclUniqueId uid;
     int world_rank = 0, world_size = 0, lo = 0, hi = 0;
     *out = NULL;
+    widen_hardware_queues();
     GT_CHECK(gt_comm_check_layout(pp, dp, pipe_rank, replica));
     if (id == NULL || id_len != sizeof(uid))
         GT_INPUT_FAIL("gt_comm_create: the NCCL build needs the %zu-byte id of world rank 0 "
@@ -244,6 +261,7 @@ int gt_comm_create(int world_fint, int pp, int dp, int pipe_rank, int replica, i
     GT_CHECK(gt_comm_host_init(&c->host, world_fint, pp, dp, pipe_rank, replica));
     MPI_CHECK(MPI_Comm_rank(c->host.world, &world_rank));
     MPI_CHECK(MPI_Comm_size(c->host.world, &world_size));
+    c->node_id = node_id;
     GT_CHECK(pick_device(c->host.world, node_id, &c->device));
     CUDA_CHECK(cudaStreamCreateWithFlags(&c->compute, cudaStreamNonBlocking));
     CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
@@ -300,12 +318,57 @@ cleanup:
     return rc;
 }
 
+/* Frees the copy-engine edges once their streams are idle. */
+static void free_ce_edges(gt_comm *c) {
+    for (int e = 0; e < GT_N_EDGES; e++) {
+        if (c->ce[e] == NULL) continue;
+        if (c->streams[e] != NULL) cudaStreamSynchronize(c->streams[e]);
+        gt_ce_edge_free(c->ce[e]);
+        c->ce[e] = NULL;
+    }
+    c->ce_bytes = 0;
+}
+
+int gt_comm_p2p_setup(gt_comm *c, size_t max_bytes) {
+    int rc = GT_OK;
+    const int pp = c->host.pp, p = c->host.pipe_rank;
+    int mode = 1, slots = 4, n_ce = 0, n_edges = 0;
+    if (pp < 2 || (c->ce_bytes > 0 && max_bytes <= c->ce_bytes)) return GT_OK;
+    GT_CHECK(gt_ce_transport_mode(&mode));
+    GT_CHECK(gt_ce_ring_slots(&slots));
+    free_ce_edges(c);
+    /* one global edge order (kind, sender), as for the NCCL warm-up: deadlock-free pairings */
+    for (int k = 0; k < 2; k++) {
+        int kind = k == 0 ? GT_MSG_ACT : GT_MSG_GRAD;
+        for (int sender = 0; sender < pp; sender++) {
+            int slot = edge_slot(c, kind, sender);
+            if (slot < 0) continue;
+            int is_sender = slot == GT_EDGE_ACT_OUT || slot == GT_EDGE_GRAD_OUT;
+            int peer = is_sender ? edge_receiver(kind, sender, pp) : sender;
+            if (peer == p) continue; /* pp == 1 only */
+            GT_CHECK(gt_ce_edge_create(c->host.pipe, peer, 100 + k * pp + sender, is_sender,
+                                       c->node_id, c->device, mode, slots, max_bytes,
+                                       &c->ce[slot]));
+            n_edges++;
+            n_ce += c->ce[slot] != NULL;
+        }
+    }
+    c->ce_bytes = max_bytes;
+    if (p == 0 && c->host.replica == 0)
+        fprintf(stderr, "gantry: pipeline transfers: %d of rank 0's %d edges on copy engines "
+                "(%d x %.1f MB ring per receiving edge), the rest on NCCL\n", n_ce, n_edges, slots,
+                (double)max_bytes / 1e6);
+cleanup:
+    return rc;
+}
+
 /* ncclCommDestroy finalizes with the communicator's other ranks: every rank destroys in one
  * global order (edges by (kind, sender), then tied, dp, world) or two ranks can each wait in a
  * different communicator's teardown forever (seen on the H200 pair with per-slot order: every
  * PP=2 run trained to the end, then hung at exit). */
 void gt_comm_free(gt_comm *c) {
     if (c == NULL) return;
+    free_ce_edges(c);
     for (int i = 0; i < c->n_reqs; i++)
         if (c->done[i] != NULL) cudaEventDestroy(c->done[i]);
     free(c->done);
@@ -389,7 +452,11 @@ static int post_p2p(gt_comm *c, int req, int peer, int kind, int is_send, void *
     GT_CHECK(p2p_edge(c, req, peer, kind, is_send, &e));
     CUDA_CHECK(cudaEventRecord(c->posted, c->compute));
     CUDA_CHECK(cudaStreamWaitEvent(c->streams[e], c->posted, 0));
-    if (is_send) NCCL_CHECK(ncclSend(buf, bytes, ncclUint8, 1, c->edge[e], c->streams[e]));
+    if (c->ce[e] != NULL && is_send)
+        GT_CHECK(gt_ce_edge_send(c->ce[e], buf, bytes, c->streams[e]));
+    else if (c->ce[e] != NULL)
+        GT_CHECK(gt_ce_edge_recv(c->ce[e], buf, bytes, c->streams[e]));
+    else if (is_send) NCCL_CHECK(ncclSend(buf, bytes, ncclUint8, 1, c->edge[e], c->streams[e]));
     else NCCL_CHECK(ncclRecv(buf, bytes, ncclUint8, 0, c->edge[e], c->streams[e]));
     CUDA_CHECK(cudaEventRecord(c->done[req], c->streams[e]));
     c->edge_of[req] = (int8_t)e;

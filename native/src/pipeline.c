@@ -109,6 +109,12 @@ int gt_pipeline_create(const gt_config *cfg, gt_comm *comm, int v, int m, int B,
             ch->x_in[k] = buf;
         }
     }
+    if (p->pp > 1) { /* collective: every rank creates its pipeline */
+        size_t max_bytes = 0;
+        for (int c = 0; c < v; c++)
+            if (p->chunks[c].act_bytes > max_bytes) max_bytes = p->chunks[c].act_bytes;
+        GT_CHECK(gt_comm_p2p_setup(comm, max_bytes));
+    }
     *out = p;
     p = NULL;
 cleanup:

@@ -630,6 +630,13 @@ extern "C" cudaError_t gt_cu_layernorm_backward_weight(float *dw, float *db, con
     return cudaGetLastError();
 }
 
+static int g_ln_bwd_blocks = GT_CU_LN_BWD_BLOCKS;
+
+extern "C" void gt_cu_set_ln_bwd_blocks(int blocks) {
+    g_ln_bwd_blocks = blocks < 1 ? 1 : blocks > GT_CU_LN_BWD_MAX_BLOCKS ? GT_CU_LN_BWD_MAX_BLOCKS
+                                                                       : blocks;
+}
+
 extern "C" cudaError_t gt_cu_layernorm_backward(gt_bf16 *dinp, const gt_bf16 *dresid,
                                                 const gt_bf16 *dout, const gt_bf16 *inp,
                                                 const float *mean, const float *rstd,
@@ -644,7 +651,7 @@ extern "C" cudaError_t gt_cu_layernorm_backward(gt_bf16 *dinp, const gt_bf16 *dr
         return gt_cu_layernorm_backward_weight(dw, db, dout, inp, mean, rstd, N, C, scratch,
                                                stream);
     }
-    int blocks = N < GT_CU_LN_BWD_BLOCKS ? N : GT_CU_LN_BWD_BLOCKS;
+    int blocks = N < g_ln_bwd_blocks ? N : g_ln_bwd_blocks;
     int per = (N + blocks - 1) / blocks;
     size_t shmem = (size_t)LN_BWD_WARPS * 2 * C * sizeof(float); /* <= 32 KiB for C <= 2048 */
     dim3 grid(blocks), block(LN_BWD_WARPS * WARP);

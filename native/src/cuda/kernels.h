@@ -24,9 +24,12 @@ typedef uint16_t gt_bf16; /* storage of one bfloat16 */
 /* Rows per block-row of the two-phase column sums; partial buffers hold
  * GT_CU_COLSUM_CHUNKS * C floats per reduced vector. */
 #define GT_CU_COLSUM_CHUNKS 64
-/* Blocks (and partial vectors) of the one-pass LayerNorm backward: its scratch holds
- * 2 * GT_CU_LN_BWD_BLOCKS * C floats. */
+/* Blocks (and partial vectors) of the one-pass LayerNorm backward: default, and the most
+ * (GANTRY_LN_BWD_BLOCKS, set by the stage with gt_cu_set_ln_bwd_blocks); its scratch holds
+ * 2 * GT_CU_LN_BWD_MAX_BLOCKS * C floats. */
 #define GT_CU_LN_BWD_BLOCKS 512
+#define GT_CU_LN_BWD_MAX_BLOCKS 2048
+void gt_cu_set_ln_bwd_blocks(int blocks);
 
 /* dst (n) bf16 = src (n) fp32, round to nearest even */
 cudaError_t gt_cu_f32_to_bf16(gt_bf16 *dst, const float *src, size_t n, cudaStream_t stream);
@@ -62,7 +65,7 @@ cudaError_t gt_cu_layernorm_backward_weight(float *dw, float *db, const gt_bf16 
                                             cudaStream_t stream);
 /* Both of the above in one pass over dout and inp: dinp as gt_cu_layernorm_backward_input,
  * dw and db accumulated as gt_cu_layernorm_backward_weight (the same sums, another order);
- * scratch: 2 * max(GT_CU_LN_BWD_BLOCKS, GT_CU_COLSUM_CHUNKS) * C floats */
+ * scratch: 2 * max(GT_CU_LN_BWD_MAX_BLOCKS, 4 * GT_CU_COLSUM_CHUNKS) * C floats */
 cudaError_t gt_cu_layernorm_backward(gt_bf16 *dinp, const gt_bf16 *dresid, const gt_bf16 *dout,
                                      const gt_bf16 *inp, const float *mean, const float *rstd,
                                      const gt_bf16 *w, float *dw, float *db, int N, int C,

@@ -93,6 +93,21 @@ cleanup:
     return rc;
 }
 
+/* GANTRY_LN_BWD_BLOCKS: blocks of the one-pass LayerNorm backward (tuning; default 512). */
+static int set_ln_bwd_blocks(void) {
+    int rc = GT_OK;
+    const char *env = getenv("GANTRY_LN_BWD_BLOCKS");
+    if (env == NULL || env[0] == '\0') goto cleanup;
+    char *end = NULL;
+    long v = strtol(env, &end, 10);
+    if (*end != '\0' || v < 64 || v > GT_CU_LN_BWD_MAX_BLOCKS)
+        GT_INPUT_FAIL("GANTRY_LN_BWD_BLOCKS='%s' is not allowed (an integer 64..%d)", env,
+                      GT_CU_LN_BWD_MAX_BLOCKS);
+    gt_cu_set_ln_bwd_blocks((int)v);
+cleanup:
+    return rc;
+}
+
 int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is_first,
                     int is_last, int B, int T, int n_slots, gt_stage **out) {
     int rc = GT_OK;
@@ -120,13 +135,14 @@ int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is
     GT_CHECK(build_segments(s));
     GT_CHECK(gt_lt_create(&s->lt, GT_LT_WORKSPACE));
     GT_CHECK(choose_attention(s, why, sizeof(why)));
+    GT_CHECK(set_ln_bwd_blocks());
     {
         size_t N = (size_t)B * T, C = (size_t)cfg->n_embd;
         CUDA_MALLOC(s->datty, N * C * sizeof(gt_bf16));
         /* the column sums of up to 4C columns, or the one-pass LayerNorm backward's partials */
         size_t colsum_floats = (size_t)2 * GT_CU_COLSUM_CHUNKS * 4 * C;
-        if (colsum_floats < (size_t)2 * GT_CU_LN_BWD_BLOCKS * C)
-            colsum_floats = (size_t)2 * GT_CU_LN_BWD_BLOCKS * C;
+        if (colsum_floats < (size_t)2 * GT_CU_LN_BWD_MAX_BLOCKS * C)
+            colsum_floats = (size_t)2 * GT_CU_LN_BWD_MAX_BLOCKS * C;
         CUDA_MALLOC(s->colsum, colsum_floats * sizeof(float));
         CUDA_MALLOC(s->sq, (size_t)(1 + GT_CU_SQ_BLOCKS) * sizeof(double));
         CUDA_MALLOC(s->loss, sizeof(float));
