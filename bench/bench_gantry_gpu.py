@@ -78,7 +78,7 @@ def write_job(a: argparse.Namespace, work: Path) -> Path:
                         "micro_batches": a.nmb, "micro_batch_size": a.mbs,
                         "virtual_stages": 2 if schedule == "interleaved" else 1},
         "train": {"steps": a.warmup + a.steps, "lr": 1.0e-4, "lr_schedule": "constant",
-                  "warmup_steps": 0, "weight_decay": 0.1, "grad_clip": 1.0, "seed": 0},
+                  "warmup_steps": 0, "weight_decay": 0.1, "grad_clip": a.grad_clip, "seed": 0},
     }
     path = work / "job.yaml"
     path.write_text(yaml.safe_dump(job))
@@ -195,6 +195,9 @@ def main() -> int:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--timeout", type=int, default=300)
+    p.add_argument("--grad-clip", type=float, default=0.0,
+                   help="global-norm clip (default 0: off, like the PyTorch anchor, whose AdamW "
+                   "runs without clipping; with it on, AdamW waits for the global norm)")
     p.add_argument("--variant", default="",
                    help="label of a tuning variant (e.g. the env it ran with), kept in the JSON")
     a = p.parse_args()
@@ -207,7 +210,7 @@ def main() -> int:
     done = run_gantry(a, job, a.work)
     (a.work / "train.log").write_text(done.stdout + done.stderr)
     base = {"impl": "gantry", "mode": a.layout, "schedule": a.schedule if a.pp > 1 else "-",
-            "layers": a.layers, "d": a.d, "mbs": a.mbs, "nmb": a.nmb}
+            "layers": a.layers, "d": a.d, "mbs": a.mbs, "nmb": a.nmb, "grad_clip": a.grad_clip}
     if a.variant:
         base["variant"] = a.variant
     metrics_path = a.work / "run" / "metrics.jsonl"
@@ -235,6 +238,8 @@ def main() -> int:
         "mem_used_gib": round(max(r.get("mem_used_bytes", 0) for rec in records
                                   for r in rec["ranks"]) / 2**30, 1),
         "first_loss": round(records[0]["loss"], 4), "last_loss": round(records[-1]["loss"], 4),
+        # parameter ranges AdamW updated during the backward, per rank (0: after the table)
+        "opt_ranges": [r.get("opt_ranges", 0) for r in records[-1]["ranks"]],
     }
     if a.pp > 1:
         trace = json.loads((a.work / "run" / "trace.json").read_text())

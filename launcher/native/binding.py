@@ -132,6 +132,12 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         [ctypes.c_void_p, ctypes.c_float, ctypes.c_float, ctypes.c_float, ctypes.c_float,
          ctypes.c_float, ctypes.c_int, ctypes.c_float],
     ),
+    "gt_stage_adamw_range": (
+        ctypes.c_int,
+        [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_float, ctypes.c_float,
+         ctypes.c_float, ctypes.c_float, ctypes.c_float, ctypes.c_int, ctypes.c_float],
+    ),
+    "gt_stage_join_optimizer": (ctypes.c_int, [ctypes.c_void_p]),
     "gt_clip_coef": (ctypes.c_float, [ctypes.c_double, ctypes.c_double]),
     "gt_lr_at": (
         ctypes.c_double,
@@ -448,6 +454,18 @@ class NativeStage(BaseStage):
     ) -> None:
         self.lib.check(self.lib.lib.gt_stage_adamw_step(
             self.handle, lr, beta1, beta2, eps, weight_decay, step, grad_scale))
+
+    def adamw_range(
+        self, offset: int, count: int, *, lr: float, beta1: float, beta2: float, eps: float,
+        weight_decay: float, step: int, grad_scale: float = 1.0,
+    ) -> None:
+        """AdamW of parameters [offset, offset + count) only (API version 5); then
+        :meth:`join_optimizer` before reading buffers on a GPU stage."""
+        self.lib.check(self.lib.lib.gt_stage_adamw_range(
+            self.handle, offset, count, lr, beta1, beta2, eps, weight_decay, step, grad_scale))
+
+    def join_optimizer(self) -> None:
+        self.lib.check(self.lib.lib.gt_stage_join_optimizer(self.handle))
 
     # I/O ------------------------------------------------------------------------------------
     def save(self, path: Path, which: Buffer = Buffer.PARAMS) -> None:

@@ -248,6 +248,7 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
                                          ("compute_s", "send_s", "recv_s", "bubble_s",
                                           "sync_s", "total_s", "dp_wait_s")}
             timings["dp_buckets"] = result.dp_buckets
+            timings["opt_ranges"] = result.opt_ranges
             timings["mem_used_bytes"] = device_memory_used(lib)
             per_rank = world.gather(timings, root=0)
             if rank == 0:

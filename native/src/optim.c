@@ -41,11 +41,10 @@ cleanup:
     return rc;
 }
 
-int gt_stage_adamw_step(gt_stage *s, float lr, float beta1, float beta2, float eps,
-                        float weight_decay, int step_t, float grad_scale) {
-    int rc = GT_OK;
-    if (s == NULL) GT_INPUT_FAIL("gt_stage_adamw_step: stage is NULL");
-    if (step_t < 1) GT_INPUT_FAIL("gt_stage_adamw_step: step_t=%d (must be >= 1)", step_t);
+/* AdamW of elements [begin, end), tensor by tensor (each with its decay flag). */
+static void adamw_elements(gt_stage *s, size_t begin, size_t end, float lr, float beta1,
+                           float beta2, float eps, float weight_decay, int step_t,
+                           float grad_scale) {
     float *P = s->buffers[GT_BUF_PARAMS], *G = s->buffers[GT_BUF_GRADS];
     float *M = s->buffers[GT_BUF_ADAM_M], *Vb = s->buffers[GT_BUF_ADAM_V];
     const gt_adamw_scalars k = gt_adamw_scalars_at(lr, beta1, beta2, step_t);
@@ -54,9 +53,10 @@ int gt_stage_adamw_step(gt_stage *s, float lr, float beta1, float beta2, float e
     for (int ti = 0; ti < s->layout.num_tensors; ti++) {
         const gt_tensor_info *t = &s->layout.tensors[ti];
         float decay_factor = t->decay ? (float)(1.0 - (double)lr * weight_decay) : 1.0f;
-        size_t begin = t->offset, end = t->offset + t->numel;
+        size_t lo = t->offset > begin ? t->offset : begin;
+        size_t hi = t->offset + t->numel < end ? t->offset + t->numel : end;
 #pragma omp parallel for schedule(static)
-        for (size_t i = begin; i < end; i++) {
+        for (size_t i = lo; i < hi; i++) {
             float g = G[i] * grad_scale;
             float p = P[i] * decay_factor;
             /* torch.lerp(m, g, w): w < 0.5 -> m + w * (g - m) */
@@ -68,6 +68,37 @@ int gt_stage_adamw_step(gt_stage *s, float lr, float beta1, float beta2, float e
             Vb[i] = v;
         }
     }
+}
+
+int gt_stage_adamw_step(gt_stage *s, float lr, float beta1, float beta2, float eps,
+                        float weight_decay, int step_t, float grad_scale) {
+    int rc = GT_OK;
+    if (s == NULL) GT_INPUT_FAIL("gt_stage_adamw_step: stage is NULL");
+    if (step_t < 1) GT_INPUT_FAIL("gt_stage_adamw_step: step_t=%d (must be >= 1)", step_t);
+    adamw_elements(s, 0, s->layout.num_params, lr, beta1, beta2, eps, weight_decay, step_t,
+                   grad_scale);
 cleanup:
     return rc;
+}
+
+int gt_stage_adamw_range(gt_stage *s, size_t offset, size_t count, float lr, float beta1,
+                         float beta2, float eps, float weight_decay, int step_t,
+                         float grad_scale) {
+    int rc = GT_OK;
+    if (s == NULL) GT_INPUT_FAIL("gt_stage_adamw_range: stage is NULL");
+    if (step_t < 1) GT_INPUT_FAIL("gt_stage_adamw_range: step_t=%d (must be >= 1)", step_t);
+    if (offset > s->layout.num_params || count > s->layout.num_params - offset)
+        GT_INPUT_FAIL("gt_stage_adamw_range: [%zu, %zu + %zu) is outside the %zu parameters",
+                      offset, offset, count, s->layout.num_params);
+    adamw_elements(s, offset, offset + count, lr, beta1, beta2, eps, weight_decay, step_t,
+                   grad_scale);
+cleanup:
+    return rc;
+}
+
+int gt_stage_join_optimizer(gt_stage *s) {
+    int rc = GT_OK;
+    if (s == NULL) GT_INPUT_FAIL("gt_stage_join_optimizer: stage is NULL");
+cleanup:
+    return rc; /* the CPU backend's ranges ran when they were called */
 }

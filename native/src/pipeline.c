@@ -59,7 +59,28 @@ struct gt_pipeline {
     gt_bucketer bucketer;   /* of the armed action */
     float *armed_grads;     /* gradient buffer of the armed action's chunk */
     int dp_buckets;         /* buckets started this step */
+    int opt_overlap;        /* GANTRY_OPT_OVERLAP (default 1) */
+    int opt_now;            /* this step: AdamW per range from the hook (no clipping, dp 1) */
+    int opt_ranges;         /* ranges updated so this step */
+    gt_chunk *armed_chunk;  /* chunk of the armed action */
+    gt_step_args step_args; /* this step's optimizer settings, for the hook */
+    double lr_now;          /* this step's learning rate */
 };
+
+/* GANTRY_OPT_OVERLAP: 1 (default) updates each gradient range with AdamW as soon as it is
+ * final when clipping is off; 0 updates everything after the table. */
+static int opt_overlap_wanted(int *out) {
+    int rc = GT_OK;
+    const char *env = getenv("GANTRY_OPT_OVERLAP");
+    *out = 1;
+    if (env != NULL && env[0] != '\0') {
+        if (strcmp(env, "0") != 0 && strcmp(env, "1") != 0)
+            GT_INPUT_FAIL("GANTRY_OPT_OVERLAP='%s' is not allowed (allowed: 0, 1)", env);
+        *out = env[0] == '1';
+    }
+cleanup:
+    return rc;
+}
 
 static double now_s(void) {
     struct timespec ts;
@@ -82,6 +103,7 @@ int gt_pipeline_create(const gt_config *cfg, gt_comm *comm, int v, int m, int B,
     p->v = v, p->m = m, p->B = B, p->T = T;
     GT_CHECK(gt_dp_overlap_wanted(&p->overlap));
     GT_CHECK(gt_dp_bucket_elements(&p->bucket_elems));
+    GT_CHECK(opt_overlap_wanted(&p->opt_overlap));
     p->overlap = p->overlap && p->dp > 1;
     GT_CALLOC(p->last_grad, v);
     GT_CALLOC(p->chunks, v);
@@ -172,10 +194,36 @@ static int on_grad_ready(void *ctx, size_t offset, size_t count) {
     return gt_bucketer_add((gt_bucketer *)ctx, offset, count);
 }
 
-/* Finds each chunk's last gradient-producing action (-1: none, or no overlap). */
+/* The gradients-ready hook while armed for the optimizer: AdamW of the range at once, but for
+ * the wte copy of a chunk that shares it with another rank (first xor last stage): that one is
+ * summed across the pair after the table and updated then. */
+static int on_grad_ready_optim(void *ctx, size_t offset, size_t count) {
+    int rc = GT_OK;
+    gt_pipeline *p = ctx;
+    gt_chunk *ch = p->armed_chunk;
+    const gt_step_args *a = &p->step_args;
+    size_t w_off = 0, w_count = 0, end = offset + count;
+    size_t pieces[2][2] = {{offset, end}, {end, end}};
+    if (ch->is_first != ch->is_last && gt_stage_wte_range(ch->stage, &w_off, &w_count) &&
+        w_off < end && offset < w_off + w_count) { /* cut the wte range out */
+        pieces[0][1] = w_off > offset ? w_off : offset;
+        pieces[1][0] = w_off + w_count < end ? w_off + w_count : end;
+    }
+    for (int k = 0; k < 2; k++) {
+        if (pieces[k][1] <= pieces[k][0]) continue;
+        GT_CHECK(gt_stage_adamw_range(ch->stage, pieces[k][0], pieces[k][1] - pieces[k][0],
+                                      (float)p->lr_now, a->beta1, a->beta2, a->eps,
+                                      a->weight_decay, a->step + 1, 1.0f));
+        p->opt_ranges++;
+    }
+cleanup:
+    return rc;
+}
+
+/* Finds each chunk's last gradient-producing action (-1: none, or nothing to arm). */
 static void find_last_grad(gt_pipeline *p, const int32_t *actions, int n) {
     for (int c = 0; c < p->v; c++) p->last_grad[c] = -1;
-    if (!p->overlap) return;
+    if (!p->overlap && !p->opt_now) return;
     for (int i = 0; i < n; i++) {
         const int32_t *a = actions + (size_t)i * GT_ACTION_WIDTH;
         int s = a[1];
@@ -186,22 +234,26 @@ static void find_last_grad(gt_pipeline *p, const int32_t *actions, int n) {
 }
 
 /* A BACKWARD or WEIGHT action; `armed`: the chunk's last one, run with the gradients-ready
- * hook, after which every range must have been reported (and its bucket started). */
+ * hook, after which every range must have been reported (and its bucket started, or its
+ * AdamW enqueued). */
 static int grad_action(gt_pipeline *p, gt_chunk *ch, int op, int slot, float loss_scale,
                        int armed) {
     int rc = GT_OK;
-    if (armed) {
+    if (armed && p->overlap) {
         gt_bucketer_reset(&p->bucketer, gt_stage_num_params(ch->stage), p->bucket_elems,
                           start_bucket, p);
         p->armed_grads = gt_stage_buffer(ch->stage, GT_BUF_GRADS);
         GT_CHECK(gt_stage_set_grad_ready(ch->stage, on_grad_ready, &p->bucketer));
+    } else if (armed) {
+        p->armed_chunk = ch;
+        GT_CHECK(gt_stage_set_grad_ready(ch->stage, on_grad_ready_optim, p));
     }
     if (op == GT_OP_BACKWARD)
         GT_CHECK(gt_stage_backward(ch->stage, slot, ch->is_last ? NULL : ch->dx_out[slot],
                                    ch->is_first ? NULL : ch->dx_in[slot], loss_scale));
     else
         GT_CHECK(gt_stage_backward_weight(ch->stage, slot));
-    if (armed) GT_CHECK(gt_bucketer_finish(&p->bucketer));
+    if (armed && p->overlap) GT_CHECK(gt_bucketer_finish(&p->bucketer));
 cleanup:
     if (armed) gt_stage_set_grad_ready(ch->stage, NULL, NULL);
     return rc;
@@ -289,7 +341,8 @@ cleanup:
 }
 
 /* Data-parallel all-reduce (waiting for the overlapped buckets, or whole buffers), tied wte
- * (of the dp-reduced gradients), global norm, clipping, AdamW. */
+ * (of the dp-reduced gradients), global norm, clipping, AdamW (only of the tied wte copies when
+ * the hook already updated the rest), then the stages' streams wait for their optimizer's. */
 static int sync_and_update(gt_pipeline *p, const gt_step_args *args, gt_step_result *r) {
     int rc = GT_OK;
     double sq = 0.0;
@@ -303,7 +356,7 @@ static int sync_and_update(gt_pipeline *p, const gt_step_args *args, gt_step_res
         gt_chunk *ch = &p->chunks[c];
         float *grads = gt_stage_buffer(ch->stage, GT_BUF_GRADS);
         size_t off = 0, count = 0;
-        if (p->last_grad[c] < 0) /* not overlapped */
+        if (!p->overlap || p->last_grad[c] < 0) /* not overlapped */
             GT_CHECK(gt_comm_allreduce_dp(p->comm, grads, gt_stage_num_params(ch->stage)));
         if ((ch->is_first || ch->is_last) && !(ch->is_first && ch->is_last) &&
             gt_stage_wte_range(ch->stage, &off, &count))
@@ -315,12 +368,21 @@ static int sync_and_update(gt_pipeline *p, const gt_step_args *args, gt_step_res
     GT_CHECK(gt_comm_allreduce_pipe_double(p->comm, &sq));
     r->grad_norm = sqrt(sq);
     float scale = args->grad_clip > 0.0f ? gt_clip_coef(r->grad_norm, args->grad_clip) : 1.0f;
-    r->lr = gt_lr_at((gt_lr_kind)args->lr_kind, args->step, args->max_lr, args->min_lr,
-                     args->warmup_steps, args->total_steps);
-    for (int c = 0; c < p->v; c++)
-        GT_CHECK(gt_stage_adamw_step(p->chunks[c].stage, (float)r->lr, args->beta1, args->beta2,
-                                     args->eps, args->weight_decay, args->step + 1, scale));
+    r->lr = p->lr_now;
+    for (int c = 0; c < p->v; c++) {
+        gt_chunk *ch = &p->chunks[c];
+        size_t off = 0, count = 0;
+        if (!p->opt_now || p->last_grad[c] < 0)
+            GT_CHECK(gt_stage_adamw_step(ch->stage, (float)p->lr_now, args->beta1, args->beta2,
+                                         args->eps, args->weight_decay, args->step + 1, scale));
+        else if (ch->is_first != ch->is_last && gt_stage_wte_range(ch->stage, &off, &count))
+            GT_CHECK(gt_stage_adamw_range(ch->stage, off, count, (float)p->lr_now, args->beta1,
+                                          args->beta2, args->eps, args->weight_decay,
+                                          args->step + 1, scale));
+    }
+    for (int c = 0; c < p->v; c++) GT_CHECK(gt_stage_join_optimizer(p->chunks[c].stage));
     for (int c = 0; c < p->v; c++) GT_CHECK(gt_stage_synchronize(p->chunks[c].stage));
+    r->opt_ranges = p->opt_ranges;
 cleanup:
     return rc;
 }
@@ -342,6 +404,11 @@ int gt_pipeline_step(gt_pipeline *p, const int32_t *actions, int n_actions,
     p->trace_count = 0;
     GT_CHECK(gt_comm_reserve(p->comm, n_actions));
     for (int c = 0; c < p->v; c++) GT_CHECK(gt_stage_zero_grad(p->chunks[c].stage));
+    p->step_args = *args;
+    p->lr_now = gt_lr_at((gt_lr_kind)args->lr_kind, args->step, args->max_lr, args->min_lr,
+                         args->warmup_steps, args->total_steps);
+    p->opt_now = p->opt_overlap && p->dp == 1 && !(args->grad_clip > 0.0f);
+    p->opt_ranges = 0;
     find_last_grad(p, actions, n_actions);
     p->dp_buckets = 0;
     GT_CHECK(run_table(p, actions, n_actions, tokens, targets, &loss_sum, &r, t_start));

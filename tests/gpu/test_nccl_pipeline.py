@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from launcher.native.model_config import GPTConfig
-from launcher.reference.gpt2_torch import make_model, save_weights, train
+from launcher.reference.gpt2_torch import TrainSettings, make_model, save_weights, train
 from launcher.train.data import global_batch
 from tests.integration.pipeline_helpers import (
     TRAIN,
@@ -31,7 +31,9 @@ LOSS_TOL = 1e-2
 """Largest relative loss difference to the fp32 reference over 10 steps (bf16 compute)."""
 
 
-def _reference(n_micro: int, weights: Path) -> list[float]:
+def _reference(n_micro: int, weights: Path, settings: TrainSettings | None = None) -> list[float]:
+    """Losses of the fp32 reference on the global batches of TRAIN (its settings, or
+    `settings`), its initial weights written to `weights`."""
     cfg = GPTConfig(MODEL["vocab_size"], MODEL["seq_len"], MODEL["n_layer"], MODEL["n_head"],
                     MODEL["n_embd"])
     torch.manual_seed(0)
@@ -43,7 +45,7 @@ def _reference(n_micro: int, weights: Path) -> list[float]:
                                        cast(int, TRAIN["seed"]))
         batches.append((torch.from_numpy(inputs.reshape(-1, cfg.max_seq_len)).long(),
                         torch.from_numpy(targets.reshape(-1, cfg.max_seq_len)).long()))
-    return [loss for loss, _ in train(model, batches, train_settings())]
+    return [loss for loss, _ in train(model, batches, settings or train_settings())]
 
 
 LAYOUTS = [("1f1b", 1, 1), ("gpipe", 2, 1), ("1f1b", 2, 1), ("interleaved", 2, 2),

@@ -78,6 +78,15 @@ def test_pp2_reports_timeline_and_bubble(tmp_path: Path, native_lib_path: Path) 
     # rank 0's summed op times are its compute time (the executor times the same actions)
     summed = sum(total for _, total in by_rank[0].values())
     assert summed == pytest.approx(t["ranks"][0]["compute_s"], rel=0.1, abs=0.5)
+    # no clipping by default (like the anchor): AdamW ran range by range during the backward
+    # (4 layers + ln_f + wpe over the two ranks; the tied wte copies after the table)
+    assert result["grad_clip"] == 0.0 and sum(result["opt_ranges"]) == 4 + 2
+
+
+def test_clipping_updates_after_the_table(tmp_path: Path, native_lib_path: Path) -> None:
+    result = _bench(tmp_path, native_lib_path, "--layout", "pp2", "--schedule", "1f1b",
+                    "--grad-clip", "1.0")
+    assert result["grad_clip"] == 1.0 and result["opt_ranges"] == [0, 0]
 
 
 def test_dp2_counts_both_replicas_and_the_overlapped_buckets(tmp_path: Path,

@@ -3,6 +3,7 @@ step per tensor, and 10-step loss trajectories (pp=1 and a 3-stage chain)."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import numpy as np
 import pytest
 import torch
 
+from launcher.errors import UserInputError
 from launcher.native.binding import Buffer, LrKind, NativeLibrary, NativeStage
 from launcher.native.model_config import GPTConfig
 from launcher.reference import gpt2_torch as ref
@@ -73,6 +75,43 @@ def test_adamw_step_equals_torch_per_tensor(native_lib: NativeLibrary, tmp_path:
                 got = stage.tensor_view(which, name)
                 err = rel_err(got, expected.detach().numpy())
                 assert err <= TOLERANCE, f"step {step} {which.name} {name}: {err:.2e}"
+
+
+def test_adamw_by_ranges_equals_one_step(native_lib: NativeLibrary) -> None:
+    """AdamW range by range (cuts inside tensors and on their edges, any order) gives the same
+    bits as one whole-buffer step: what the executor's optimizer overlap relies on."""
+    rng = np.random.default_rng(5)
+    kwargs = {"lr": 3e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1,
+              "grad_scale": 1.0}
+    stages = [NativeStage(native_lib, CONFIG, 0, CONFIG.n_layer, is_first=True, is_last=True,
+                          batch=1, seq_len=4) for _ in range(2)]
+    whole, ranged = stages
+    try:
+        n = whole.buffer(Buffer.PARAMS).size
+        initial = None
+        for which in (Buffer.PARAMS, Buffer.GRADS, Buffer.ADAM_M, Buffer.ADAM_V):
+            values = rng.standard_normal(n).astype(np.float32)
+            if which is Buffer.ADAM_V:
+                values = np.abs(values)
+            whole.buffer(which)[:] = values
+            ranged.buffer(which)[:] = values
+            initial = values if which is Buffer.PARAMS else initial
+        edges = [info.offset for info in whole.tensors][3:6]
+        cuts = sorted({0, n, *edges, *rng.integers(1, n, size=5).tolist()})
+        pieces = list(itertools.pairwise(cuts))
+        for step in (1, 2):
+            whole.adamw_step(step=step, **kwargs)
+            for begin, end in reversed(pieces):  # backward order, like the hook
+                ranged.adamw_range(begin, end - begin, step=step, **kwargs)
+            ranged.join_optimizer()
+            for which in (Buffer.PARAMS, Buffer.ADAM_M, Buffer.ADAM_V):
+                np.testing.assert_array_equal(ranged.buffer(which), whole.buffer(which))
+        assert initial is not None and not np.array_equal(whole.buffer(Buffer.PARAMS), initial)
+        with pytest.raises(UserInputError, match="outside the"):
+            ranged.adamw_range(n - 2, 3, step=1, **kwargs)
+    finally:
+        for stage in stages:
+            stage.close()
 
 
 def test_weight_decay_only_on_matrices(native_lib: NativeLibrary) -> None:

@@ -21,6 +21,13 @@
  * step waits for all buckets before the tied all-reduce. GANTRY_DP_OVERLAP=0 all-reduces each
  * whole gradient buffer after the table instead. Both give the same sums (for dp = 2 the same
  * bits: see comm.h).
+ *
+ * Optimizer overlap (dp = 1, clipping off, GANTRY_OPT_OVERLAP=1, the default): with no global
+ * norm to wait for, the same armed action updates each reported range with AdamW at once
+ * (gt_stage_adamw_range: on the CUDA backend a stream of its own, overlapping the rest of the
+ * backward); the tied wte copies of the first and last stage are updated after their
+ * all-reduce, and every stage's stream waits for its optimizer before the step returns. Same
+ * bits as GANTRY_OPT_OVERLAP=0 (AdamW is element-wise).
  */
 #ifndef GANTRY_PIPELINE_H
 #define GANTRY_PIPELINE_H
@@ -69,7 +76,7 @@ typedef struct {
     double dp_wait_s; /* part of sync_s: waiting for the overlapped buckets (MPI: blocked until
                          they are summed; NCCL: enqueueing the compute stream's wait) */
     int32_t dp_buckets; /* buckets all-reduced overlapped with the backward (0: none) */
-    int32_t pad;
+    int32_t opt_ranges; /* parameter ranges AdamW updated during the backward (0: none) */
 } gt_step_result;
 
 /* One span of the last step's trace (times in seconds since the step started). */

@@ -68,7 +68,7 @@ extern "C" {
 GT_API const char *gt_last_error(void);
 
 /* Version of this API; bumped when functions are added. */
-#define GT_API_VERSION 4
+#define GT_API_VERSION 5
 GT_API int gt_api_version(void);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -281,6 +281,22 @@ GT_API int gt_backend_memory(size_t *used_bytes, size_t *total_bytes);
  * ignore the hook. fn == NULL disarms it. */
 typedef int (*gt_grad_ready_fn)(void *ctx, size_t offset, size_t count);
 GT_API int gt_stage_set_grad_ready(gt_stage *stage, gt_grad_ready_fn fn, void *ctx);
+
+/* ------------------------------------------------------------------------------------------ */
+/* AdamW on part of the buffer, overlapped (API version 5)                                     */
+/*
+ * gt_stage_adamw_step restricted to the parameters [offset, offset + count): the same
+ * per-element math, each element with its own tensor's decay flag, so updating a buffer range
+ * by range gives the same bits as one gt_stage_adamw_step. CPU backend: runs at once. CUDA
+ * backend: enqueued on the stage's optimizer stream after the work enqueued on the stage's
+ * stream so far, so it overlaps what that stream runs next; gt_stage_join_optimizer orders the
+ * stage's stream after every range enqueued so far (call it before the stage's next step). The
+ * executor updates each range from the gradients-ready hook when clipping is off (no global
+ * norm to wait for). */
+GT_API int gt_stage_adamw_range(gt_stage *stage, size_t offset, size_t count, float lr,
+                                float beta1, float beta2, float eps, float weight_decay,
+                                int step_t, float grad_scale);
+GT_API int gt_stage_join_optimizer(gt_stage *stage);
 
 #ifdef __cplusplus
 }

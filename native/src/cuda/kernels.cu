@@ -909,10 +909,10 @@ extern "C" cudaError_t gt_cu_sq_sum(double *out, double *partial, const float *x
 #define ADAMW_PER_BLOCK 4096
 
 __global__ void adamw_kernel(float *params, bf16 *params16, const float *grads, float *m,
-                             float *v, size_t n, const uint64_t *seg_end,
+                             float *v, size_t begin, size_t end, const uint64_t *seg_end,
                              const uint8_t *seg_decay, int n_segments, gt_cu_adamw_args a) {
-    size_t b0 = (size_t)blockIdx.x * ADAMW_PER_BLOCK;
-    size_t b1 = min(n, b0 + ADAMW_PER_BLOCK);
+    size_t b0 = begin + (size_t)blockIdx.x * ADAMW_PER_BLOCK;
+    size_t b1 = min(end, b0 + ADAMW_PER_BLOCK);
     /* first segment whose end is beyond b0 (binary search, same for the whole block) */
     int lo = 0, hi = n_segments - 1;
     while (lo < hi) {
@@ -938,11 +938,12 @@ __global__ void adamw_kernel(float *params, bf16 *params16, const float *grads, 
 }
 
 extern "C" cudaError_t gt_cu_adamw(float *params, gt_bf16 *params16, const float *grads,
-                                   float *m, float *v, size_t n, const uint64_t *seg_end,
-                                   const uint8_t *seg_decay, int n_segments,
-                                   gt_cu_adamw_args args, cudaStream_t stream) {
+                                   float *m, float *v, size_t begin, size_t n,
+                                   const uint64_t *seg_end, const uint8_t *seg_decay,
+                                   int n_segments, gt_cu_adamw_args args, cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
     adamw_kernel<<<ceil_div(n, ADAMW_PER_BLOCK), 256, 0, stream>>>(
-        params, (bf16 *)params16, grads, m, v, n, seg_end, seg_decay, n_segments, args);
+        params, (bf16 *)params16, grads, m, v, begin, begin + n, seg_end, seg_decay, n_segments,
+        args);
     return cudaGetLastError();
 }

@@ -118,15 +118,16 @@ cudaError_t gt_cu_mean(float *out, const float *x, int n, cudaStream_t stream);
 cudaError_t gt_cu_sq_sum(double *out, double *partial, const float *x, size_t n,
                          cudaStream_t stream);
 
-/* AdamW over the whole buffer (torch.optim.AdamW semantics, see stage.h); segments: the buffer
- * is cut into n_segments runs [seg_end[i-1], seg_end[i]) with weight decay seg_decay[i] (0/1).
- * Also writes the bf16 copy of the updated parameters into params16. */
+/* AdamW over elements [begin, begin + n) of the buffers (torch.optim.AdamW semantics, see
+ * stage.h); segments: the whole buffer is cut into n_segments runs [seg_end[i-1], seg_end[i])
+ * with weight decay seg_decay[i] (0/1). Also writes the bf16 copy of the updated parameters into
+ * params16. Each element's math does not depend on the range, so ranges give the same bits. */
 typedef struct {
     float lr, beta1, beta2, eps, weight_decay, grad_scale;
     float step_size, bc2_sqrt, one_minus_beta1, one_minus_beta2;
 } gt_cu_adamw_args;
 cudaError_t gt_cu_adamw(float *params, gt_bf16 *params16, const float *grads, float *m, float *v,
-                        size_t n, const uint64_t *seg_end, const uint8_t *seg_decay,
+                        size_t begin, size_t n, const uint64_t *seg_end, const uint8_t *seg_decay,
                         int n_segments, gt_cu_adamw_args args, cudaStream_t stream);
 
 #ifdef __cplusplus

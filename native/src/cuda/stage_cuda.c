@@ -214,6 +214,9 @@ void gt_stage_free(gt_stage *s) {
     gt_cudnn_attn_destroy(s->cudnn);
 #endif
     gt_lt_destroy(&s->lt);
+    if (s->opt_ready != NULL) cudaEventDestroy(s->opt_ready);
+    if (s->opt_done != NULL) cudaEventDestroy(s->opt_done);
+    if (s->opt_stream != NULL) cudaStreamDestroy(s->opt_stream);
     gt_stage_layout_release(&s->layout);
     free(s);
 }
@@ -370,32 +373,79 @@ cleanup:
     return rc;
 }
 
+/* The kernel's arguments for one AdamW step. */
+static gt_cu_adamw_args adamw_args(float lr, float beta1, float beta2, float eps,
+                                   float weight_decay, int step_t, float grad_scale) {
+    const gt_adamw_scalars k = gt_adamw_scalars_at(lr, beta1, beta2, step_t);
+    gt_cu_adamw_args a;
+    a.lr = lr;
+    a.beta1 = beta1;
+    a.beta2 = beta2;
+    a.eps = eps;
+    a.weight_decay = weight_decay;
+    a.grad_scale = grad_scale;
+    a.step_size = k.step_size;
+    a.bc2_sqrt = k.bc2_sqrt;
+    a.one_minus_beta1 = k.one_minus_beta1;
+    a.one_minus_beta2 = k.one_minus_beta2;
+    return a;
+}
+
+/* AdamW of elements [begin, begin + n) on `stream`. */
+static cudaError_t enqueue_adamw(gt_stage *s, size_t begin, size_t n, gt_cu_adamw_args a,
+                                 cudaStream_t stream) {
+    return gt_cu_adamw(s->buffers[GT_BUF_PARAMS], s->params16, s->buffers[GT_BUF_GRADS],
+                       s->buffers[GT_BUF_ADAM_M], s->buffers[GT_BUF_ADAM_V], begin, n,
+                       s->seg_end, s->seg_decay, s->n_segments, a, stream);
+}
+
 int gt_stage_adamw_step(gt_stage *s, float lr, float beta1, float beta2, float eps,
                         float weight_decay, int step_t, float grad_scale) {
     int rc = GT_OK;
     if (s == NULL) GT_INPUT_FAIL("gt_stage_adamw_step: stage is NULL");
     if (step_t < 1) GT_INPUT_FAIL("gt_stage_adamw_step: step_t=%d (must be >= 1)", step_t);
-    {
-        const gt_adamw_scalars k = gt_adamw_scalars_at(lr, beta1, beta2, step_t);
-        gt_cu_adamw_args a;
-        a.lr = lr;
-        a.beta1 = beta1;
-        a.beta2 = beta2;
-        a.eps = eps;
-        a.weight_decay = weight_decay;
-        a.grad_scale = grad_scale;
-        a.step_size = k.step_size;
-        a.bc2_sqrt = k.bc2_sqrt;
-        a.one_minus_beta1 = k.one_minus_beta1;
-        a.one_minus_beta2 = k.one_minus_beta2;
-        if (s->lt.scratch != NULL) gt_lt_trim(&s->lt); /* the first step tuned every shape */
-        gt_prof_mark(&s->prof, GT_P_ADAMW, s->stream);
-        CUDA_CHECK(gt_cu_adamw(s->buffers[GT_BUF_PARAMS], s->params16, s->buffers[GT_BUF_GRADS],
-                               s->buffers[GT_BUF_ADAM_M], s->buffers[GT_BUF_ADAM_V],
-                               s->layout.num_params, s->seg_end, s->seg_decay, s->n_segments, a,
-                               s->stream));
-        gt_prof_mark(&s->prof, GT_P_END, s->stream);
+    if (s->lt.scratch != NULL) gt_lt_trim(&s->lt); /* the first step tuned every shape */
+    gt_prof_mark(&s->prof, GT_P_ADAMW, s->stream);
+    CUDA_CHECK(enqueue_adamw(s, 0, s->layout.num_params,
+                             adamw_args(lr, beta1, beta2, eps, weight_decay, step_t, grad_scale),
+                             s->stream));
+    gt_prof_mark(&s->prof, GT_P_END, s->stream);
+cleanup:
+    return rc;
+}
+
+int gt_stage_adamw_range(gt_stage *s, size_t offset, size_t count, float lr, float beta1,
+                         float beta2, float eps, float weight_decay, int step_t,
+                         float grad_scale) {
+    int rc = GT_OK;
+    if (s == NULL) GT_INPUT_FAIL("gt_stage_adamw_range: stage is NULL");
+    if (step_t < 1) GT_INPUT_FAIL("gt_stage_adamw_range: step_t=%d (must be >= 1)", step_t);
+    if (offset > s->layout.num_params || count > s->layout.num_params - offset)
+        GT_INPUT_FAIL("gt_stage_adamw_range: [%zu, %zu + %zu) is outside the %zu parameters",
+                      offset, offset, count, s->layout.num_params);
+    if (s->opt_stream == NULL) {
+        int lo = 0, hi = 0; /* lowest priority: the compute stream's kernels go first */
+        CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+        CUDA_CHECK(cudaStreamCreateWithPriority(&s->opt_stream, cudaStreamNonBlocking, lo));
+        CUDA_CHECK(cudaEventCreateWithFlags(&s->opt_ready, cudaEventDisableTiming));
+        CUDA_CHECK(cudaEventCreateWithFlags(&s->opt_done, cudaEventDisableTiming));
     }
+    CUDA_CHECK(cudaEventRecord(s->opt_ready, s->stream));
+    CUDA_CHECK(cudaStreamWaitEvent(s->opt_stream, s->opt_ready, 0));
+    CUDA_CHECK(enqueue_adamw(s, offset, count,
+                             adamw_args(lr, beta1, beta2, eps, weight_decay, step_t, grad_scale),
+                             s->opt_stream));
+cleanup:
+    return rc;
+}
+
+int gt_stage_join_optimizer(gt_stage *s) {
+    int rc = GT_OK;
+    if (s == NULL) GT_INPUT_FAIL("gt_stage_join_optimizer: stage is NULL");
+    if (s->opt_stream == NULL) return GT_OK;
+    if (s->lt.scratch != NULL) gt_lt_trim(&s->lt); /* the first step tuned every shape */
+    CUDA_CHECK(cudaEventRecord(s->opt_done, s->opt_stream));
+    CUDA_CHECK(cudaStreamWaitEvent(s->stream, s->opt_done, 0));
 cleanup:
     return rc;
 }

@@ -87,6 +87,9 @@ struct gt_stage {
     int n_segments;
 
     cudaStream_t stream;
+    cudaStream_t opt_stream;   /* gt_stage_adamw_range (created on first use) */
+    cudaEvent_t opt_ready;     /* recorded on stream before a range's update */
+    cudaEvent_t opt_done;      /* recorded on opt_stream by gt_stage_join_optimizer */
     gt_lt lt;
     gt_cudnn_attn *cudnn;      /* NULL: reference attention */
     int gelu_fused, dgelu_fused;
