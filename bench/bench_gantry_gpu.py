@@ -33,7 +33,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from launcher.schedules import Op, generate  # noqa: E402
+from launcher.schedules import CHUNKED, SCHEDULES, Op, generate  # noqa: E402
 from launcher.schedules.simulator import UNIT_COSTS, simulate  # noqa: E402
 
 _TUNING_PREFIXES = ("GANTRY_", "NCCL_")
@@ -76,7 +76,7 @@ def write_job(a: argparse.Namespace, work: Path) -> Path:
                   "vocab_size": a.vocab, "seq_len": a.seq},
         "parallelism": {"pp": a.pp, "dp": a.dp, "schedule": schedule,
                         "micro_batches": a.nmb, "micro_batch_size": a.mbs,
-                        "virtual_stages": 2 if schedule == "interleaved" else 1},
+                        "virtual_stages": 2 if schedule in CHUNKED else 1},
         "train": {"steps": a.warmup + a.steps, "lr": 1.0e-4, "lr_schedule": "constant",
                   "warmup_steps": 0, "weight_decay": 0.1, "grad_clip": a.grad_clip, "seed": 0},
     }
@@ -115,7 +115,7 @@ def run_gantry(a: argparse.Namespace, job: Path, work: Path) -> subprocess.Compl
 
 
 def op_costs(trace: dict[str, Any], step: int, v: int) -> dict[Op, float]:
-    """Mean seconds of each compute op in `step`, per full stage (x v for interleaved)."""
+    """Mean seconds of each compute op in `step`, per full stage (x v for the chunked schedules)."""
     durations: dict[Op, list[float]] = {}
     for e in trace["traceEvents"]:
         if e.get("cat") != "compute" or e["args"]["step"] != step:
@@ -157,7 +157,7 @@ def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
     makespan = max(table_times)
     busy = sum(r["compute_s"] for r in ranks)
     measured = 1.0 - busy / (makespan * len(ranks))
-    v = 2 if a.schedule == "interleaved" else 1
+    v = 2 if a.schedule in CHUNKED else 1
     table = generate(a.schedule, a.pp, a.nmb, v)
     costs = op_costs(trace, last["step"] - 1, v)
     full = dict(UNIT_COSTS)
@@ -181,7 +181,7 @@ def main() -> int:
     p.add_argument("--layout", default="single",
                    help="single (1 GPU), ppN, dpM or ppNxdpM (N*M GPUs); each data-parallel "
                    "replica runs the whole micro-batch set, so a step trains dp times the tokens")
-    p.add_argument("--schedule", choices=["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"],
+    p.add_argument("--schedule", choices=SCHEDULES,
                    default="1f1b")
     p.add_argument("--lib", required=True, help="CUDA libgantry_native.so (built with NCCL)")
     p.add_argument("--work", type=Path, required=True, help="directory for job, metrics, trace")

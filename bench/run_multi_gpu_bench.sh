@@ -10,7 +10,7 @@
 # Environment:
 #   MODELS            "1.5B 7B" (default) or a subset; "tiny" is the CPU check's model
 #   LAYOUTS           the layouts to run (default: by the GPU count, as above)
-#   PP_SCHEDULES      gantry's schedules (default: 1f1b gpipe interleaved zb-h1 zb-h2)
+#   PP_SCHEDULES      gantry's schedules (default: 1f1b gpipe interleaved zb-h1 zb-h2 zb-interleaved)
 #   ANCHOR_SCHEDULES  the anchor's (default: f1b gpipe interleaved)
 #   GPU_BENCH_STEPS / GPU_BENCH_WARMUP, GPU_BENCH_WORK (logs, build cache), OUT (results)
 #   MULTI_BENCH_CPU=1 the same flow on CPU with GANTRY_NATIVE_LIB (a CPU build), the anchor on
@@ -24,7 +24,7 @@ steps="${*:-build nccl layouts table}"
 cpu="${MULTI_BENCH_CPU:-0}"
 bench_steps="${GPU_BENCH_STEPS:-8}"
 bench_warmup="${GPU_BENCH_WARMUP:-2}"
-pp_schedules="${PP_SCHEDULES:-1f1b gpipe interleaved zb-h1 zb-h2}"
+pp_schedules="${PP_SCHEDULES:-1f1b gpipe interleaved zb-h1 zb-h2 zb-interleaved}"
 anchor_schedules="${ANCHOR_SCHEDULES:-f1b gpipe interleaved}"
 
 if [ "$cpu" = 1 ]; then

@@ -13,7 +13,9 @@ from typing import Literal
 
 from launcher.typed_config import FieldError, load_dataclass
 
-Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2"]
+Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-interleaved"]
+CHUNKED_SCHEDULES = ("interleaved", "zb-interleaved")
+"""Schedules with virtual_stages >= 2 chunks per rank (launcher.schedules.CHUNKED)."""
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 _TIME_RE = re.compile(r"^(?:(\d+)-)?(\d{1,2}):(\d{2})(?::(\d{2}))?$|^(\d+)$")
 
@@ -60,7 +62,7 @@ class ParallelismSpec:
     micro_batch_size: int = 1
     """Sequences per micro-batch (B)."""
     virtual_stages: int = 1
-    """Model chunks per rank (v) for the interleaved schedule; 1 otherwise."""
+    """Model chunks per rank (v) for the interleaved and zb-interleaved schedules; 1 otherwise."""
     stage_layers: list[int] | None = None
     """Layers of each pipeline stage in global stage order (pp * virtual_stages entries,
     each >= 1, summing to model.n_layer); None: the automatic split (launcher/train/split.py)."""
@@ -83,14 +85,16 @@ class ParallelismSpec:
                 if count < 1:
                     raise FieldError(f"stage_layers[{index}]",
                                      f"{count} is not allowed (expected an integer >= 1)")
-        if self.schedule != "interleaved" and self.virtual_stages != 1:
+        chunked = self.schedule in CHUNKED_SCHEDULES
+        if not chunked and self.virtual_stages != 1:
             raise FieldError(
                 "virtual_stages",
-                f"{self.virtual_stages} needs schedule 'interleaved' (schedule is "
-                f"{self.schedule!r})",
+                f"{self.virtual_stages} needs schedule 'interleaved' or 'zb-interleaved' "
+                f"(schedule is {self.schedule!r})",
             )
-        if self.schedule == "interleaved" and self.virtual_stages < 2:
-            raise FieldError("virtual_stages", "schedule 'interleaved' needs virtual_stages >= 2")
+        if chunked and self.virtual_stages < 2:
+            raise FieldError("virtual_stages",
+                             f"schedule {self.schedule!r} needs virtual_stages >= 2")
 
 
 @dataclass(frozen=True)

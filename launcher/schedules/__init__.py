@@ -1,7 +1,8 @@
 """Pipeline schedules: per-rank action tables generated once, proven by the simulator.
 
 ``generate(name, pp, m, v)`` returns a :class:`ScheduleTable` for gpipe, 1f1b,
-interleaved (v chunks per rank), zb-h1 or zb-h2; ``simulate`` proves and costs it.
+interleaved (v chunks per rank), zb-h1, zb-h2 or zb-interleaved (v chunks per rank, split
+backward); ``simulate`` proves and costs it.
 """
 
 from __future__ import annotations
@@ -20,12 +21,15 @@ from launcher.schedules.table import (
 )
 from launcher.schedules.zb_h1 import zb_h1_orders
 from launcher.schedules.zb_h2 import zb_h2_orders
+from launcher.schedules.zb_interleaved import zb_interleaved_orders
 
-SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2")
+SCHEDULES = ("gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-interleaved")
+CHUNKED = ("interleaved", "zb-interleaved")
+"""Schedules that take v >= 2 chunks per rank (virtual_stages); the others take v = 1."""
 
 __all__ = [
-    "SCHEDULES", "Action", "Op", "ScheduleError", "ScheduleTable", "SimResult", "generate",
-    "simulate", "table_from_bytes",
+    "CHUNKED", "SCHEDULES", "Action", "Op", "ScheduleError", "ScheduleTable", "SimResult",
+    "generate", "simulate", "table_from_bytes",
 ]
 
 
@@ -33,8 +37,9 @@ def generate(name: str, pp: int, m: int, v: int = 1) -> ScheduleTable:
     """The action table of schedule ``name`` for pp ranks, m micro-batches, v chunks/rank."""
     if pp < 1 or m < 1 or v < 1:
         raise ScheduleError(f"{name}: pp({pp}), m({m}) and v({v}) must be >= 1")
-    if name != "interleaved" and v != 1:
-        raise ScheduleError(f"{name}: virtual_stages({v}) needs schedule 'interleaved'")
+    if name in SCHEDULES and name not in CHUNKED and v != 1:
+        raise ScheduleError(f"{name}: virtual_stages({v}) needs schedule 'interleaved' "
+                            "or 'zb-interleaved'")
     if name == "gpipe":
         orders = gpipe_orders(pp, m)
     elif name == "1f1b":
@@ -45,6 +50,8 @@ def generate(name: str, pp: int, m: int, v: int = 1) -> ScheduleTable:
         orders = zb_h1_orders(pp, m)
     elif name == "zb-h2":
         orders = zb_h2_orders(pp, m)
+    elif name == "zb-interleaved":
+        orders = zb_interleaved_orders(pp, m, v)
     else:
         raise ScheduleError(f"unknown schedule {name!r} (expected one of {', '.join(SCHEDULES)})")
     return build_table(name, pp, v, m, orders)

@@ -85,7 +85,7 @@ class ScheduleTable:
     """Per-rank action lists of one optimizer step, plus the shape they were made for."""
 
     name: str
-    """Schedule name (gpipe, 1f1b, interleaved, zb-h1, zb-h2)."""
+    """Schedule name (gpipe, 1f1b, interleaved, zb-h1, zb-h2, zb-interleaved)."""
     pp: int
     """Pipeline ranks."""
     virtual_stages: int

@@ -35,6 +35,8 @@ def test_layout_error_names_every_factor() -> None:
         ({"parallelism": {"pp": 0}}, "parallelism.pp: 0 is not allowed"),
         ({"parallelism": {"schedule": "pipedream"}}, "parallelism.schedule: 'pipedream'"),
         ({"parallelism": {"virtual_stages": 2}}, "parallelism.virtual_stages: 2 needs"),
+        ({"parallelism": {"schedule": "zb-interleaved"}},
+         "parallelism.virtual_stages: schedule 'zb-interleaved' needs virtual_stages >= 2"),
         ({"model": {"n_layer": 2}, "parallelism": {"pp": 4}}, "4 stages but model.n_layer is 2"),
         ({"resources": {"time_limit": "soon"}}, "resources.time_limit: 'soon' is not allowed"),
         ({"env": {"BAD-KEY": "x"}}, "env.BAD-KEY: is not a valid environment variable"),

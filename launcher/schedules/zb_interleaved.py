@@ -1,0 +1,146 @@
+"""ZB-interleaved: interleaved placement (v chunks per rank, stage s on rank s % pp) with the
+zero-bubble split backward (F, B = input gradient, W = weight gradient).
+
+With v chunks the last rank starts after ``pp - 1`` forwards of a *chunk* (1/v of a stage)
+instead of a whole stage, and the W passes fill what would otherwise be idle. The orders
+come from a deterministic greedy list scheduler (event-driven, zero-latency links): each idle
+rank runs its most urgent ready op in this priority: a B whose output gradient is there > an
+F whose input is there, if the rank holds fewer than ``cap`` chunk-micro-batches (forward run,
+W not yet) > the oldest pending W. Each rank consumes the messages of a channel in the order
+they were sent (the table needs it), and every stage runs its F's and B's in micro-batch
+order. Candidates (cap, the tie rule between two ready F's or B's: the one further along the
+pipeline or the older micro-batch, greedy timing at unit or measured costs) are proven by the
+simulator; the one with the smallest makespan at :data:`SELECT_COSTS` wins (then at unit
+costs, then the smaller cap). Memory: at most ``v * (2 pp - 1)`` chunk-micro-batches per rank,
+zb-h2's ``2 pp - 1`` stages' worth of activations; the winners hold fewer (docs/jobs.md).
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from launcher.schedules.simulator import simulate
+from launcher.schedules.table import ComputeStep, Op, ScheduleError, ScheduleTable, build_table
+
+SELECT_COSTS: dict[Op, float] = {
+    Op.FORWARD: 13.45, Op.BACKWARD_INPUT: 16.68, Op.WEIGHT: 11.26, Op.BACKWARD: 27.94,
+}
+"""Per-stage op times (ms) of the 1.5B model measured on 2x H200 (docs/BENCHMARKS.md)."""
+_GREEDY_COSTS = ({Op.FORWARD: 1, Op.BACKWARD_INPUT: 1, Op.WEIGHT: 1},
+                 {Op.FORWARD: 20, Op.BACKWARD_INPUT: 25, Op.WEIGHT: 17})
+"""Integer op times the greedy plans with: unit, and about the measured ratios."""
+
+Channel = tuple[int, int, Op]
+"""(source rank, destination rank, FORWARD for activations | BACKWARD_INPUT for gradients)."""
+Orders = tuple[tuple[ComputeStep, ...], ...]
+"""Per-rank compute orders, hashable."""
+Candidate = tuple[Op, int, int, Channel | None]
+"""(op, stage, micro-batch, the channel its input comes from; None: data, loss or local)."""
+
+
+def zb_interleaved_memory_cap(pp: int, v: int) -> int:
+    """Most chunk-micro-batches a rank may hold: zb-h2's ``2 pp - 1`` stages' worth."""
+    return v * (2 * pp - 1)
+
+
+def zb_interleaved_orders(pp: int, m: int, v: int) -> list[list[ComputeStep]]:
+    if v < 2:
+        raise ScheduleError(f"zb-interleaved: virtual_stages({v}) must be >= 2")
+    return [list(order) for order in _best_orders(pp, m, v)]
+
+
+@lru_cache(maxsize=64)
+def _best_orders(pp: int, m: int, v: int) -> Orders:
+    limit = zb_interleaved_memory_cap(pp, v)
+    makespan: dict[Orders, float | None] = {}  # distinct candidates, in the order made
+    for costs in _GREEDY_COSTS:
+        for cap in range(v, limit + 1):
+            for backward_first in (True, False):
+                orders = _greedy(pp, m, v, cap, costs, backward_first)
+                if orders is None or orders in makespan:
+                    continue
+                result = simulate(_table(pp, m, v, orders), SELECT_COSTS)
+                fits = max(result.peak_in_flight) <= limit
+                makespan[orders] = round(result.makespan, 6) if fits else None
+    valid = {orders: t for orders, t in makespan.items() if t is not None}
+    if not valid:
+        raise ScheduleError(f"zb-interleaved pp={pp} m={m} v={v}: no schedule fits in "
+                            f"{limit} chunk-micro-batches per rank")
+    fastest = min(valid.values())
+    tied = [orders for orders, t in valid.items() if t == fastest]
+    return min(tied, key=lambda orders: simulate(_table(pp, m, v, orders)).makespan)
+
+
+def _table(pp: int, m: int, v: int, orders: Orders) -> ScheduleTable:
+    return build_table("zb-interleaved", pp, v, m, [list(order) for order in orders])
+
+
+def _greedy(pp: int, m: int, v: int, cap: int, cost: dict[Op, int],
+            backward_first: bool) -> Orders | None:
+    """Per-rank orders of the list scheduler, or None when the cap makes it stall."""
+    last = pp * v - 1
+    sent: dict[Channel, list[tuple[int, int, int]]] = {}  # (stage, mb, ready time) in order
+    taken: dict[Channel, int] = {}  # messages consumed from the channel
+    next_data = 0  # stage 0's next micro-batch
+    next_loss = 0  # the last stage's next backward
+    forward_end: dict[int, int] = {}  # last stage: micro-batch -> end of its forward
+    weights: list[list[tuple[int, int]]] = [[] for _ in range(pp)]  # pending W, oldest first
+    live, busy = [0] * pp, [0] * pp
+    orders: list[list[ComputeStep]] = [[] for _ in range(pp)]
+    t, remaining = 0, 3 * (last + 1) * m
+
+    def head(channel: Channel) -> tuple[int, int] | None:
+        queue, index = sent.get(channel, []), taken.get(channel, 0)
+        return queue[index][:2] if index < len(queue) and queue[index][2] <= t else None
+
+    def pick(cands: list[Candidate]) -> Candidate | None:
+        """Of two ready ops, the one further along the pipeline (F: higher stage, B: lower)."""
+        return max(cands, key=lambda c: c[1] if c[0] is Op.FORWARD else last - c[1],
+                   default=None)
+
+    while remaining:
+        for r in range(pp):
+            if busy[r] > t:
+                continue
+            grads: Channel = ((r + 1) % pp, r, Op.BACKWARD_INPUT)
+            acts: Channel = ((r - 1) % pp, r, Op.FORWARD)
+            back: list[Candidate] = []
+            if (got := head(grads)) is not None:
+                back.append((Op.BACKWARD_INPUT, got[0], got[1], grads))
+            if r == last % pp and forward_end.get(next_loss, t + 1) <= t:
+                back.append((Op.BACKWARD_INPUT, last, next_loss, None))
+            fwd: list[Candidate] = []
+            if live[r] < cap and (got := head(acts)) is not None:
+                fwd.append((Op.FORWARD, got[0], got[1], acts))
+            if live[r] < cap and r == 0 and next_data < m:
+                fwd.append((Op.FORWARD, 0, next_data, None))
+            choice = pick(back) or pick(fwd) if backward_first else pick(fwd) or pick(back)
+            if choice is None and weights[r]:
+                choice = (Op.WEIGHT, *weights[r].pop(0), None)
+            if choice is None:
+                continue
+            op, stage, mb, source = choice
+            if source is not None:
+                taken[source] = taken.get(source, 0) + 1
+            busy[r] = end = t + cost[op]
+            if op is Op.FORWARD:
+                live[r] += 1
+                next_data += stage == 0
+                if stage == last:
+                    forward_end[mb] = end
+                else:
+                    sent.setdefault((r, (r + 1) % pp, op), []).append((stage + 1, mb, end))
+            elif op is Op.BACKWARD_INPUT:
+                weights[r].append((stage, mb))
+                next_loss += stage == last
+                if stage > 0:
+                    sent.setdefault((r, (r - 1) % pp, op), []).append((stage - 1, mb, end))
+            else:
+                live[r] -= 1
+            orders[r].append((op, stage, mb))
+            remaining -= 1
+        later = [b for b in busy if b > t]
+        if remaining and not later:
+            return None  # nothing runs and nothing will finish: the cap stalls it
+        t = min(later, default=t)
+    return tuple(tuple(order) for order in orders)
