@@ -1,18 +1,35 @@
-"""ZB-interleaved: interleaved placement (v chunks per rank, stage s on rank s % pp) with the
-zero-bubble split backward (F, B = input gradient, W = weight gradient).
+"""ZB-interleaved: interleaved placement (v chunks per rank, stage s on rank s % pp, chunk
+s // pp) with the zero-bubble split backward (F, B = input gradient, W = weight gradient).
 
-With v chunks the last rank starts after ``pp - 1`` forwards of a *chunk* (1/v of a stage)
-instead of a whole stage, and the W passes fill what would otherwise be idle. The orders
-come from a deterministic greedy list scheduler (event-driven, zero-latency links): each idle
-rank runs its most urgent ready op in this priority: a B whose output gradient is there > an
-F whose input is there, if the rank holds fewer than ``cap`` chunk-micro-batches (forward run,
-W not yet) > the oldest pending W. Each rank consumes the messages of a channel in the order
-they were sent (the table needs it), and every stage runs its F's and B's in micro-batch
-order. Candidates (cap, the tie rule between two ready F's or B's: the one further along the
-pipeline or the older micro-batch, greedy timing at unit or measured costs) are proven by the
-simulator; the one with the smallest makespan at :data:`SELECT_COSTS` wins (then at unit
-costs, then the smaller cap). Memory: at most ``v * (2 pp - 1)`` chunk-micro-batches per rank,
-zb-h2's ``2 pp - 1`` stages' worth of activations; the winners hold fewer (docs/jobs.md).
+With v chunks the last rank waits only for ``pp - 1`` forwards of a *chunk* (1/v of a stage)
+before it starts, instead of whole stages (zb-h1/zb-h2), and the W passes fill what would
+otherwise be idle. The orders come from a deterministic greedy list scheduler (event-driven,
+zero-latency links): each idle rank runs its most urgent ready op, a B whose output gradient
+is there before an F whose input is there (or the F first: a candidate) if the rank holds
+fewer than ``cap`` chunk-micro-batches (forward run, W not yet), else the oldest pending W; of
+two ready F's (B's) the one further along the pipeline. A rank consumes a channel's messages
+in the order they were sent (the table needs it), so every stage runs its F's and B's in
+micro-batch order; m need not be a multiple of pp. Candidates (cap, B or F first, planned at
+unit or about the measured op times) are proven by the simulator and the one with the
+smallest makespan at :data:`SELECT_COSTS` wins (ties: at unit costs, then the first made).
+
+Memory: a rank holds at most ``v (2 pp - 1)`` chunk-micro-batches, zb-h2's ``2 pp - 1``
+stages of activations; the winners hold less: at pp = 2, m >= 4: 5 (2.5 stages; zb-h2 3),
+slots (4, 4, 2, 2) per stage. For pp = 2, m = 8 (F2.5: stage 2, micro-batch 5)::
+
+    rank 0: F0.0 F0.1 F2.0 F2.1 F0.2 B2.0 W2.0 F0.3 B2.1 B0.0 W2.1 B0.1 F2.2 W0.0 F2.3 W0.1
+            F0.4 B2.2 W2.2 B2.3 B0.2 F0.5 B0.3 W2.3 F2.4 W0.2 F2.5 W0.3 F0.6 B2.4 W2.4 B2.5
+            B0.4 F0.7 B0.5 W2.5 F2.6 W0.4 F2.7 W0.5 B2.6 W2.6 B2.7 B0.6 B0.7 W2.7 W0.6 W0.7
+    rank 1: F1.0 F1.1 F3.0 B3.0 F3.1 B3.1 B1.0 F1.2 B1.1 W3.0 F1.3 W3.1 W1.0 F3.2 B3.2 F3.3
+            B3.3 B1.2 W1.1 B1.3 F1.4 W3.2 F1.5 W3.3 W1.2 F3.4 B3.4 F3.5 B3.5 B1.4 W1.3 B1.5
+            F1.6 W3.4 F1.7 W3.5 W1.4 F3.6 B3.6 F3.7 B3.7 B1.6 B1.7 W1.5 W3.6 W3.7 W1.6 W1.7
+
+Bubble (simulator): the floor is ``(pp - 1) F / v`` of fill before the last rank's
+``m (F + B + W)``. At unit costs (F = B = W = 1 per stage) pp = 2, m = 8: 1/49 = 2.0%
+(zb-h1, zb-h2 1/25 = 4.0%, interleaved 1/17 = 5.9%). At the measured 1.5B times: makespan
+337.85 ms, on the floor, against zb-h2's 344.57 and interleaved's 351.82; on the floor for
+every m >= 2 pp at pp = 2, 3, 4 and below zb-h2 for m <= pp; for pp < m < 2 pp mostly below
+zb-h2 but not always (pp = 3, m = 4: 194.07 vs 192.46 ms).
 """
 
 from __future__ import annotations

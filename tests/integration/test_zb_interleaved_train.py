@@ -4,16 +4,24 @@ under real MPI ranks follows the PyTorch reference, at pp=2 and at pp=2 x dp=2.
 Same bar as the other schedules (tests/integration/test_pipeline_train.py): 10 steps of the
 odd-shaped GPT-2, losses within a relative 1e-5 of the reference trained on the same global
 batches; the trace proves the table's input-gradient and weight-gradient actions ran on the
-second chunk's stages.
+second chunk's stages. The GPU bench script runs it with two chunks (on the CPU build).
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import yaml
 
+from launcher.schedules import generate, simulate
 from tests.integration.pipeline_helpers import (
+    MPI_ENV,
+    REPO,
     TRAIN,
     gantry_train,
     read_metrics,
@@ -47,3 +55,24 @@ def test_zb_interleaved_matches_pytorch(tmp_path: Path, native_lib_path: Path, d
                  f"weight s0 mb{m - 1}"):
         assert name in trace, name
     assert '"backward s' not in trace  # every backward is split
+
+
+def test_gpu_bench_runs_it_with_two_chunks(tmp_path: Path, native_lib_path: Path) -> None:
+    # bench/bench_gantry_gpu.py (CPU build, tiny model): the job gets virtual_stages 2 and the
+    # timeline's theory is the v = 2 table's
+    tiny = ["--layers", "4", "--dmodel", "16", "--heads", "2", "--seq", "8", "--vocab", "64",
+            "--mbs", "2", "--nmb", "4", "--steps", "2", "--warmup", "1", "--timeout", "120"]
+    done = subprocess.run(
+        [sys.executable, "bench/bench_gantry_gpu.py", "--lib", str(native_lib_path), "--work",
+         str(tmp_path / "work"), *tiny, "--layout", "pp2", "--schedule", "zb-interleaved"],
+        cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, **MPI_ENV})
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
+    result = json.loads(lines[-1])
+    assert "error" not in result, result
+    assert (result["mode"], result["schedule"]) == ("pp2", "zb-interleaved")
+    job = yaml.safe_load((tmp_path / "work" / "job.yaml").read_text())
+    assert job["parallelism"]["virtual_stages"] == 2
+    theory = simulate(generate("zb-interleaved", 2, 4, 2)).bubble_fraction
+    assert result["timeline"]["bubble_theory_unit"] == round(theory, 4)
+    assert set(result["timeline"]["op_ms"]) == {"forward", "backward_input", "weight"}
