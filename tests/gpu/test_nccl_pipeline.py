@@ -49,7 +49,7 @@ def _reference(n_micro: int, weights: Path, settings: TrainSettings | None = Non
 
 
 LAYOUTS = [("1f1b", 1, 1), ("gpipe", 2, 1), ("1f1b", 2, 1), ("interleaved", 2, 2),
-           ("zb-h1", 2, 1), ("zb-h2", 2, 1)]
+           ("zb-h1", 2, 1), ("zb-h2", 2, 1), ("zb-interleaved", 2, 2)]
 
 
 @pytest.mark.parametrize("schedule,pp,v", LAYOUTS, ids=[f"pp{p}-{s}" for s, p, v in LAYOUTS])
