@@ -148,6 +148,25 @@ def op_times_by_rank(trace: dict[str, Any], step: int) -> list[dict[str, list[fl
             for _, ops in sorted(per_rank.items())]
 
 
+def waits_by_rank(trace: dict[str, Any], step: int,
+                  min_ms: float = 0.3) -> list[list[list[float | str]]]:
+    """Per rank (the trace's pid): its blocked waits in `step` of at least `min_ms`, as
+    [ms since the rank's first span of the step, ms waited, what it waited for], in time order:
+    where a rank's bubble sits (the fill at the start, gaps in the middle, the drain)."""
+    spans: dict[int, list[dict[str, Any]]] = {}
+    for e in trace["traceEvents"]:
+        if e.get("ph") == "X" and e["args"]["step"] == step:
+            spans.setdefault(int(e["pid"]), []).append(e)
+    out = []
+    for _, events in sorted(spans.items()):
+        origin = min(e["ts"] for e in events)
+        waits = sorted((e for e in events if e.get("cat") == "wait" and e["dur"] >= min_ms * 1e3),
+                       key=lambda e: e["ts"])
+        out.append([[round((e["ts"] - origin) * 1e-3, 2), round(e["dur"] * 1e-3, 2), e["name"]]
+                    for e in waits])
+    return out
+
+
 def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
              trace: dict[str, Any]) -> dict[str, Any]:
     """Per-rank timeline of the last step, measured bubble vs theory."""
@@ -173,6 +192,7 @@ def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
         "bubble_theory_measured_costs": round(simulate(table, full).bubble_fraction, 4),
         "op_ms": {op.name.lower(): round(c * 1e3 / v, 3) for op, c in costs.items()},
         "op_ms_by_rank": op_times_by_rank(trace, last["step"] - 1),
+        "waits_by_rank": waits_by_rank(trace, last["step"] - 1),
     }
 
 

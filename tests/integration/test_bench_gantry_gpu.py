@@ -78,6 +78,21 @@ def test_pp2_reports_timeline_and_bubble(tmp_path: Path, native_lib_path: Path) 
     # rank 0's summed op times are its compute time (the executor times the same actions)
     summed = sum(total for _, total in by_rank[0].values())
     assert summed == pytest.approx(t["ranks"][0]["compute_s"], rel=0.1, abs=0.5)
+    # where each rank's blocked time sits: [ms into the step, ms waited, what], in time order,
+    # within the rank's measured bubble and blocked sends / receives
+    waits = t["waits_by_rank"]
+    assert len(waits) == 2
+    for rank, rank_waits in enumerate(waits):
+        starts = [w[0] for w in rank_waits]
+        assert starts == sorted(starts) and all(w[0] >= 0 and w[1] >= 0.3 for w in rank_waits)
+        assert all(str(w[2]).startswith("wait ") for w in rank_waits)
+        r = t["ranks"][rank]
+        assert sum(w[1] for w in rank_waits) <= r["bubble_s"] + r["send_s"] + r["recv_s"] + 0.5
+    # with no threshold, the second stage's wait for its first activation is always there
+    trace = json.loads((tmp_path / "work" / "run" / "trace.json").read_text())
+    last = max(e["args"]["step"] for e in trace["traceEvents"] if e.get("ph") == "X")
+    all_waits = bench_gantry_gpu.waits_by_rank(trace, last, min_ms=0.0)
+    assert all_waits[1] and all_waits[1][0][2] == "wait recv_act s1 mb0", all_waits
     # no clipping by default (like the anchor): AdamW ran range by range during the backward
     # (4 layers + ln_f + wpe over the two ranks; the tied wte copies after the table)
     assert result["grad_clip"] == 0.0 and sum(result["opt_ranges"]) == 4 + 2
