@@ -32,6 +32,7 @@ set(GANTRY_CUDA_SOURCES
   src/stage_layout.c
   src/dp_buckets.c
   src/stage_checks.c
+  src/env_flag.c
   src/stage_io.c
   src/optim_common.c
   src/cuda/stage_cuda.c

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "common.h"
+#include "env_flag.h"
 
 void gt_bucketer_reset(gt_bucketer *b, size_t limit, size_t target, gt_bucket_flush_fn flush,
                        void *ctx) {
@@ -61,18 +62,7 @@ cleanup:
     return rc;
 }
 
-int gt_dp_overlap_wanted(int *out) {
-    int rc = GT_OK;
-    const char *env = getenv("GANTRY_DP_OVERLAP");
-    *out = 1;
-    if (env != NULL && env[0] != '\0') {
-        if (strcmp(env, "0") != 0 && strcmp(env, "1") != 0)
-            GT_INPUT_FAIL("GANTRY_DP_OVERLAP='%s' is not allowed (allowed: 0, 1)", env);
-        *out = env[0] == '1';
-    }
-cleanup:
-    return rc;
-}
+int gt_dp_overlap_wanted(int *out) { return gt_env_flag("GANTRY_DP_OVERLAP", 1, out); }
 
 int gt_dp_bucket_elements(size_t *elements) {
     int rc = GT_OK;

@@ -8,6 +8,7 @@
 
 #include "common.h"
 #include "optim_common.h"
+#include "stage_checks.h"
 #include "stage_internal.h"
 
 int gt_stage_zero_grad(gt_stage *s) {
@@ -85,11 +86,7 @@ int gt_stage_adamw_range(gt_stage *s, size_t offset, size_t count, float lr, flo
                          float beta2, float eps, float weight_decay, int step_t,
                          float grad_scale) {
     int rc = GT_OK;
-    if (s == NULL) GT_INPUT_FAIL("gt_stage_adamw_range: stage is NULL");
-    if (step_t < 1) GT_INPUT_FAIL("gt_stage_adamw_range: step_t=%d (must be >= 1)", step_t);
-    if (offset > s->layout.num_params || count > s->layout.num_params - offset)
-        GT_INPUT_FAIL("gt_stage_adamw_range: [%zu, %zu + %zu) is outside the %zu parameters",
-                      offset, offset, count, s->layout.num_params);
+    GT_CHECK(gt_stage_check_adamw_range(gt_stage_layout_of(s), offset, count, step_t));
     adamw_elements(s, offset, offset + count, lr, beta1, beta2, eps, weight_decay, step_t,
                    grad_scale);
 cleanup:

@@ -29,6 +29,7 @@
 #include "comm.h"
 #include "common.h"
 #include "dp_buckets.h"
+#include "env_flag.h"
 #include "gantry/pipeline.h"
 #ifdef GANTRY_HAVE_SITE_H
 #include "gantry_site.h"
@@ -67,21 +68,6 @@ struct gt_pipeline {
     double lr_now;          /* this step's learning rate */
 };
 
-/* GANTRY_OPT_OVERLAP: 1 (default) updates each gradient range with AdamW as soon as it is
- * final when clipping is off; 0 updates everything after the table. */
-static int opt_overlap_wanted(int *out) {
-    int rc = GT_OK;
-    const char *env = getenv("GANTRY_OPT_OVERLAP");
-    *out = 1;
-    if (env != NULL && env[0] != '\0') {
-        if (strcmp(env, "0") != 0 && strcmp(env, "1") != 0)
-            GT_INPUT_FAIL("GANTRY_OPT_OVERLAP='%s' is not allowed (allowed: 0, 1)", env);
-        *out = env[0] == '1';
-    }
-cleanup:
-    return rc;
-}
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -103,7 +89,8 @@ int gt_pipeline_create(const gt_config *cfg, gt_comm *comm, int v, int m, int B,
     p->v = v, p->m = m, p->B = B, p->T = T;
     GT_CHECK(gt_dp_overlap_wanted(&p->overlap));
     GT_CHECK(gt_dp_bucket_elements(&p->bucket_elems));
-    GT_CHECK(opt_overlap_wanted(&p->opt_overlap));
+    /* 1: AdamW per gradient range as soon as it is final when clipping is off */
+    GT_CHECK(gt_env_flag("GANTRY_OPT_OVERLAP", 1, &p->opt_overlap));
     p->overlap = p->overlap && p->dp > 1;
     GT_CALLOC(p->last_grad, v);
     GT_CALLOC(p->chunks, v);

@@ -70,3 +70,15 @@ int gt_stage_check_range(const gt_stage_layout *L, gt_buffer which, size_t offse
 cleanup:
     return rc;
 }
+
+int gt_stage_check_adamw_range(const gt_stage_layout *L, size_t offset, size_t count,
+                               int step_t) {
+    int rc = GT_OK;
+    if (L == NULL) GT_INPUT_FAIL("gt_stage_adamw_range: stage is NULL");
+    if (step_t < 1) GT_INPUT_FAIL("gt_stage_adamw_range: step_t=%d (must be >= 1)", step_t);
+    if (offset > L->num_params || count > L->num_params - offset)
+        GT_INPUT_FAIL("gt_stage_adamw_range: [%zu, %zu + %zu) is outside the %zu parameters",
+                      offset, offset, count, L->num_params);
+cleanup:
+    return rc;
+}

@@ -33,4 +33,8 @@ int gt_stage_check_backward_args(const gt_stage_layout *L, const float *dx_out,
 int gt_stage_check_range(const gt_stage_layout *L, gt_buffer which, size_t offset, size_t count,
                          const void *host, const char *fn);
 
+/* gt_stage_adamw_range's arguments: a stage, step_t >= 1, the range inside the buffers. */
+int gt_stage_check_adamw_range(const gt_stage_layout *L, size_t offset, size_t count,
+                               int step_t);
+
 #endif /* GANTRY_STAGE_CHECKS_H */
