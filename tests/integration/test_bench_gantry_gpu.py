@@ -88,11 +88,17 @@ def test_pp2_reports_timeline_and_bubble(tmp_path: Path, native_lib_path: Path) 
         assert all(str(w[2]).startswith("wait ") for w in rank_waits)
         r = t["ranks"][rank]
         assert sum(w[1] for w in rank_waits) <= r["bubble_s"] + r["send_s"] + r["recv_s"] + 0.5
-    # with no threshold, the second stage's wait for its first activation is always there
+    # with no threshold: every blocked wait of the trace's last step, per rank (which rank
+    # blocks, and how often, depends on timing); the report keeps those of >= 0.3 ms
     trace = json.loads((tmp_path / "work" / "run" / "trace.json").read_text())
-    last = max(e["args"]["step"] for e in trace["traceEvents"] if e.get("ph") == "X")
+    spans = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    last = max(e["args"]["step"] for e in spans)
     all_waits = bench_gantry_gpu.waits_by_rank(trace, last, min_ms=0.0)
-    assert all_waits[1] and all_waits[1][0][2] == "wait recv_act s1 mb0", all_waits
+    blocked = [sorted(e["name"] for e in spans if e["args"]["step"] == last
+                      and e["pid"] == rank and e["cat"] == "wait") for rank in (0, 1)]
+    assert [sorted(str(w[2]) for w in rank_waits) for rank_waits in all_waits] == blocked
+    for rank_waits, kept in zip(all_waits, waits, strict=True):
+        assert all(w in rank_waits for w in kept)
     # no clipping by default (like the anchor): AdamW ran range by range during the backward
     # (4 layers + ln_f + wpe over the two ranks; the tied wte copies after the table)
     assert result["grad_clip"] == 0.0 and sum(result["opt_ranges"]) == 4 + 2
