@@ -114,11 +114,15 @@ def run_gantry(a: argparse.Namespace, job: Path, work: Path) -> subprocess.Compl
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
-def op_costs(trace: dict[str, Any], step: int, v: int) -> dict[Op, float]:
-    """Mean seconds of each compute op in `step`, per full stage (x v for the chunked schedules)."""
+def op_costs(trace: dict[str, Any], step: int, v: int,
+             rank: int | None = None) -> dict[Op, float]:
+    """Mean seconds of each compute op in `step`, per full stage (x v for the chunked
+    schedules), over every rank or only `rank` (the trace's pid)."""
     durations: dict[Op, list[float]] = {}
     for e in trace["traceEvents"]:
         if e.get("cat") != "compute" or e["args"]["step"] != step:
+            continue
+        if rank is not None and int(e["pid"]) != rank:
             continue
         op = _OPS.get(e["name"].split(" ")[0])
         if op is not None:
@@ -167,6 +171,15 @@ def waits_by_rank(trace: dict[str, Any], step: int,
     return out
 
 
+def _with_unit_defaults(costs: dict[Op, float]) -> dict[Op, float]:
+    """Measured op costs, unit costs for ops that did not run, a full backward as B + W."""
+    full = dict(UNIT_COSTS)
+    full.update(costs)
+    if Op.BACKWARD not in costs and Op.BACKWARD_INPUT in costs and Op.WEIGHT in costs:
+        full[Op.BACKWARD] = costs[Op.BACKWARD_INPUT] + costs[Op.WEIGHT]
+    return full
+
+
 def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
              trace: dict[str, Any]) -> dict[str, Any]:
     """Per-rank timeline of the last step, measured bubble vs theory."""
@@ -179,10 +192,15 @@ def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
     v = 2 if a.schedule in CHUNKED else 1
     table = generate(a.schedule, a.pp, a.nmb, v)
     costs = op_costs(trace, last["step"] - 1, v)
-    full = dict(UNIT_COSTS)
-    full.update(costs)
-    if Op.BACKWARD not in costs and Op.BACKWARD_INPUT in costs and Op.WEIGHT in costs:
-        full[Op.BACKWARD] = costs[Op.BACKWARD_INPUT] + costs[Op.WEIGHT]
+    full = _with_unit_defaults(costs)
+    extra: dict[str, Any] = {}
+    if a.dp == 1:  # the trace's pids are the pipeline ranks
+        per_rank = [_with_unit_defaults(op_costs(trace, last["step"] - 1, v, rank))
+                    for rank in range(a.pp)]
+        sim = simulate(table, per_rank)
+        extra = {"bubble_theory_rank_costs": round(sim.bubble_fraction, 4),
+                 "makespan_theory_ms": round(sim.makespan * 1e3, 2),
+                 "makespan_ms": round(makespan * 1e3, 2)}
     return {
         "ranks": [{k: round(r[k] * 1e3, 2) for k in
                    ("compute_s", "send_s", "recv_s", "bubble_s", "sync_s", "total_s")}
@@ -193,6 +211,7 @@ def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
         "op_ms": {op.name.lower(): round(c * 1e3 / v, 3) for op, c in costs.items()},
         "op_ms_by_rank": op_times_by_rank(trace, last["step"] - 1),
         "waits_by_rank": waits_by_rank(trace, last["step"] - 1),
+        **extra,
     }
 
 

@@ -13,6 +13,7 @@ time, bubble fraction and peak in-flight micro-batches per rank.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from launcher.schedules.table import COMPUTE_OPS, Action, Op, ScheduleError, ScheduleTable
@@ -74,9 +75,10 @@ class _Rank:
 
 
 class _Machine:
-    def __init__(self, table: ScheduleTable, costs: dict[Op, float]) -> None:
+    def __init__(self, table: ScheduleTable, costs: Sequence[dict[Op, float]]) -> None:
         self.table = table
         self.costs = costs
+        """Per rank: compute cost of each op."""
         self.ranks = [_Rank(r) for r in range(table.pp)]
         self.sends: dict[tuple[int, int, str], list[_Msg]] = {}
         self.recvs: dict[tuple[int, int, str], list[_Msg]] = {}
@@ -122,7 +124,7 @@ class _Machine:
                 raise self.fail(rank, a, "mixes full and split backward")
         if a.op is Op.WEIGHT and (Op.BACKWARD_INPUT, s, mb) not in self.done:
             raise self.fail(rank, a, "input gradient has not run")
-        cost = self.costs[a.op] / self.table.virtual_stages
+        cost = self.costs[rank.index][a.op] / self.table.virtual_stages
         rank.spans.append((str(a), rank.time, rank.time + cost))
         rank.time += cost
         rank.busy += cost
@@ -252,9 +254,17 @@ class _Machine:
                     raise ScheduleError(f"{t.name}: backward of stage {s} mb {mb} incomplete")
 
 
-def simulate(table: ScheduleTable, costs: dict[Op, float] | None = None) -> SimResult:
+def simulate(table: ScheduleTable,
+             costs: dict[Op, float] | Sequence[dict[Op, float]] | None = None) -> SimResult:
     """Run ``table`` on the abstract machine; raise ScheduleError on any violation.
 
-    Compute costs are per full-model stage chunk; with v chunks per rank each costs 1/v.
+    Compute costs are per full-model stage chunk; with v chunks per rank each costs 1/v. One
+    mapping for every rank, or one per rank (e.g. measured on each GPU: a rank holding more
+    layers takes longer, and the others wait for it).
     """
-    return _Machine(table, costs or UNIT_COSTS).run()
+    if costs is None:
+        costs = UNIT_COSTS
+    per_rank = [costs] * table.pp if isinstance(costs, dict) else list(costs)
+    if len(per_rank) != table.pp:
+        raise ScheduleError(f"{table.name}: {len(per_rank)} cost tables for pp={table.pp}")
+    return _Machine(table, per_rank).run()

@@ -99,6 +99,11 @@ def test_pp2_reports_timeline_and_bubble(tmp_path: Path, native_lib_path: Path) 
     assert [sorted(str(w[2]) for w in rank_waits) for rank_waits in all_waits] == blocked
     for rank_waits, kept in zip(all_waits, waits, strict=True):
         assert all(w in rank_waits for w in kept)
+    # the simulator with each rank's own measured costs: a theory of the same phase
+    assert 0.0 <= t["bubble_theory_rank_costs"] < 1.0
+    assert t["makespan_theory_ms"] > 0 and t["makespan_ms"] > 0
+    assert t["makespan_theory_ms"] >= max(sum(total for _, total in ops.values())
+                                          for ops in by_rank) - 0.05
     # no clipping by default (like the anchor): AdamW ran range by range during the backward
     # (4 layers + ln_f + wpe over the two ranks; the tied wte copies after the table)
     assert result["grad_clip"] == 0.0 and sum(result["opt_ranges"]) == 4 + 2

@@ -215,3 +215,19 @@ def test_zb_h2_pp2_m8_orders_and_numbers_of_the_docstring() -> None:
     assert simulate(table, GPU_LIKE).bubble_fraction == pytest.approx(1 / 26.6)
     assert simulate(generate("zb-h1", 2, 8), GPU_LIKE).bubble_fraction == pytest.approx(1.4 / 27)
     assert simulate(generate("zb-h2", 4, 8), GPU_LIKE).bubble_fraction == pytest.approx(3 / 28.6)
+
+
+def test_simulator_takes_each_ranks_own_costs() -> None:
+    """A rank whose ops cost more sets the pace; the others wait for it (1f1b, pp=2, m=4)."""
+    table = generate("1f1b", 2, 4)
+    even = simulate(table)
+    unit = {Op.FORWARD: 1.0, Op.BACKWARD: 2.0, Op.BACKWARD_INPUT: 1.0, Op.WEIGHT: 1.0}
+    slow = {op: 1.2 * cost for op, cost in unit.items()}
+    uneven = simulate(table, [slow, unit])
+    assert simulate(table, [unit, unit]).makespan == even.makespan
+    # rank 0 busy 1.2 x (4 x 3) = 14.4; rank 1 waits for every forward and backward of rank 0
+    assert uneven.busy == pytest.approx([14.4, 12.0])
+    assert uneven.makespan > even.makespan and uneven.makespan >= 14.4
+    assert uneven.bubble_fraction > even.bubble_fraction
+    with pytest.raises(ScheduleError, match="1 cost tables for pp=2"):
+        simulate(table, [slow])
