@@ -37,8 +37,8 @@ from launcher.schedules import CHUNKED, SCHEDULES, Op, generate  # noqa: E402
 from launcher.schedules.simulator import UNIT_COSTS, simulate  # noqa: E402
 
 _TUNING_PREFIXES = ("GANTRY_", "NCCL_")
-"""Variables that change the native library's or NCCL's behaviour (GANTRY_P2P_MAX_CTAS,
-GANTRY_FUSED_BIAS_GRAD, GANTRY_DP_OVERLAP, ...): every one set is passed to every rank."""
+"""Variables that change the native library's or NCCL's behaviour (GANTRY_P2P_TRANSPORT,
+GANTRY_OPT_OVERLAP, GANTRY_DP_OVERLAP, ...): every one set is passed to every rank."""
 
 _LAYOUT = re.compile(r"^(?:single|pp(\d+)|dp(\d+)|pp(\d+)xdp(\d+))$")
 
@@ -114,15 +114,11 @@ def run_gantry(a: argparse.Namespace, job: Path, work: Path) -> subprocess.Compl
     return subprocess.CompletedProcess(cmd, proc.returncode, stdout, stderr)
 
 
-def op_costs(trace: dict[str, Any], step: int, v: int,
-             rank: int | None = None) -> dict[Op, float]:
-    """Mean seconds of each compute op in `step`, per full stage (x v for the chunked
-    schedules), over every rank or only `rank` (the trace's pid)."""
+def op_costs(trace: dict[str, Any], step: int, v: int) -> dict[Op, float]:
+    """Mean seconds of each compute op in `step`, per full stage (x v for the chunked schedules)."""
     durations: dict[Op, list[float]] = {}
     for e in trace["traceEvents"]:
         if e.get("cat") != "compute" or e["args"]["step"] != step:
-            continue
-        if rank is not None and int(e["pid"]) != rank:
             continue
         op = _OPS.get(e["name"].split(" ")[0])
         if op is not None:
@@ -193,10 +189,12 @@ def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
     table = generate(a.schedule, a.pp, a.nmb, v)
     costs = op_costs(trace, last["step"] - 1, v)
     full = _with_unit_defaults(costs)
+    by_rank = op_times_by_rank(trace, last["step"] - 1)
     extra: dict[str, Any] = {}
     if a.dp == 1:  # the trace's pids are the pipeline ranks
-        per_rank = [_with_unit_defaults(op_costs(trace, last["step"] - 1, v, rank))
-                    for rank in range(a.pp)]
+        per_rank = [_with_unit_defaults({_OPS[name]: mean * 1e-3 * v
+                                         for name, (mean, _) in ops.items() if name in _OPS})
+                    for ops in by_rank]
         sim = simulate(table, per_rank)
         extra = {"bubble_theory_rank_costs": round(sim.bubble_fraction, 4),
                  "makespan_theory_ms": round(sim.makespan * 1e3, 2),
@@ -209,7 +207,7 @@ def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
         "bubble_theory_unit": round(simulate(table).bubble_fraction, 4),
         "bubble_theory_measured_costs": round(simulate(table, full).bubble_fraction, 4),
         "op_ms": {op.name.lower(): round(c * 1e3 / v, 3) for op, c in costs.items()},
-        "op_ms_by_rank": op_times_by_rank(trace, last["step"] - 1),
+        "op_ms_by_rank": by_rank,
         "waits_by_rank": waits_by_rank(trace, last["step"] - 1),
         **extra,
     }

@@ -62,6 +62,7 @@
 #include "common.h"
 #include "cuda/cuda_check.h"
 #include "dp_buckets.h"
+#include "env_flag.h"
 #include "p2p_ce.h"
 
 #define NCCL_CHECK(call)                                                                      \
@@ -149,19 +150,7 @@ cleanup:
 /* A CTA (SM) cap from environment variable `name` (GANTRY_P2P_MAX_CTAS for the edge
  * communicators, GANTRY_DP_MAX_CTAS for the overlapped dp one); 0 = NCCL's default. */
 static int env_max_ctas(const char *name, int fallback, int *out) {
-    int rc = GT_OK;
-    const char *env = getenv(name);
-    *out = fallback;
-    if (env != NULL && env[0] != '\0') {
-        char *end = NULL;
-        long v = strtol(env, &end, 10);
-        if (*end != '\0' || v < 0 || v > 64)
-            GT_INPUT_FAIL("%s='%s' is not allowed (an integer 0..64; 0 = NCCL's default)", name,
-                          env);
-        *out = (int)v;
-    }
-cleanup:
-    return rc;
+    return gt_env_int(name, 0, 64, fallback, "0 = NCCL's default", out);
 }
 
 /* The overlapped dp buckets' communicator (split from dp: collective over the dp group),
@@ -345,7 +334,6 @@ int gt_comm_p2p_setup(gt_comm *c, size_t max_bytes) {
             if (slot < 0) continue;
             int is_sender = slot == GT_EDGE_ACT_OUT || slot == GT_EDGE_GRAD_OUT;
             int peer = is_sender ? edge_receiver(kind, sender, pp) : sender;
-            if (peer == p) continue; /* pp == 1 only */
             GT_CHECK(gt_ce_edge_create(c->host.pipe, peer, 100 + k * pp + sender, is_sender,
                                        c->node_id, c->device, mode, slots, max_bytes,
                                        &c->ce[slot]));

@@ -18,6 +18,7 @@
 #include "comm_host.h"
 #include "common.h"
 #include "cuda/cuda_check.h"
+#include "env_flag.h"
 
 /* A CUDA driver call (stream memory operations). */
 #define CU_CHECK(call)                                                                         \
@@ -52,21 +53,6 @@ typedef struct {
     cudaIpcMemHandle_t ring, flag;
 } ce_handles;
 
-static int parse_env_int(const char *name, int lo, int hi, int fallback, int *out) {
-    int rc = GT_OK;
-    const char *env = getenv(name);
-    *out = fallback;
-    if (env != NULL && env[0] != '\0') {
-        char *end = NULL;
-        long v = strtol(env, &end, 10);
-        if (*end != '\0' || v < lo || v > hi)
-            GT_INPUT_FAIL("%s='%s' is not allowed (an integer %d..%d)", name, env, lo, hi);
-        *out = (int)v;
-    }
-cleanup:
-    return rc;
-}
-
 int gt_ce_transport_mode(int *mode) {
     int rc = GT_OK;
     const char *env = getenv("GANTRY_P2P_TRANSPORT");
@@ -79,7 +65,9 @@ cleanup:
     return rc;
 }
 
-int gt_ce_ring_slots(int *slots) { return parse_env_int("GANTRY_P2P_CE_SLOTS", 1, 64, 4, slots); }
+int gt_ce_ring_slots(int *slots) {
+    return gt_env_int("GANTRY_P2P_CE_SLOTS", 1, 64, 4, NULL, slots);
+}
 
 /* Zeroes a counter with a stream memory write: also proves that such writes work here. */
 static int zero_flag(uint32_t *flag, int *works) {
@@ -212,8 +200,6 @@ int gt_ce_edge_recv(gt_ce_edge *e, void *buf, size_t bytes, cudaStream_t stream)
 cleanup:
     return rc;
 }
-
-size_t gt_ce_edge_cap(const gt_ce_edge *e) { return e->cap; }
 
 void gt_ce_edge_free(gt_ce_edge *e) {
     if (e == NULL) return;

@@ -52,9 +52,6 @@ int gt_ce_edge_create(MPI_Comm pipe, int peer, int tag, int is_sender, int node_
 int gt_ce_edge_send(gt_ce_edge *e, const void *buf, size_t bytes, cudaStream_t stream);
 int gt_ce_edge_recv(gt_ce_edge *e, void *buf, size_t bytes, cudaStream_t stream);
 
-/* Capacity of one message (bytes). */
-size_t gt_ce_edge_cap(const gt_ce_edge *e);
-
 /* Unmaps the peer's memory and frees this side's (the caller has synchronized its streams). */
 void gt_ce_edge_free(gt_ce_edge *e);
 

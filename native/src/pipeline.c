@@ -169,6 +169,20 @@ cleanup:
     return rc;
 }
 
+/* 1 and the chunk's wte range if it holds a tied copy of wte (first xor last stage: the
+ * copies are summed across the pair after the table). */
+static int tied_wte(const gt_chunk *ch, size_t *offset, size_t *count) {
+    return ch->is_first != ch->is_last && gt_stage_wte_range(ch->stage, offset, count);
+}
+
+/* AdamW of parameters [offset, offset + count) of a chunk with this step's settings. */
+static int update_range(gt_pipeline *p, gt_chunk *ch, size_t offset, size_t count,
+                        float grad_scale) {
+    const gt_step_args *a = &p->step_args;
+    return gt_stage_adamw_range(ch->stage, offset, count, (float)p->lr_now, a->beta1, a->beta2,
+                                a->eps, a->weight_decay, a->step + 1, grad_scale);
+}
+
 /* Bucketer flush: starts the data-parallel all-reduce of one bucket of the armed chunk. */
 static int start_bucket(void *ctx, size_t offset, size_t count) {
     gt_pipeline *p = ctx;
@@ -188,19 +202,15 @@ static int on_grad_ready_optim(void *ctx, size_t offset, size_t count) {
     int rc = GT_OK;
     gt_pipeline *p = ctx;
     gt_chunk *ch = p->armed_chunk;
-    const gt_step_args *a = &p->step_args;
     size_t w_off = 0, w_count = 0, end = offset + count;
     size_t pieces[2][2] = {{offset, end}, {end, end}};
-    if (ch->is_first != ch->is_last && gt_stage_wte_range(ch->stage, &w_off, &w_count) &&
-        w_off < end && offset < w_off + w_count) { /* cut the wte range out */
-        pieces[0][1] = w_off > offset ? w_off : offset;
+    if (tied_wte(ch, &w_off, &w_count) && w_off < end && offset < w_off + w_count) {
+        pieces[0][1] = w_off > offset ? w_off : offset; /* cut the wte range out */
         pieces[1][0] = w_off + w_count < end ? w_off + w_count : end;
     }
     for (int k = 0; k < 2; k++) {
         if (pieces[k][1] <= pieces[k][0]) continue;
-        GT_CHECK(gt_stage_adamw_range(ch->stage, pieces[k][0], pieces[k][1] - pieces[k][0],
-                                      (float)p->lr_now, a->beta1, a->beta2, a->eps,
-                                      a->weight_decay, a->step + 1, 1.0f));
+        GT_CHECK(update_range(p, ch, pieces[k][0], pieces[k][1] - pieces[k][0], 1.0f));
         p->opt_ranges++;
     }
 cleanup:
@@ -345,8 +355,7 @@ static int sync_and_update(gt_pipeline *p, const gt_step_args *args, gt_step_res
         size_t off = 0, count = 0;
         if (!p->overlap || p->last_grad[c] < 0) /* not overlapped */
             GT_CHECK(gt_comm_allreduce_dp(p->comm, grads, gt_stage_num_params(ch->stage)));
-        if ((ch->is_first || ch->is_last) && !(ch->is_first && ch->is_last) &&
-            gt_stage_wte_range(ch->stage, &off, &count))
+        if (tied_wte(ch, &off, &count))
             GT_CHECK(gt_comm_allreduce_tied(p->comm, grads + off, count));
         double part = 0.0;
         GT_CHECK(gt_stage_grad_sq_sum(ch->stage, !(ch->is_last && !ch->is_first), &part));
@@ -362,10 +371,8 @@ static int sync_and_update(gt_pipeline *p, const gt_step_args *args, gt_step_res
         if (!p->opt_now || p->last_grad[c] < 0)
             GT_CHECK(gt_stage_adamw_step(ch->stage, (float)p->lr_now, args->beta1, args->beta2,
                                          args->eps, args->weight_decay, args->step + 1, scale));
-        else if (ch->is_first != ch->is_last && gt_stage_wte_range(ch->stage, &off, &count))
-            GT_CHECK(gt_stage_adamw_range(ch->stage, off, count, (float)p->lr_now, args->beta1,
-                                          args->beta2, args->eps, args->weight_decay,
-                                          args->step + 1, scale));
+        else if (tied_wte(ch, &off, &count)) /* the hook updated the rest */
+            GT_CHECK(update_range(p, ch, off, count, scale));
     }
     for (int c = 0; c < p->v; c++) GT_CHECK(gt_stage_join_optimizer(p->chunks[c].stage));
     for (int c = 0; c < p->v; c++) GT_CHECK(gt_stage_synchronize(p->chunks[c].stage));

@@ -89,6 +89,22 @@ def gantry_train(job: Path, ranks: int, lib: Path, *extra: str,
                           cwd=REPO, timeout=300)
 
 
+def train_job(tmp_path: Path, lib: Path, name: str, *, pp: int, dp: int, schedule: str, m: int,
+              v: int = 1, train: dict[str, Any] | None = None, env: dict[str, str] | None = None,
+              node_names: list[str] | None = None) -> list[dict[str, Any]]:
+    """Writes job `name` (ODD_MODEL, TRAIN updated by `train`), trains it with `gantry_train`
+    (run directory tmp_path / name), checks that it exited 0 having logged every step, and
+    returns metrics.jsonl's records."""
+    job = write_job(tmp_path, name, pp=pp, dp=dp, schedule=schedule, m=m, v=v, train=train)
+    run_dir = tmp_path / name
+    result = gantry_train(job, pp * dp, lib, run_dir=run_dir, env=env, node_names=node_names)
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = read_metrics(run_dir)
+    steps = int({**TRAIN, **(train or {})}["steps"])
+    assert [r["step"] for r in records] == list(range(1, steps + 1))
+    return records
+
+
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     return [json.loads(line) for line in lines]

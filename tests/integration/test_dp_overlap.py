@@ -20,8 +20,8 @@ from tests.integration.pipeline_helpers import (
     ODD_MODEL,
     TRAIN,
     gantry_train,
-    read_metrics,
     reference_losses,
+    train_job,
     train_settings,
     write_job,
 )
@@ -39,14 +39,8 @@ SMALL_BUCKETS = "0.002"
 def _run(tmp_path: Path, lib: Path, name: str, *, pp: int, dp: int, schedule: str, v: int,
          m: int, weights: Path, env: dict[str, str],
          node_names: list[str] | None = None) -> list[dict[str, Any]]:
-    job = write_job(tmp_path, name, pp=pp, dp=dp, schedule=schedule, m=m, v=v,
-                    train={"init_weights": str(weights), "steps": STEPS})
-    run_dir = tmp_path / name
-    result = gantry_train(job, pp * dp, lib, run_dir=run_dir, env=env, node_names=node_names)
-    assert result.returncode == 0, result.stderr[-3000:]
-    records = read_metrics(run_dir)
-    assert [r["step"] for r in records] == list(range(1, STEPS + 1))
-    return records
+    return train_job(tmp_path, lib, name, pp=pp, dp=dp, schedule=schedule, m=m, v=v, env=env,
+                     node_names=node_names, train={"init_weights": str(weights), "steps": STEPS})
 
 
 def _compare(tmp_path: Path, lib: Path, *, pp: int, dp: int, schedule: str, v: int, m: int,

@@ -18,8 +18,8 @@ from tests.integration.pipeline_helpers import (
     ODD_MODEL,
     TRAIN,
     gantry_train,
-    read_metrics,
     reference_losses,
+    train_job,
     train_settings,
     write_job,
 )
@@ -32,15 +32,9 @@ NO_CLIP = dataclasses.replace(train_settings(STEPS), grad_clip=0.0)
 
 def _run(tmp_path: Path, lib: Path, name: str, *, pp: int, schedule: str, v: int, m: int,
          weights: Path, env: dict[str, str], grad_clip: float = 0.0) -> list[dict[str, Any]]:
-    job = write_job(tmp_path, name, pp=pp, dp=1, schedule=schedule, m=m, v=v,
-                    train={"init_weights": str(weights), "steps": STEPS,
-                           "grad_clip": grad_clip})
-    run_dir = tmp_path / name
-    result = gantry_train(job, pp, lib, run_dir=run_dir, env=env)
-    assert result.returncode == 0, result.stderr[-3000:]
-    records = read_metrics(run_dir)
-    assert [r["step"] for r in records] == list(range(1, STEPS + 1))
-    return records
+    return train_job(tmp_path, lib, name, pp=pp, dp=1, schedule=schedule, m=m, v=v, env=env,
+                     train={"init_weights": str(weights), "steps": STEPS,
+                            "grad_clip": grad_clip})
 
 
 LAYOUTS = [

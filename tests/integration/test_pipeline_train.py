@@ -14,11 +14,9 @@ import pytest
 
 from tests.integration.pipeline_helpers import (
     TRAIN,
-    gantry_train,
-    read_metrics,
     reference_losses,
+    train_job,
     train_settings,
-    write_job,
 )
 
 pytestmark = pytest.mark.slow
@@ -52,11 +50,8 @@ def test_trajectory_matches_pytorch(tmp_path: Path, native_lib_path: Path, pp: i
                                     schedule: str, v: int, m: int) -> None:
     weights = tmp_path / "init.safetensors"
     expected = reference_losses(dp * m, 2, weights, SETTINGS, TRAIN["seed"])
-    job = write_job(tmp_path, "traj", pp=pp, dp=dp, schedule=schedule, m=m, v=v,
-                    train={"init_weights": str(weights)})
-    result = gantry_train(job, pp * dp, native_lib_path, run_dir=tmp_path / "run")
-    assert result.returncode == 0, result.stderr[-3000:]
-    records = read_metrics(tmp_path / "run")
+    records = train_job(tmp_path, native_lib_path, "run", pp=pp, dp=dp, schedule=schedule, m=m,
+                        v=v, train={"init_weights": str(weights)})
     got = [r["loss"] for r in records]
     assert [r["step"] for r in records] == list(range(1, 11))
     assert got == pytest.approx(expected, rel=1e-5)

@@ -9,10 +9,6 @@ second chunk's stages. The GPU bench script runs it with two chunks (on the CPU 
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,15 +16,12 @@ import yaml
 
 from launcher.schedules import generate, simulate
 from tests.integration.pipeline_helpers import (
-    MPI_ENV,
-    REPO,
     TRAIN,
-    gantry_train,
-    read_metrics,
     reference_losses,
+    train_job,
     train_settings,
-    write_job,
 )
+from tests.integration.test_bench_gantry_gpu import _bench as bench
 
 pytestmark = pytest.mark.slow
 
@@ -42,11 +35,8 @@ def test_zb_interleaved_matches_pytorch(tmp_path: Path, native_lib_path: Path, d
                                         m: int) -> None:
     weights = tmp_path / "init.safetensors"
     expected = reference_losses(dp * m, 2, weights, SETTINGS, TRAIN["seed"])
-    job = write_job(tmp_path, "zbi", pp=2, dp=dp, schedule="zb-interleaved", m=m, v=2,
-                    train={"init_weights": str(weights)})
-    result = gantry_train(job, 2 * dp, native_lib_path, run_dir=tmp_path / "run")
-    assert result.returncode == 0, result.stderr[-3000:]
-    records = read_metrics(tmp_path / "run")
+    records = train_job(tmp_path, native_lib_path, "run", pp=2, dp=dp, schedule="zb-interleaved",
+                        m=m, v=2, train={"init_weights": str(weights)})
     assert [r["step"] for r in records] == list(range(1, TRAIN["steps"] + 1))
     assert [r["loss"] for r in records] == pytest.approx(expected, rel=1e-5)
     assert len(records[0]["ranks"]) == 2 * dp
@@ -60,16 +50,7 @@ def test_zb_interleaved_matches_pytorch(tmp_path: Path, native_lib_path: Path, d
 def test_gpu_bench_runs_it_with_two_chunks(tmp_path: Path, native_lib_path: Path) -> None:
     # bench/bench_gantry_gpu.py (CPU build, tiny model): the job gets virtual_stages 2 and the
     # timeline's theory is the v = 2 table's
-    tiny = ["--layers", "4", "--dmodel", "16", "--heads", "2", "--seq", "8", "--vocab", "64",
-            "--mbs", "2", "--nmb", "4", "--steps", "2", "--warmup", "1", "--timeout", "120"]
-    done = subprocess.run(
-        [sys.executable, "bench/bench_gantry_gpu.py", "--lib", str(native_lib_path), "--work",
-         str(tmp_path / "work"), *tiny, "--layout", "pp2", "--schedule", "zb-interleaved"],
-        cwd=REPO, capture_output=True, text=True, timeout=300, env={**os.environ, **MPI_ENV})
-    assert done.returncode == 0, done.stdout + done.stderr
-    lines = [ln for ln in done.stdout.splitlines() if ln.startswith("{")]
-    result = json.loads(lines[-1])
-    assert "error" not in result, result
+    result = bench(tmp_path, native_lib_path, "--layout", "pp2", "--schedule", "zb-interleaved")
     assert (result["mode"], result["schedule"]) == ("pp2", "zb-interleaved")
     job = yaml.safe_load((tmp_path / "work" / "job.yaml").read_text())
     assert job["parallelism"]["virtual_stages"] == 2

@@ -11,7 +11,7 @@ static const char *const k_names[GT_P_COUNT] = {
     "input", "encoder", "layernorm", "qkv", "attention", "attn_proj", "fc_gelu", "fc_proj",
     "head", "cross_entropy", "output", "d_fc_proj", "d_fc_dgelu", "d_layernorm", "d_attn_proj",
     "d_attention", "d_qkv", "d_head", "d_cross_entropy", "w_fc_proj", "w_fc", "w_attn_proj",
-    "w_qkv", "w_layernorm", "w_head", "w_encoder", "adamw", "end"};
+    "w_qkv", "w_head", "w_encoder", "adamw", "end"};
 
 void gt_prof_init(gt_prof *p) {
     const char *env = getenv("GANTRY_PROFILE_OPS");

@@ -14,6 +14,7 @@
 #include "common.h"
 #include "cuda/cuda_check.h"
 #include "cuda/stage_cuda.h"
+#include "env_flag.h"
 #include "optim_common.h"
 #include "safetensors.h"
 #include "stage_checks.h"
@@ -95,15 +96,10 @@ cleanup:
 
 /* GANTRY_LN_BWD_BLOCKS: blocks of the one-pass LayerNorm backward (tuning; default 512). */
 static int set_ln_bwd_blocks(void) {
-    int rc = GT_OK;
-    const char *env = getenv("GANTRY_LN_BWD_BLOCKS");
-    if (env == NULL || env[0] == '\0') goto cleanup;
-    char *end = NULL;
-    long v = strtol(env, &end, 10);
-    if (*end != '\0' || v < 64 || v > GT_CU_LN_BWD_MAX_BLOCKS)
-        GT_INPUT_FAIL("GANTRY_LN_BWD_BLOCKS='%s' is not allowed (an integer 64..%d)", env,
-                      GT_CU_LN_BWD_MAX_BLOCKS);
-    gt_cu_set_ln_bwd_blocks((int)v);
+    int rc = GT_OK, blocks = GT_CU_LN_BWD_BLOCKS;
+    GT_CHECK(gt_env_int("GANTRY_LN_BWD_BLOCKS", 64, GT_CU_LN_BWD_MAX_BLOCKS, GT_CU_LN_BWD_BLOCKS,
+                        NULL, &blocks));
+    gt_cu_set_ln_bwd_blocks(blocks);
 cleanup:
     return rc;
 }
