@@ -28,8 +28,14 @@ typedef uint16_t gt_bf16; /* storage of one bfloat16 */
  * (GANTRY_LN_BWD_BLOCKS, set by the stage with gt_cu_set_ln_bwd_blocks); its scratch holds
  * 2 * GT_CU_LN_BWD_MAX_BLOCKS * C floats. */
 #define GT_CU_LN_BWD_BLOCKS 512
-#define GT_CU_LN_BWD_MAX_BLOCKS 2048
+#define GT_CU_LN_BWD_MAX_BLOCKS 1024
 void gt_cu_set_ln_bwd_blocks(int blocks);
+/* Most row chunks of a column sum (gt_cu_bias_backward, impl 2 sizes them to the GPU). */
+#define GT_CU_COLSUM_MAX_CHUNKS 256
+/* Scratch floats of gt_cu_layernorm_backward for width C (four partial vectors per block). */
+#define GT_CU_LN_BWD_SCRATCH(C) ((size_t)4 * GT_CU_LN_BWD_MAX_BLOCKS * (size_t)(C))
+/* Scratch floats of gt_cu_bias_backward for OC columns. */
+#define GT_CU_COLSUM_SCRATCH(OC) ((size_t)GT_CU_COLSUM_MAX_CHUNKS * (size_t)(OC))
 
 /* dst (n) bf16 = src (n) fp32, round to nearest even */
 cudaError_t gt_cu_f32_to_bf16(gt_bf16 *dst, const float *src, size_t n, cudaStream_t stream);
@@ -64,13 +70,24 @@ cudaError_t gt_cu_layernorm_backward_weight(float *dw, float *db, const gt_bf16 
                                             const float *rstd, int N, int C, float *scratch,
                                             cudaStream_t stream);
 /* Both of the above in one pass over dout and inp: dinp as gt_cu_layernorm_backward_input,
- * dw and db accumulated as gt_cu_layernorm_backward_weight (the same sums, another order);
- * scratch: 2 * max(GT_CU_LN_BWD_MAX_BLOCKS, 4 * GT_CU_COLSUM_CHUNKS) * C floats */
+ * dw and db accumulated as gt_cu_layernorm_backward_weight (the same sums, another order).
+ * Optionally also the column sums of the residual gradient and of the result, which are the
+ * bias gradients of the products that read them (a transformer block's LayerNorm 2: dresid is
+ * the fc-proj output's gradient, dinp the attention projection's): sum_resid (C) +=
+ * sum_n dresid, sum_inp (C) += sum_n dinp (each NULL: not computed; sum_resid needs dresid).
+ * scratch: GT_CU_LN_BWD_SCRATCH(C) floats */
 cudaError_t gt_cu_layernorm_backward(gt_bf16 *dinp, const gt_bf16 *dresid, const gt_bf16 *dout,
                                      const gt_bf16 *inp, const float *mean, const float *rstd,
-                                     const gt_bf16 *w, float *dw, float *db, int N, int C,
-                                     float *scratch, cudaStream_t stream);
-/* dbias (OC) += sum_n dout (N,OC); scratch: GT_CU_COLSUM_CHUNKS * OC floats */
+                                     const gt_bf16 *w, float *dw, float *db, float *sum_resid,
+                                     float *sum_inp, int N, int C, float *scratch,
+                                     cudaStream_t stream);
+/* Kernel variants, for tuning and side-by-side benchmarks (process-wide; set before use):
+ * LayerNorm backward 1 = 2 warps per block (session 3), 2 = 8 warps per block with their
+ * accumulators in opt-in shared memory; column sums 1 = 8-byte loads, 64 row chunks (session 2),
+ * 2 = 16-byte loads, row chunks sized to fill the GPU. Other values are clamped. */
+void gt_cu_set_ln_bwd_impl(int impl);
+void gt_cu_set_colsum_impl(int impl);
+/* dbias (OC) += sum_n dout (N,OC); scratch: GT_CU_COLSUM_SCRATCH(OC) floats */
 cudaError_t gt_cu_bias_backward(float *dbias, const gt_bf16 *dout, int N, int OC, float *scratch,
                                 cudaStream_t stream);
 
