@@ -529,9 +529,12 @@ static int layer_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int 
     MARK(GT_P_D_FC);
     GT_CHECK(linear_backward_input(s, G->dln2, G->dfch, W(GT_FC_W), NULL, n, C, 4 * C));
     MARK(GT_P_D_LN); /* with the LayerNorm's weight gradients: one pass over dln2 and res2 */
-    CUDA_CHECK(gt_cu_layernorm_backward(G->dres2, dout, G->dln2, L->res2, L->ln2_mean,
-                                        L->ln2_rstd, W(GT_LN2_W), DW(GT_LN2_W), DW(GT_LN2_B), n,
-                                        C, s->colsum, s->stream));
+    /* and, with ln_bias_sums, the bias gradients of fc-proj (sum of dout, read here as the
+     * residual gradient) and of the attention projection (sum of dres2, written here) */
+    CUDA_CHECK(gt_cu_layernorm_backward(
+        G->dres2, dout, G->dln2, L->res2, L->ln2_mean, L->ln2_rstd, W(GT_LN2_W), DW(GT_LN2_W),
+        DW(GT_LN2_B), s->ln_bias_sums ? DW(GT_FCPROJ_B) : NULL,
+        s->ln_bias_sums ? DW(GT_ATTPROJ_B) : NULL, n, C, s->colsum, s->stream));
     MARK(GT_P_D_ATTPROJ);
     GT_CHECK(linear_backward_input(s, s->datty, G->dres2, W(GT_ATTPROJ_W), NULL, n, C, C));
     MARK(GT_P_D_ATTN);
@@ -540,8 +543,8 @@ static int layer_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int 
     GT_CHECK(linear_backward_input(s, G->dln1, G->dqkv, W(GT_QKV_W), NULL, n, C, 3 * C));
     MARK(GT_P_D_LN);
     CUDA_CHECK(gt_cu_layernorm_backward(dresid(g, l), G->dres2, G->dln1, x, L->ln1_mean,
-                                        L->ln1_rstd, W(GT_LN1_W), DW(GT_LN1_W), DW(GT_LN1_B), n,
-                                        C, s->colsum, s->stream));
+                                        L->ln1_rstd, W(GT_LN1_W), DW(GT_LN1_W), DW(GT_LN1_B),
+                                        NULL, NULL, n, C, s->colsum, s->stream));
 #undef W
 #undef DW
 cleanup:
@@ -557,13 +560,14 @@ static int layer_backward_weight(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int
     const gt_bf16 *dout = dresid(g, l + 1);
 #define DW(k) (Gb + gt_layer_tensor_offset(&s->layout, l, (k)))
     MARK(GT_P_W_FCPROJ);
-    GT_CHECK(linear_backward_weight(s, DW(GT_FCPROJ_W), DW(GT_FCPROJ_B), dout, L->fch_gelu, n,
-                                    4 * C, C));
+    /* with ln_bias_sums the two bias gradients beside LayerNorm 2 came with its backward */
+    GT_CHECK(linear_backward_weight(s, DW(GT_FCPROJ_W), s->ln_bias_sums ? NULL : DW(GT_FCPROJ_B),
+                                    dout, L->fch_gelu, n, 4 * C, C));
     MARK(GT_P_W_FC);
     GT_CHECK(linear_backward_weight(s, DW(GT_FC_W), DW(GT_FC_B), G->dfch, L->ln2, n, C, 4 * C));
     MARK(GT_P_W_ATTPROJ);
-    GT_CHECK(linear_backward_weight(s, DW(GT_ATTPROJ_W), DW(GT_ATTPROJ_B), G->dres2, L->atty, n,
-                                    C, C));
+    GT_CHECK(linear_backward_weight(s, DW(GT_ATTPROJ_W), s->ln_bias_sums ? NULL : DW(GT_ATTPROJ_B),
+                                    G->dres2, L->atty, n, C, C));
     MARK(GT_P_W_QKV);
     GT_CHECK(linear_backward_weight(s, DW(GT_QKV_W), DW(GT_QKV_B), G->dqkv, L->ln1, n, C, 3 * C));
     GT_CHECK(gt_stage_report_layer(&s->layout, l)); /* an armed hook: the layer is enqueued */
@@ -595,7 +599,7 @@ static int head_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, float
         dresid(g, nl), NULL, g->dlnf, out, a->lnf_mean, a->lnf_rstd,
         P + s->layout.tensors[s->layout.num_tensors - 2].offset,
         Gb + s->layout.tensors[s->layout.num_tensors - 2].offset,
-        Gb + s->layout.tensors[s->layout.num_tensors - 1].offset, n, C, s->colsum, s->stream));
+        Gb + s->layout.tensors[s->layout.num_tensors - 1].offset, NULL, NULL, n, C, s->colsum, s->stream));
 cleanup:
     return rc;
 }

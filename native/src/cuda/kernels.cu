@@ -271,18 +271,28 @@ __global__ void __launch_bounds__(256)
     }
 }
 
+/* acc[0..1] (8 floats) += f */
+__device__ __forceinline__ void add8(float4 *acc, const float f[8]) {
+    float4 a0 = acc[0], a1 = acc[1];
+    a0.x += f[0], a0.y += f[1], a0.z += f[2], a0.w += f[3];
+    a1.x += f[4], a1.y += f[5], a1.z += f[6], a1.w += f[7];
+    acc[0] = a0, acc[1] = a1;
+}
+
 /* One row of the LayerNorm backward by one warp: lane handles the 16-byte vectors
  * v = lane + 32 k (k < K, v < C / 8); dout, inp and dresid (if any) are loaded into registers
  * before any store and kept across both passes, w re-read (L1-resident); each vector is read and
  * written by one lane only, so dinp may alias dresid. dinp = dresid + d LN / d inp. With ACC,
  * the lane also adds dout and dout * xhat of its columns into acc_d / acc_x (float4 pairs per
- * vector, owned by this lane: no other thread touches them). */
-template <int K, bool ACC>
+ * vector, owned by this lane: no other thread touches them); with SUMS also dresid into acc_r
+ * and the stored dinp into acc_o (column sums of the gradients the bias products need). */
+template <int K, bool ACC, bool SUMS = false>
 __device__ __forceinline__ void layernorm_backward_row(bf16 *dinp, const bf16 *dresid,
                                                        const bf16 *dout, const bf16 *inp,
                                                        float m, float s, const uint4 *wv,
                                                        int row, int lane, int C, float4 *acc_d,
-                                                       float4 *acc_x) {
+                                                       float4 *acc_x, float4 *acc_r = NULL,
+                                                       float4 *acc_o = NULL) {
     const int nv = C / LN_VEC;
     size_t base = (size_t)row * C;
     const uint4 *dg = reinterpret_cast<const uint4 *>(dout + base);
@@ -340,6 +350,7 @@ __device__ __forceinline__ void layernorm_backward_row(bf16 *dinp, const bf16 *d
             bf16x8_unpack(xv[k], fx);
             bf16x8_unpack(wv[v], fw);
             bf16x8_unpack(rv[k], fr); /* zeros without dresid: +0.0f + dx == dx */
+            if (SUMS) add8(acc_r + 2 * v, fr);
 #pragma unroll
             for (int j = 0; j < LN_VEC; j++) {
                 float dn = fw[j] * fd[j];
@@ -347,7 +358,12 @@ __device__ __forceinline__ void layernorm_backward_row(bf16 *dinp, const bf16 *d
                 float dx = s * (dn - dsum - xhat * dxsum);
                 fr[j] = fr[j] + dx;
             }
-            og[v] = bf16x8_pack(fr);
+            uint4 packed = bf16x8_pack(fr);
+            og[v] = packed;
+            if (SUMS) { /* the column sum of what was stored: the bf16 values */
+                bf16x8_unpack(packed, fr);
+                add8(acc_o + 2 * v, fr);
+            }
         }
     }
 }
@@ -369,46 +385,49 @@ __global__ void __launch_bounds__(256)
 static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
 /* LayerNorm backward, input and weight gradients in one pass (layernorm_backward_row with the
- * column sums of gt_cu_layernorm_backward_weight): block b of LN_BWD_WARPS warps owns
- * rows [b R, b R + R) (R = rows_per_block), warp w takes rows b R + w, b R + w + LN_BWD_WARPS, ...
- * in increasing order. A lane owns the same columns in every row (the 16-byte vectors
- * lane + 32 k), so it adds dout and dout * xhat of its columns into its warp's shared-memory
- * accumulators without any other thread touching them; at the end the block adds its warps in
- * order and writes partial[b * C + c] (sum of dout) and partial[G * C + b * C + c] (sum of
- * dout * xhat), G = gridDim.x, for colsum_finish_kernel<32>. Deterministic: fixed orders only. */
-#define LN_BWD_WARPS 2
-template <int K>
-__global__ void __launch_bounds__(LN_BWD_WARPS * WARP)
+ * column sums of gt_cu_layernorm_backward_weight): block b of WARPS warps owns rows
+ * [b R, b R + R) (R = rows_per_block), warp w takes rows b R + w, b R + w + WARPS, ... in
+ * increasing order. A lane owns the same columns in every row (the 16-byte vectors lane + 32 k),
+ * so it adds its columns into its warp's shared-memory accumulators without any other thread
+ * touching them; at the end the block adds its warps in order and writes sum q of block b to
+ * partial[(q * G + b) * C + c], G = gridDim.x, q = 0: dout, 1: dout * xhat, and with SUMS
+ * 2: dresid, 3: dinp; colsum_finish_kernel<32> adds the blocks. Deterministic: fixed orders. */
+template <int K, int WARPS, bool SUMS>
+__global__ void __launch_bounds__(WARPS * WARP)
     layernorm_backward_fused_kernel(bf16 *dinp, const bf16 *dresid, const bf16 *dout,
                                     const bf16 *inp, const float *mean, const float *rstd,
                                     const bf16 *w, float *partial, int N, int C,
                                     int rows_per_block) {
-    extern __shared__ float4 ln_acc_sh[]; /* [LN_BWD_WARPS][2][C / 4] */
+    constexpr int NSUM = SUMS ? 4 : 2;
+    extern __shared__ float4 ln_acc_sh[]; /* [WARPS][NSUM][C / 4] */
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     const int nv = C / LN_VEC;
-    float4 *acc_d = ln_acc_sh + (size_t)warp * 2 * (C / 4); /* sum of dout */
-    float4 *acc_x = acc_d + C / 4;                           /* sum of dout * xhat */
+    float4 *acc = ln_acc_sh + (size_t)warp * NSUM * (C / 4);
     const uint4 *wv = reinterpret_cast<const uint4 *>(w);
 #pragma unroll
     for (int k = 0; k < K; k++) {
         int v = lane + k * WARP;
         if (v < nv) {
-            acc_d[2 * v] = acc_d[2 * v + 1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-            acc_x[2 * v] = acc_x[2 * v + 1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+#pragma unroll
+            for (int q = 0; q < NSUM; q++)
+                acc[q * (C / 4) + 2 * v] = acc[q * (C / 4) + 2 * v + 1] =
+                    make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         }
     }
     const int r_end = min(N, ((int)blockIdx.x + 1) * rows_per_block);
-    for (int row = (int)blockIdx.x * rows_per_block + warp; row < r_end; row += LN_BWD_WARPS)
-        layernorm_backward_row<K, true>(dinp, dresid, dout, inp, mean[row], rstd[row], wv, row,
-                                        lane, C, acc_d, acc_x);
+    for (int row = (int)blockIdx.x * rows_per_block + warp; row < r_end; row += WARPS)
+        layernorm_backward_row<K, true, SUMS>(dinp, dresid, dout, inp, mean[row], rstd[row], wv,
+                                              row, lane, C, acc, acc + C / 4,
+                                              SUMS ? acc + 2 * (C / 4) : NULL,
+                                              SUMS ? acc + 3 * (C / 4) : NULL);
     __syncthreads();
     const float *sh = reinterpret_cast<const float *>(ln_acc_sh);
-    for (int i = threadIdx.x; i < 2 * C; i += blockDim.x) { /* i < C: dout sums, else dout*xhat */
+    for (int i = threadIdx.x; i < NSUM * C; i += blockDim.x) { /* i = q * C + c */
         float total = 0.0f;
 #pragma unroll
-        for (int q = 0; q < LN_BWD_WARPS; q++) total += sh[(size_t)q * 2 * C + i];
+        for (int q = 0; q < WARPS; q++) total += sh[(size_t)q * NSUM * C + i];
         int which = i / C, c = i % C;
-        partial[(size_t)which * gridDim.x * C + (size_t)blockIdx.x * C + c] = total;
+        partial[((size_t)which * gridDim.x + blockIdx.x) * C + c] = total;
     }
 }
 
@@ -580,15 +599,22 @@ __global__ void __launch_bounds__(256)
     }
 }
 
-/* phase 2: block (32, ROWS) over 32 columns of reduced vector blockIdx.y (0: dst0 from partial,
- * 1: dst1 from partial + chunks * C); thread (x, y) adds chunks y, y + ROWS, ... in order, then
- * thread (x, 0) adds the ROWS groups in order: dst[c] += sum_k partial[k * C + c]. ROWS = 8
- * for the GT_CU_COLSUM_CHUNKS partials, 32 for the one-pass LayerNorm backward's
- * GT_CU_LN_BWD_BLOCKS (more threads per column for the longer sums). */
+/* Up to four reduced vectors of one finish launch (NULL: not wanted, its partials are skipped). */
+struct colsum_dsts {
+    float *dst[4];
+};
+
+/* phase 2: block (32, ROWS) over 32 columns of reduced vector q = blockIdx.y (its partials at
+ * partial + q * chunks * C); thread (x, y) adds chunks y, y + ROWS, ... in order, then
+ * thread (x, 0) adds the ROWS groups in order: dst[q][c] += sum_k partial[k * C + c]. ROWS = 8
+ * for the row-chunk partials of the column sums, 32 for the one-pass LayerNorm backward's
+ * blocks (more threads per column for the longer sums). */
 template <int ROWS>
 __global__ void __launch_bounds__(32 * ROWS)
-    colsum_finish_kernel(float *dst0, float *dst1, const float *partial, int C, int chunks) {
+    colsum_finish_kernel(colsum_dsts dsts, const float *partial, int C, int chunks) {
     __shared__ float sh[ROWS][33];
+    float *dst = dsts.dst[blockIdx.y];
+    if (dst == NULL) return; /* uniform over the block */
     int tx = threadIdx.x, ty = threadIdx.y;
     int c = blockIdx.x * 32 + tx;
     const float *p = partial + (size_t)blockIdx.y * chunks * C;
@@ -603,9 +629,14 @@ __global__ void __launch_bounds__(32 * ROWS)
         float total = 0.0f;
 #pragma unroll
         for (int k = 0; k < ROWS; k++) total += sh[k][tx];
-        float *dst = blockIdx.y ? dst1 : dst0;
         dst[c] += total;
     }
+}
+
+static colsum_dsts make_dsts(float *a, float *b, float *c, float *d) {
+    colsum_dsts x;
+    x.dst[0] = a, x.dst[1] = b, x.dst[2] = c, x.dst[3] = d;
+    return x;
 }
 
 static inline int aligned8(const void *p) { return ((uintptr_t)p & 7u) == 0; }
@@ -625,76 +656,247 @@ extern "C" cudaError_t gt_cu_layernorm_backward_weight(float *dw, float *db, con
     cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     /* y = 0: db from p_db (= scratch), y = 1: dw from p_dw (= scratch + chunks * C) */
-    colsum_finish_kernel<8><<<dim3(ceil_div(C, 32), 2), dim3(32, 8), 0, stream>>>(db, dw, scratch, C,
-                                                                               chunks);
+    colsum_finish_kernel<8><<<dim3(ceil_div(C, 32), 2), dim3(32, 8), 0, stream>>>(
+        make_dsts(db, dw, NULL, NULL), scratch, C, chunks);
     return cudaGetLastError();
 }
 
+/* ---- kernel variants and launch geometry ---- */
+
 static int g_ln_bwd_blocks = GT_CU_LN_BWD_BLOCKS;
+static int g_ln_bwd_impl = 2;
+static int g_colsum_impl = 2;
+static int g_sm_count = 0; /* of the current device, read once */
 
 extern "C" void gt_cu_set_ln_bwd_blocks(int blocks) {
     g_ln_bwd_blocks = blocks < 1 ? 1 : blocks > GT_CU_LN_BWD_MAX_BLOCKS ? GT_CU_LN_BWD_MAX_BLOCKS
                                                                        : blocks;
 }
+extern "C" void gt_cu_set_ln_bwd_impl(int impl) { g_ln_bwd_impl = impl < 1 ? 1 : impl > 3 ? 3 : impl; }
+extern "C" void gt_cu_set_colsum_impl(int impl) { g_colsum_impl = impl < 1 ? 1 : impl > 2 ? 2 : impl; }
+
+static cudaError_t sm_count(int *out) {
+    if (g_sm_count <= 0) {
+        int dev = 0;
+        cudaError_t err = cudaGetDevice(&dev);
+        if (err == cudaSuccess)
+            err = cudaDeviceGetAttribute(&g_sm_count, cudaDevAttrMultiProcessorCount, dev);
+        if (err != cudaSuccess) return err;
+    }
+    *out = g_sm_count;
+    return cudaSuccess;
+}
+
+/* Launches the one-pass LayerNorm backward with WARPS warps per block: impl 1 uses the
+ * configured block count (GANTRY_LN_BWD_BLOCKS), the others one wave of as many blocks as the
+ * GPU holds at once (rows split evenly), so no block waits for a second wave. The shared memory
+ * (NSUM * C floats per warp) may exceed the default 48 KB: opted in per kernel at first use
+ * (cudaFuncSetAttribute is not a stream operation; allowed while a graph is captured). */
+template <int K, int WARPS, bool SUMS>
+static cudaError_t launch_ln_bwd(bf16 *dinp, const bf16 *dresid, const bf16 *dout,
+                                 const bf16 *inp, const float *mean, const float *rstd,
+                                 const bf16 *w, float *scratch, int N, int C, int fixed_blocks,
+                                 int *blocks_out, cudaStream_t stream) {
+    static int opted_in_bytes = 0; /* per instantiation */
+    auto kernel = layernorm_backward_fused_kernel<K, WARPS, SUMS>;
+    size_t shmem = (size_t)WARPS * (SUMS ? 4 : 2) * C * sizeof(float);
+    cudaError_t err = cudaSuccess;
+    if ((int)shmem > opted_in_bytes && shmem > 48 * 1024) {
+        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                   (int)shmem);
+        if (err != cudaSuccess) return err;
+        opted_in_bytes = (int)shmem;
+    }
+    static size_t wave_shmem = 0; /* the shared memory the cached wave was computed for */
+    static int wave_blocks = 0;
+    int blocks = fixed_blocks;
+    if (blocks <= 0) {
+        if (wave_blocks <= 0 || wave_shmem != shmem) {
+            int per_sm = 0, sms = 0;
+            err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, WARPS * WARP,
+                                                                shmem);
+            if (err == cudaSuccess) err = sm_count(&sms);
+            if (err != cudaSuccess) return err;
+            wave_blocks = (per_sm < 1 ? 1 : per_sm) * sms;
+            wave_shmem = shmem;
+        }
+        blocks = wave_blocks;
+    }
+    int max_blocks = (N + WARPS - 1) / WARPS; /* at least one row per warp */
+    if (blocks > max_blocks) blocks = max_blocks;
+    if (blocks > GT_CU_LN_BWD_MAX_BLOCKS) blocks = GT_CU_LN_BWD_MAX_BLOCKS;
+    if (blocks < 1) blocks = 1;
+    int per = (N + blocks - 1) / blocks;
+    blocks = (N + per - 1) / per; /* no empty blocks */
+    kernel<<<blocks, WARPS * WARP, shmem, stream>>>(dinp, dresid, dout, inp, mean, rstd, w,
+                                                    scratch, N, C, per);
+    *blocks_out = blocks;
+    return cudaGetLastError();
+}
+
+template <int K, bool SUMS>
+static cudaError_t launch_ln_bwd_impl(int impl, bf16 *dinp, const bf16 *dresid, const bf16 *dout,
+                                      const bf16 *inp, const float *mean, const float *rstd,
+                                      const bf16 *w, float *scratch, int N, int C, int *blocks,
+                                      cudaStream_t stream) {
+    switch (impl) {
+    case 1:
+        return launch_ln_bwd<K, 2, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N, C,
+                                         g_ln_bwd_blocks, blocks, stream);
+    case 2:
+        return launch_ln_bwd<K, 4, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N, C, 0,
+                                         blocks, stream);
+    default:
+        return launch_ln_bwd<K, 8, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N, C, 0,
+                                         blocks, stream);
+    }
+}
+
+template <bool SUMS>
+static cudaError_t launch_ln_bwd_k(int K, bf16 *dinp, const bf16 *dresid, const bf16 *dout,
+                                   const bf16 *inp, const float *mean, const float *rstd,
+                                   const bf16 *w, float *scratch, int N, int C, int *blocks,
+                                   cudaStream_t stream) {
+    int impl = g_ln_bwd_impl;
+#define LN_K_CASE(KK)                                                                              \
+    case KK:                                                                                       \
+        return launch_ln_bwd_impl<KK, SUMS>(impl, dinp, dresid, dout, inp, mean, rstd, w, scratch, \
+                                            N, C, blocks, stream);
+    switch (K) {
+        LN_K_CASE(1)
+        LN_K_CASE(2)
+        LN_K_CASE(3)
+        LN_K_CASE(4)
+        LN_K_CASE(5)
+        LN_K_CASE(6)
+        LN_K_CASE(7)
+    default:
+        LN_K_CASE(8)
+    }
+#undef LN_K_CASE
+}
 
 extern "C" cudaError_t gt_cu_layernorm_backward(gt_bf16 *dinp, const gt_bf16 *dresid,
                                                 const gt_bf16 *dout, const gt_bf16 *inp,
                                                 const float *mean, const float *rstd,
-                                                const gt_bf16 *w, float *dw, float *db, int N,
-                                                int C, float *scratch, cudaStream_t stream) {
+                                                const gt_bf16 *w, float *dw, float *db,
+                                                float *sum_resid, float *sum_inp, int N, int C,
+                                                float *scratch, cudaStream_t stream) {
+    if (sum_resid != NULL && dresid == NULL) return cudaErrorInvalidValue;
     int K = ln_vec_per_lane(C);
+    cudaError_t err = cudaSuccess;
     if (K == 0 || !aligned16(dinp) || (dresid != NULL && !aligned16(dresid)) || !aligned16(dout) ||
         !aligned16(inp) || !aligned16(w)) {
-        cudaError_t err = gt_cu_layernorm_backward_input(dinp, dresid, dout, inp, mean, rstd, w,
-                                                         N, C, stream);
-        if (err != cudaSuccess) return err;
-        return gt_cu_layernorm_backward_weight(dw, db, dout, inp, mean, rstd, N, C, scratch,
-                                               stream);
+        /* the residual's sum before dinp (which may alias it) is written */
+        if (sum_resid != NULL) err = gt_cu_bias_backward(sum_resid, dresid, N, C, scratch, stream);
+        if (err == cudaSuccess)
+            err = gt_cu_layernorm_backward_input(dinp, dresid, dout, inp, mean, rstd, w, N, C,
+                                                 stream);
+        if (err == cudaSuccess)
+            err = gt_cu_layernorm_backward_weight(dw, db, dout, inp, mean, rstd, N, C, scratch,
+                                                  stream);
+        if (err == cudaSuccess && sum_inp != NULL)
+            err = gt_cu_bias_backward(sum_inp, dinp, N, C, scratch, stream);
+        return err;
     }
-    int blocks = N < g_ln_bwd_blocks ? N : g_ln_bwd_blocks;
-    int per = (N + blocks - 1) / blocks;
-    size_t shmem = (size_t)LN_BWD_WARPS * 2 * C * sizeof(float); /* <= 32 KiB for C <= 2048 */
-    dim3 grid(blocks), block(LN_BWD_WARPS * WARP);
-    switch (K) {
-#define LN_FUSED_CASE(KK)                                                                          \
-    case KK:                                                                                       \
-        layernorm_backward_fused_kernel<KK><<<grid, block, shmem, stream>>>(                       \
-            (bf16 *)dinp, (const bf16 *)dresid, (const bf16 *)dout, (const bf16 *)inp, mean,       \
-            rstd, (const bf16 *)w, scratch, N, C, per);                                            \
-        break;
-        LN_FUSED_CASE(1)
-        LN_FUSED_CASE(2)
-        LN_FUSED_CASE(3)
-        LN_FUSED_CASE(4)
-        LN_FUSED_CASE(5)
-        LN_FUSED_CASE(6)
-        LN_FUSED_CASE(7)
-    default:
-        LN_FUSED_CASE(8)
-#undef LN_FUSED_CASE
-    }
-    cudaError_t err = cudaGetLastError();
+    int sums = sum_resid != NULL || sum_inp != NULL, blocks = 0;
+    if (sums)
+        err = launch_ln_bwd_k<true>(K, (bf16 *)dinp, (const bf16 *)dresid, (const bf16 *)dout,
+                                    (const bf16 *)inp, mean, rstd, (const bf16 *)w, scratch, N, C,
+                                    &blocks, stream);
+    else
+        err = launch_ln_bwd_k<false>(K, (bf16 *)dinp, (const bf16 *)dresid, (const bf16 *)dout,
+                                     (const bf16 *)inp, mean, rstd, (const bf16 *)w, scratch, N,
+                                     C, &blocks, stream);
     if (err != cudaSuccess) return err;
-    /* y = 0: db from scratch[0, blocks*C), y = 1: dw from scratch[blocks*C, 2*blocks*C) */
-    colsum_finish_kernel<32><<<dim3(ceil_div(C, 32), 2), dim3(32, 32), 0, stream>>>(
-        db, dw, scratch, C, blocks);
+    /* y = q: reduced vector q of the partials (0: db, 1: dw, 2: residual sum, 3: dinp sum) */
+    colsum_finish_kernel<32><<<dim3(ceil_div(C, 32), sums ? 4 : 2), dim3(32, 32), 0, stream>>>(
+        make_dsts(db, dw, sum_resid, sum_inp), scratch, C, blocks);
     return cudaGetLastError();
+}
+
+/* Column sums, phase 1, 16-byte loads (OC % 8 == 0, 16-byte aligned rows): block (32, 8) over
+ * 256 columns and one chunk of rows; thread (x, y) sums columns 8x .. 8x+7 of the block over
+ * rows r0 + y, r0 + y + 8, ... in increasing order (4 rows loaded before they are added); then
+ * the 8 row groups are added in order per column: partial[k * OC + c]. */
+__global__ void __launch_bounds__(256)
+    colsum_partial_v16_kernel(float *partial, const bf16 *dout, int N, int OC,
+                              int rows_per_chunk) {
+    __shared__ float sh[8][256 + 4];
+    int tx = threadIdx.x, ty = threadIdx.y;
+    int c0 = (blockIdx.x * 32 + tx) * 8;
+    int chunk = blockIdx.y;
+    int r0 = chunk * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
+    float a[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
+    if (c0 < OC) {
+        int r = r0 + ty;
+        for (; r + 24 < r1; r += 32) {
+            uint4 d[4];
+#pragma unroll
+            for (int i = 0; i < 4; i++)
+                d[i] = *reinterpret_cast<const uint4 *>(dout + (size_t)(r + 8 * i) * OC + c0);
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                float f[8];
+                bf16x8_unpack(d[i], f);
+#pragma unroll
+                for (int j = 0; j < 8; j++) a[j] += f[j];
+            }
+        }
+        for (; r < r1; r += 8) {
+            float f[8];
+            bf16x8_unpack(*reinterpret_cast<const uint4 *>(dout + (size_t)r * OC + c0), f);
+#pragma unroll
+            for (int j = 0; j < 8; j++) a[j] += f[j];
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < 8; j++) sh[ty][tx * 8 + j] = a[j];
+    __syncthreads();
+    int t = ty * 32 + tx; /* column t of the block */
+    int c = blockIdx.x * 256 + t;
+    if (c < OC) {
+        float acc = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; k++) acc += sh[k][t];
+        partial[(size_t)chunk * OC + c] = acc;
+    }
 }
 
 extern "C" cudaError_t gt_cu_bias_backward(float *dbias, const gt_bf16 *dout, int N, int OC,
                                            float *scratch, cudaStream_t stream) {
-    int chunks = GT_CU_COLSUM_CHUNKS, per = (N + chunks - 1) / chunks;
-    if (OC % 4 == 0 && aligned8(dout))
-        colsum_partial_vec_kernel<false>
-            <<<dim3(ceil_div(OC, 128), chunks), dim3(32, 8), 0, stream>>>(
-                scratch, NULL, (const bf16 *)dout, NULL, NULL, NULL, N, OC, per);
-    else
-        colsum_partial_kernel<false><<<dim3(ceil_div(OC, 32), chunks), dim3(32, 8), 0, stream>>>(
-            scratch, NULL, (const bf16 *)dout, NULL, NULL, NULL, N, OC, per);
-    cudaError_t err = cudaGetLastError();
+    int chunks = GT_CU_COLSUM_CHUNKS;
+    cudaError_t err = cudaSuccess;
+    if (g_colsum_impl >= 2 && OC % 8 == 0 && aligned16(dout)) {
+        /* enough blocks for ~4 resident per SM (16 KB of loads in flight each), rows split
+         * evenly, at least 32 rows per chunk */
+        int sms = 0;
+        err = sm_count(&sms);
+        if (err != cudaSuccess) return err;
+        int col_blocks = (int)ceil_div(OC, 256);
+        chunks = (4 * sms + col_blocks - 1) / col_blocks;
+        if (chunks > N / 32) chunks = N / 32;
+        if (chunks > GT_CU_COLSUM_MAX_CHUNKS) chunks = GT_CU_COLSUM_MAX_CHUNKS;
+        if (chunks < 1) chunks = 1;
+        int per = (N + chunks - 1) / chunks;
+        chunks = (N + per - 1) / per;
+        colsum_partial_v16_kernel<<<dim3(col_blocks, chunks), dim3(32, 8), 0, stream>>>(
+            scratch, (const bf16 *)dout, N, OC, per);
+    } else {
+        int per = (N + chunks - 1) / chunks;
+        if (OC % 4 == 0 && aligned8(dout))
+            colsum_partial_vec_kernel<false>
+                <<<dim3(ceil_div(OC, 128), chunks), dim3(32, 8), 0, stream>>>(
+                    scratch, NULL, (const bf16 *)dout, NULL, NULL, NULL, N, OC, per);
+        else
+            colsum_partial_kernel<false>
+                <<<dim3(ceil_div(OC, 32), chunks), dim3(32, 8), 0, stream>>>(
+                    scratch, NULL, (const bf16 *)dout, NULL, NULL, NULL, N, OC, per);
+    }
+    err = cudaGetLastError();
     if (err != cudaSuccess) return err;
-    colsum_finish_kernel<8><<<dim3(ceil_div(OC, 32), 1), dim3(32, 8), 0, stream>>>(dbias, NULL,
-                                                                                scratch, OC, chunks);
+    colsum_finish_kernel<8><<<dim3(ceil_div(OC, 32), 1), dim3(32, 8), 0, stream>>>(
+        make_dsts(dbias, NULL, NULL, NULL), scratch, OC, chunks);
     return cudaGetLastError();
 }
 

@@ -82,9 +82,10 @@ cudaError_t gt_cu_layernorm_backward(gt_bf16 *dinp, const gt_bf16 *dresid, const
                                      float *sum_inp, int N, int C, float *scratch,
                                      cudaStream_t stream);
 /* Kernel variants, for tuning and side-by-side benchmarks (process-wide; set before use):
- * LayerNorm backward 1 = 2 warps per block (session 3), 2 = 8 warps per block with their
- * accumulators in opt-in shared memory; column sums 1 = 8-byte loads, 64 row chunks (session 2),
- * 2 = 16-byte loads, row chunks sized to fill the GPU. Other values are clamped. */
+ * LayerNorm backward 1 = 2 warps per block, gt_cu_set_ln_bwd_blocks blocks (session 3);
+ * 2 = 4 warps and 3 = 8 warps per block, one wave of blocks (their accumulators in opt-in
+ * shared memory); column sums 1 = 8-byte loads, 64 row chunks (session 2), 2 = 16-byte loads,
+ * row chunks sized to fill the GPU. Other values are clamped. */
 void gt_cu_set_ln_bwd_impl(int impl);
 void gt_cu_set_colsum_impl(int impl);
 /* dbias (OC) += sum_n dout (N,OC); scratch: GT_CU_COLSUM_SCRATCH(OC) floats */

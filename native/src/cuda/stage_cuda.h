@@ -93,6 +93,7 @@ struct gt_stage {
     gt_lt lt;
     gt_cudnn_attn *cudnn;      /* NULL: reference attention */
     int gelu_fused, dgelu_fused;
+    int ln_bias_sums;          /* GANTRY_LN_BIAS_SUMS: LayerNorm 2 sums two bias gradients */
     char info[512];
 
     gt_cu_slot *slots;
@@ -101,7 +102,7 @@ struct gt_stage {
 
     /* scratch shared by all slots (the stream orders their uses) */
     gt_bf16 *datty;            /* (N,C) */
-    float *colsum;             /* 2 * max(GT_CU_COLSUM_CHUNKS * 4C, GT_CU_LN_BWD_BLOCKS * C) */
+    float *colsum;             /* max(GT_CU_COLSUM_SCRATCH(4C), GT_CU_LN_BWD_SCRATCH(C)) */
     double *sq;                /* 1 + GT_CU_SQ_BLOCKS */
     float *loss;               /* 1 */
     float *host_loss;          /* pinned 1 */
