@@ -14,6 +14,9 @@
 #                                     candidates; PyTorch's matmul on the same shapes)
 #                                     cudnnlib (1.5B single with the torch wheel's cuDNN; with the
 #                                     heuristic's attention plan instead of the tuned one)
+#                                     kernels (gantry-kernel-bench: LayerNorm/column-sum variants,
+#                                     GELU backward, AdamW, a D2D copy at the 1.5B and 350M
+#                                     shapes; $OUT/kernels.jsonl; fails if the variants disagree)
 # PP_SCHEDULES / ANCHOR_SCHEDULES narrow the schedules of pp350 / pp15 (default: all).
 # Every run has a hard time limit, so one hang cannot eat the call. Per-run logs go to
 # $GPU_BENCH_WORK/logs (the device tool brings back only a few files: tar them).
@@ -61,6 +64,19 @@ fi
 export GANTRY_CUDA_LIB="$lib" GANTRY_NATIVE_LIB="$lib"
 if has smoke; then
   timeout 60 "$smoke_tool" 50304 1024 16 2 1024 8 2>&1
+fi
+if has kernels; then
+  # next to the library (the CMake build) or in `gantry build`'s cmake-build/ beside it
+  kbench="$(dirname "$lib")/gantry-kernel-bench"
+  [ -x "$kbench" ] || kbench="$(dirname "$lib")/cmake-build/gantry-kernel-bench"
+  : > "$out/kernels.jsonl"
+  for shape in "4096 1600" "8192 1024"; do  # N C: 1.5B (mbs 4 x T 1024), 350M (mbs 8 x T 1024)
+    read -r kn kc <<< "$shape"
+    stamp "gantry-kernel-bench --N $kn --C $kc"
+    timeout 120 "$kbench" --N "$kn" --C "$kc" --iters "${KBENCH_ITERS:-50}" \
+      --warmup "${KBENCH_WARMUP:-5}" | tee -a "$out/kernels.jsonl"
+    stamp "gantry-kernel-bench --N $kn --C $kc: rc=${PIPESTATUS[0]}"
+  done
 fi
 if has nccltest; then
   stamp "tests/gpu: pipeline layouts, dp overlap, copy-engine edges"

@@ -102,3 +102,10 @@ endif()
 add_executable(gantry-cuda-smoke tools/gantry_cuda_smoke.c)
 target_compile_options(gantry-cuda-smoke PRIVATE -Wall -Wextra -Werror)
 target_link_libraries(gantry-cuda-smoke PRIVATE gantry_native m)
+
+# gantry-kernel-bench times kernels.cu's variants at a model's shapes and checks they agree
+# (bench/run_gpu_bench.sh kernels). The library hides its symbols, so the tool compiles
+# kernels.cu itself (same flags and architectures as the library's CUDA sources).
+add_executable(gantry-kernel-bench tools/gantry_kernel_bench.cu src/cuda/kernels.cu)
+target_include_directories(gantry-kernel-bench PRIVATE include src src/cuda)
+target_link_libraries(gantry-kernel-bench PRIVATE CUDA::cudart m)
