@@ -53,6 +53,7 @@
 #define COPY_BYTES ((size_t)64 << 20)      /* the device-to-device copy anchor */
 #define FLUSH_BYTES ((size_t)256 << 20)    /* > L2 of any current GPU */
 #define REF_N 64                           /* rows of the host-reference sub-case */
+#define LN_IMPLS 3                         /* LayerNorm backward variants (kernels.h) */
 #define MAX_ITERS 100000
 
 /* ------------------------------------------------------------------------------------------ */
@@ -426,13 +427,19 @@ int main(int argc, char **argv) {
         gt_cu_set_ln_bwd_blocks(GT_CU_LN_BWD_BLOCKS);
         gt_cu_set_ln_bwd_impl(1);
         CK(run_ln_bwd_once(&c, N, &o1, h16, h32));
-        gt_cu_set_ln_bwd_impl(2);
-        CK(run_ln_bwd_once(&c, N, &o2, h16, h32));
-        check_close("ln_bwd impl 2 vs 1: dinp", o2.dinp, o1.dinp, NC, 1e-2);
-        check_close("ln_bwd impl 2 vs 1: dw", o2.dw, o1.dw, (size_t)C, 1e-4);
-        check_close("ln_bwd impl 2 vs 1: db", o2.db, o1.db, (size_t)C, 1e-4);
-        check_close("ln_bwd impl 2 vs 1: sum_resid", o2.sum_resid, o1.sum_resid, (size_t)C, 1e-4);
-        check_close("ln_bwd impl 2 vs 1: sum_inp", o2.sum_inp, o1.sum_inp, (size_t)C, 1e-4);
+        for (int impl = 2; impl <= LN_IMPLS; impl++) {
+            char what[96];
+            gt_cu_set_ln_bwd_impl(impl);
+            CK(run_ln_bwd_once(&c, N, &o2, h16, h32));
+            const char *names[5] = {"dinp", "dw", "db", "sum_resid", "sum_inp"};
+            double *got_v[5] = {o2.dinp, o2.dw, o2.db, o2.sum_resid, o2.sum_inp};
+            double *want_v[5] = {o1.dinp, o1.dw, o1.db, o1.sum_resid, o1.sum_inp};
+            for (int q = 0; q < 5; q++) {
+                snprintf(what, sizeof(what), "ln_bwd impl %d vs 1: %s", impl, names[q]);
+                check_close(what, got_v[q], want_v[q], q == 0 ? NC : (size_t)C,
+                            q == 0 ? 1e-2 : 1e-4);
+            }
+        }
         gt_cu_set_ln_bwd_impl(1);
         const int blocks[2] = {256, 1024};
         for (int k = 0; k < 2; k++) {
@@ -507,7 +514,7 @@ int main(int argc, char **argv) {
                 oref.sum_inp[j] += di;
             }
         }
-        for (int impl = 1; impl <= 2; impl++) {
+        for (int impl = 1; impl <= LN_IMPLS; impl++) {
             char what[96];
             gt_cu_set_ln_bwd_impl(impl);
             CK(run_ln_bwd_once(&c, REF_N, &o1, h16, h32));
@@ -567,7 +574,7 @@ int main(int argc, char **argv) {
         const double ln_bytes = 8.0 * NC + 8.0 * N + 18.0 * C;
         for (int sums = 0; sums <= 1; sums++) {
             c.with_sums = sums;
-            for (int impl = 1; impl <= 2; impl++) {
+            for (int impl = 1; impl <= LN_IMPLS; impl++) {
                 gt_cu_set_ln_bwd_impl(impl);
                 CK(time_case(&t, launch_ln_bwd, &c, &us, &us_mean));
                 print_case(sums ? "ln_bwd_sums" : "ln_bwd", impl, N, C, 0,
