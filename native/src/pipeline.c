@@ -60,8 +60,7 @@ struct gt_pipeline {
     gt_bucketer bucketer;   /* of the armed action */
     float *armed_grads;     /* gradient buffer of the armed action's chunk */
     int dp_buckets;         /* buckets started this step */
-    int opt_overlap;        /* GANTRY_OPT_OVERLAP: 0 off, 1 every rank (default), 2 all but the
-                               rank of the last stage */
+    int opt_overlap;        /* GANTRY_OPT_OVERLAP (default 1) */
     int opt_now;            /* this step: AdamW per range from the hook (no clipping, dp 1) */
     int opt_ranges;         /* ranges updated so this step */
     gt_chunk *armed_chunk;  /* chunk of the armed action */
@@ -90,12 +89,8 @@ int gt_pipeline_create(const gt_config *cfg, gt_comm *comm, int v, int m, int B,
     p->v = v, p->m = m, p->B = B, p->T = T;
     GT_CHECK(gt_dp_overlap_wanted(&p->overlap));
     GT_CHECK(gt_dp_bucket_elements(&p->bucket_elems));
-    /* AdamW per gradient range as soon as it is final when clipping is off: 1 on every rank;
-     * 2 on all but the last stage's rank, whose update after the table then overlaps the next
-     * step's fill (the step's ranks no longer wait for each other's optimizer) */
-    GT_CHECK(gt_env_int("GANTRY_OPT_OVERLAP", 0, 2, 1,
-                        "0 off, 1 every rank, 2 every rank but the last stage's", &p->opt_overlap));
-    if (p->opt_overlap == 2) p->opt_overlap = p->pipe_rank != p->pp - 1;
+    /* 1: AdamW per gradient range as soon as it is final when clipping is off */
+    GT_CHECK(gt_env_flag("GANTRY_OPT_OVERLAP", 1, &p->opt_overlap));
     p->overlap = p->overlap && p->dp > 1;
     GT_CALLOC(p->last_grad, v);
     GT_CALLOC(p->chunks, v);
@@ -369,8 +364,7 @@ static int sync_and_update(gt_pipeline *p, const gt_step_args *args, double *los
         sq += part;
     }
     GT_CHECK(gt_comm_allreduce_pipe_double(p->comm, &sq));
-    /* the loss before the update: from here on no rank waits for another's optimizer, so the
-     * last stage's AdamW runs while the first stage starts the next step */
+    /* the loss with the norm, before the update: no rank waits for another's optimizer */
     GT_CHECK(gt_comm_allreduce_world_double(p->comm, loss_sum));
     r->grad_norm = sqrt(sq);
     float scale = args->grad_clip > 0.0f ? gt_clip_coef(r->grad_norm, args->grad_clip) : 1.0f;

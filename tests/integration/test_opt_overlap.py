@@ -64,12 +64,6 @@ def test_opt_overlap_matches_update_after_table(tmp_path: Path, native_lib_path:
     # every layer once, ln_f, and the embeddings (wpe alone where wte is a tied copy: that one
     # is updated after its all-reduce; the head's wte range is never updated early)
     assert sum(per_rank) == ODD_MODEL["n_layer"] + 2
-    if pp > 1:  # 2: every rank but the last stage's overlaps; the same bits again
-        mixed = _run(tmp_path, native_lib_path, "mixed", env={"GANTRY_OPT_OVERLAP": "2"}, **kw)
-        assert [r["loss"] for r in mixed] == [r["loss"] for r in off]
-        assert [r["grad_norm"] for r in mixed] == [r["grad_norm"] for r in off]
-        assert all(r["ranks"][-1]["opt_ranges"] == 0 for r in mixed)
-        assert all(r["ranks"][0]["opt_ranges"] == per_rank[0] > 0 for r in mixed)
 
 def test_clipping_keeps_the_update_after_the_norm(tmp_path: Path,
                                                   native_lib_path: Path) -> None:
@@ -85,6 +79,5 @@ def test_bad_switch_is_a_one_line_error(tmp_path: Path, native_lib_path: Path) -
     result = gantry_train(job, 2, native_lib_path, run_dir=tmp_path / "run",
                           env={"GANTRY_OPT_OVERLAP": "maybe"})
     assert result.returncode == 2, result.stderr[-3000:]
-    assert ("error: GANTRY_OPT_OVERLAP='maybe' is not allowed (an integer 0..2; 0 off, 1 every"
-            " rank, 2 every rank but the last stage's)") in result.stderr
+    assert "error: GANTRY_OPT_OVERLAP='maybe' is not allowed (allowed: 0, 1)" in result.stderr
     assert "Traceback" not in result.stderr

@@ -27,10 +27,8 @@
  * (gt_stage_adamw_range: on the CUDA backend a stream of its own, overlapping the rest of the
  * backward); the tied wte copies of the first and last stage are updated after their
  * all-reduce, and every stage's stream waits for its optimizer before the step returns. Same
- * bits as GANTRY_OPT_OVERLAP=0 (AdamW is element-wise). GANTRY_OPT_OVERLAP=2 overlaps on every
- * rank but the last stage's: its update after the table then runs while the first stage starts
- * the next step (the step's loss and norm are all-reduced before any update, so no rank waits
- * for another's optimizer).
+ * bits as GANTRY_OPT_OVERLAP=0 (AdamW is element-wise). The step's loss and norm are
+ * all-reduced before any update, so no rank waits for another's optimizer.
  */
 #ifndef GANTRY_PIPELINE_H
 #define GANTRY_PIPELINE_H

@@ -448,8 +448,12 @@ int gt_stage_join_optimizer(gt_stage *s) {
     if (s == NULL) GT_INPUT_FAIL("gt_stage_join_optimizer: stage is NULL");
     if (s->opt_stream == NULL) return GT_OK;
     if (s->lt.scratch != NULL) gt_lt_trim(&s->lt); /* the first step tuned every shape */
+    /* the profile's AdamW interval: the compute stream waiting for the optimizer stream (it
+     * also ends the warm-up step, as gt_stage_adamw_step's mark does) */
+    gt_prof_mark(&s->prof, GT_P_ADAMW, s->stream);
     CUDA_CHECK(cudaEventRecord(s->opt_done, s->opt_stream));
     CUDA_CHECK(cudaStreamWaitEvent(s->stream, s->opt_done, 0));
+    gt_prof_mark(&s->prof, GT_P_END, s->stream);
 cleanup:
     return rc;
 }
