@@ -1,7 +1,8 @@
 /*
  * gantry_kernel_bench.cu — times the LayerNorm, column-sum (bias gradient), GELU-backward and
  * AdamW kernels of kernels.cu at one model's shapes, every variant of the tunable ones
- * (gt_cu_set_ln_bwd_impl, gt_cu_set_colsum_impl, gt_cu_set_ln_bwd_blocks), and checks that the
+ * (gt_cu_set_ln_bwd_impl, gt_cu_set_ln_fwd_impl, gt_cu_set_colsum_impl,
+ * gt_cu_set_ln_bwd_blocks), and checks that the
  * variants agree with each other and, on a small sub-case, with a host fp64 reference.
  *   gantry-kernel-bench [--N 4096] [--C 1600] [--iters 50] [--warmup 5] [--l2-flush 1]
  * N rows (B*T), C channels. Prints one JSON line per case to stdout:
@@ -53,7 +54,8 @@
 #define COPY_BYTES ((size_t)64 << 20)      /* the device-to-device copy anchor */
 #define FLUSH_BYTES ((size_t)256 << 20)    /* > L2 of any current GPU */
 #define REF_N 64                           /* rows of the host-reference sub-case */
-#define LN_IMPLS 3                         /* LayerNorm backward variants (kernels.h) */
+#define LN_IMPLS 7                         /* LayerNorm backward variants (kernels.h) */
+#define LN_FWD_IMPLS 3                     /* LayerNorm forward variants (kernels.h) */
 #define MAX_ITERS 100000
 
 /* ------------------------------------------------------------------------------------------ */
@@ -320,7 +322,7 @@ int main(int argc, char **argv) {
     uint16_t *h16 = NULL;
     float *h32 = NULL;
     double *hinp = NULL, *hdout = NULL, *hdres = NULL, *hw = NULL, *hb = NULL, *hmean = NULL,
-           *hrstd = NULL, *ref = NULL, *got = NULL, *big = NULL;
+           *hrstd = NULL, *ref = NULL, *got = NULL, *big = NULL, *mr1 = NULL, *mrk = NULL;
     ln_bwd_out o1, o2, oref;
     memset(&o1, 0, sizeof(o1));
     memset(&o2, 0, sizeof(o2));
@@ -423,7 +425,7 @@ int main(int argc, char **argv) {
     HALLOC(ref, C4);
     HALLOC(got, C4);
     {
-        /* impl 2 vs impl 1 at the full shape; impl 1 with other block counts vs its default */
+        /* impl 2.. vs impl 1 at the full shape; impl 1 with other block counts vs its default */
         gt_cu_set_ln_bwd_blocks(GT_CU_LN_BWD_BLOCKS);
         gt_cu_set_ln_bwd_impl(1);
         CK(run_ln_bwd_once(&c, N, &o1, h16, h32));
@@ -455,7 +457,7 @@ int main(int argc, char **argv) {
         }
         gt_cu_set_ln_bwd_blocks(GT_CU_LN_BWD_BLOCKS);
 
-        /* host fp64 reference on the first REF_N rows, for both impls (catches both wrong).
+        /* host fp64 reference on the first REF_N rows, for every impl (catches all wrong).
          * xhat = (x - mean) rstd, g = dout w; dinp = dresid + rstd (g - mean(g) - xhat
          * mean(g xhat)); dw = sum dout xhat, db = sum dout, sums of dresid and of dinp.
          * mean/rstd: the device forward's, itself checked against the host below. */
@@ -490,6 +492,41 @@ int main(int argc, char **argv) {
         check_close("ln_fwd vs host: out", fwd_got, fwd_want, RC, 1e-2);
         check_close("ln_fwd vs host: mean", mr_got, mr_want, REF_N, 1e-3);
         check_close("ln_fwd vs host: rstd", mr_got + REF_N, mr_want + REF_N, REF_N, 1e-4);
+
+        /* forward variants: vs impl 1 over all N rows (out, mean, rstd), vs the host on the
+         * first REF_N rows; then impl 1's statistics are restored for the backward checks */
+        HALLOC(mr1, 2 * (size_t)N);
+        HALLOC(mrk, 2 * (size_t)N);
+        CK(fetch_bf16(o2.dinp, c.ln_out, NC, h16));
+        CK(fetch_f32(mr1, c.mean, (size_t)N, h32));
+        CK(fetch_f32(mr1 + N, c.rstd, (size_t)N, h32));
+        for (int impl = 2; impl <= LN_FWD_IMPLS; impl++) {
+            char what[96];
+            gt_cu_set_ln_fwd_impl(impl);
+            CK(cudaMemset(c.ln_out, 0, NC * sizeof(gt_bf16)));
+            CK(cudaMemset(c.mean, 0, (size_t)N * sizeof(float)));
+            CK(cudaMemset(c.rstd, 0, (size_t)N * sizeof(float)));
+            CK(launch_ln_fwd(&c));
+            CK(cudaDeviceSynchronize());
+            CK(fetch_bf16(o1.dinp, c.ln_out, NC, h16));
+            CK(fetch_f32(mrk, c.mean, (size_t)N, h32));
+            CK(fetch_f32(mrk + N, c.rstd, (size_t)N, h32));
+            snprintf(what, sizeof(what), "ln_fwd impl %d vs 1: out", impl);
+            check_close(what, o1.dinp, o2.dinp, NC, 1e-2);
+            snprintf(what, sizeof(what), "ln_fwd impl %d vs 1: mean", impl);
+            check_close(what, mrk, mr1, (size_t)N, 1e-4);
+            snprintf(what, sizeof(what), "ln_fwd impl %d vs 1: rstd", impl);
+            check_close(what, mrk + N, mr1 + N, (size_t)N, 1e-5);
+            snprintf(what, sizeof(what), "ln_fwd impl %d vs host: out", impl);
+            check_close(what, o1.dinp, fwd_want, RC, 1e-2);
+            snprintf(what, sizeof(what), "ln_fwd impl %d vs host: mean", impl);
+            check_close(what, mrk, mr_want, REF_N, 1e-3);
+            snprintf(what, sizeof(what), "ln_fwd impl %d vs host: rstd", impl);
+            check_close(what, mrk + N, mr_want + REF_N, REF_N, 1e-4);
+        }
+        gt_cu_set_ln_fwd_impl(1);
+        CK(launch_ln_fwd(&c));
+        CK(cudaDeviceSynchronize());
 
         for (int j = 0; j < C; j++)
             oref.dw[j] = oref.db[j] = oref.sum_resid[j] = oref.sum_inp[j] = 0.0;
@@ -565,8 +602,13 @@ int main(int argc, char **argv) {
         double us, us_mean;
         /* ln_fwd: read inp (N C bf16), w, b (C bf16); write out (N C bf16), mean, rstd (N fp32):
          * 4 N C + 4 C + 8 N bytes */
-        CK(time_case(&t, launch_ln_fwd, &c, &us, &us_mean));
-        print_case("ln_fwd", 1, N, C, 0, 0, 4.0 * NC + 4.0 * C + 8.0 * N, us, us_mean, flush);
+        for (int impl = 1; impl <= LN_FWD_IMPLS; impl++) {
+            gt_cu_set_ln_fwd_impl(impl);
+            CK(time_case(&t, launch_ln_fwd, &c, &us, &us_mean));
+            print_case("ln_fwd", impl, N, C, 0, 0, 4.0 * NC + 4.0 * C + 8.0 * N, us, us_mean,
+                       flush);
+        }
+        gt_cu_set_ln_fwd_impl(1);
 
         /* ln_bwd: read dresid, dout, inp (N C bf16 each), mean, rstd (N fp32), w (C bf16); write
          * dinp (N C bf16); dw, db read and written (C fp32): 8 N C + 8 N + 2 C + 16 C bytes.
@@ -673,6 +715,8 @@ cleanup:
     free(ref);
     free(got);
     free(big);
+    free(mr1);
+    free(mrk);
     ln_bwd_out outs[3] = {o1, o2, oref};
     for (int k = 0; k < 3; k++) {
         free(outs[k].dinp);

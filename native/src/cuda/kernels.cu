@@ -431,6 +431,216 @@ __global__ void __launch_bounds__(WARPS * WARP)
     }
 }
 
+/* ---- block-cooperative LayerNorm rows (forward impl 2/3, backward impl 4/5) ----
+ * A block of nv = C / 8 threads (rounded up to whole warps, <= 256 since C <= 2048): thread v
+ * owns the 16-byte column vector v (columns 8v .. 8v+7) of every row. The block takes R rows
+ * at a time: all R rows' vectors are loaded before any arithmetic (R x 16 bytes per input in
+ * flight per thread), each row's sums are reduced with warp shuffles, then across the warps in
+ * one shared-memory pass (warps added in order: deterministic). The reduction buffers alternate
+ * between two halves, so one __syncthreads per reduction suffices: a warp can only rewrite a
+ * half after every warp passed the barrier behind the reads of it. */
+#define LN_BLOCK_MAX_WARPS 8 /* 256 threads: C <= 2048 */
+
+/* Adds each of the R per-thread partials a[i], b[i] over the block; every thread gets the
+ * totals. red: [2 halves][LN_BLOCK_MAX_WARPS][R] float2 in shared memory, half = parity. */
+template <int R>
+__device__ __forceinline__ void ln_block_sum2(float a[R], float b[R], float2 (*red)[LN_BLOCK_MAX_WARPS][R],
+                                              int half) {
+    const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP, nwarps = blockDim.x / WARP;
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        a[i] = warp_sum(a[i]);
+        b[i] = warp_sum(b[i]);
+    }
+    if (lane == 0) {
+#pragma unroll
+        for (int i = 0; i < R; i++) red[half][warp][i] = make_float2(a[i], b[i]);
+    }
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < R; i++) {
+        float2 t = red[half][0][i];
+        for (int q = 1; q < nwarps; q++) {
+            float2 u = red[half][q][i];
+            t.x += u.x, t.y += u.y;
+        }
+        a[i] = t.x, b[i] = t.y;
+    }
+}
+
+/* LayerNorm forward, block-cooperative: groups of R rows, group g = blockIdx.x + k gridDim.x.
+ * Two reductions per group (mean, then the variance about it, as the warp-per-row kernel). */
+template <int R>
+__global__ void __launch_bounds__(LN_BLOCK_MAX_WARPS * WARP)
+    layernorm_forward_block_kernel(bf16 *out, float *mean, float *rstd, const bf16 *inp,
+                                   const bf16 *w, const bf16 *b, int N, int C) {
+    __shared__ float2 red[2][LN_BLOCK_MAX_WARPS][R];
+    const int v = threadIdx.x, nv = C / LN_VEC;
+    const bool active = v < nv;
+    float fw[LN_VEC], fb[LN_VEC];
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    bf16x8_unpack(active ? reinterpret_cast<const uint4 *>(w)[v] : zero, fw);
+    bf16x8_unpack(active ? reinterpret_cast<const uint4 *>(b)[v] : zero, fb);
+    const float inv_c = 1.0f / (float)C;
+    for (int row0 = (int)blockIdx.x * R; row0 < N; row0 += (int)gridDim.x * R) {
+        uint4 xv[R];
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            int row = row0 + i;
+            xv[i] = active && row < N
+                        ? reinterpret_cast<const uint4 *>(inp + (size_t)row * C)[v]
+                        : zero;
+        }
+        float s1[R], s2[R];
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            float f[LN_VEC];
+            bf16x8_unpack(xv[i], f);
+            s1[i] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < LN_VEC; j++) s1[i] += f[j];
+            s2[i] = 0.0f;
+        }
+        ln_block_sum2<R>(s1, s2, red, 0); /* s1: row sums */
+        float m[R], var[R], unused[R];
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            m[i] = s1[i] / (float)C;
+            float f[LN_VEC];
+            bf16x8_unpack(xv[i], f);
+            var[i] = 0.0f;
+            if (active) {
+#pragma unroll
+                for (int j = 0; j < LN_VEC; j++) {
+                    float d = f[j] - m[i];
+                    var[i] += d * d;
+                }
+            }
+            unused[i] = 0.0f;
+        }
+        ln_block_sum2<R>(var, unused, red, 1);
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            int row = row0 + i;
+            float s = rsqrtf(var[i] * inv_c + 1e-5f);
+            if (active && row < N) {
+                float f[LN_VEC];
+                bf16x8_unpack(xv[i], f);
+#pragma unroll
+                for (int j = 0; j < LN_VEC; j++) f[j] = (f[j] - m[i]) * s * fw[j] + fb[j];
+                reinterpret_cast<uint4 *>(out + (size_t)row * C)[v] = bf16x8_pack(f);
+            }
+            if (threadIdx.x == 0 && row < N) {
+                mean[row] = m[i];
+                rstd[row] = s;
+            }
+        }
+    }
+}
+
+/* Blocks of 256 threads per SM the backward's registers are bounded for (two: 128 registers),
+ * as far as that needs no spills (ptxas -v: none with these). */
+#define LN_BWD_BLOCK_MIN_BLOCKS(R, SUMS) ((R) <= 2 ? 2 : (R) <= 4 && !(SUMS) ? 2 : 1)
+
+/* p[0..7] = f (p 16-byte aligned) */
+__device__ __forceinline__ void store8(float *p, const float f[8]) {
+    reinterpret_cast<float4 *>(p)[0] = make_float4(f[0], f[1], f[2], f[3]);
+    reinterpret_cast<float4 *>(p)[1] = make_float4(f[4], f[5], f[6], f[7]);
+}
+
+/* LayerNorm backward (input and weight gradients, optionally the two bias sums), block-
+ * cooperative: block b owns rows [b P, b P + P) (P = rows_per_block, a multiple of R), taken
+ * R at a time in increasing order. dout, inp and dresid of the group are loaded before any
+ * store (each vector is read and written by its owning thread only, so dinp may alias dresid).
+ * Column sums stay in registers (thread v: its 8 columns; rows in order) and go to
+ * partial[(q * G + b) * C + c] at the end, q = 0: dout, 1: dout * xhat, with SUMS 2: dresid,
+ * 3: the stored dinp; colsum_finish_kernel<32> adds the blocks in order. */
+template <int R, bool SUMS>
+__global__ void __launch_bounds__(LN_BLOCK_MAX_WARPS * WARP, LN_BWD_BLOCK_MIN_BLOCKS(R, SUMS))
+    layernorm_backward_block_kernel(bf16 *dinp, const bf16 *dresid, const bf16 *dout,
+                                    const bf16 *inp, const float *mean, const float *rstd,
+                                    const bf16 *w, float *partial, int N, int C,
+                                    int rows_per_block) {
+    __shared__ float2 red[2][LN_BLOCK_MAX_WARPS][R];
+    const int v = threadIdx.x, nv = C / LN_VEC;
+    const bool active = v < nv;
+    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
+    float fw[LN_VEC];
+    bf16x8_unpack(active ? reinterpret_cast<const uint4 *>(w)[v] : zero, fw);
+    float acc_d[LN_VEC], acc_x[LN_VEC], acc_r[LN_VEC], acc_o[LN_VEC];
+#pragma unroll
+    for (int j = 0; j < LN_VEC; j++) acc_d[j] = acc_x[j] = acc_r[j] = acc_o[j] = 0.0f;
+    const float inv_c = 1.0f / (float)C;
+    const int r_begin = (int)blockIdx.x * rows_per_block;
+    const int r_end = min(N, r_begin + rows_per_block);
+    int half = 0;
+    for (int row0 = r_begin; row0 < r_end; row0 += R, half ^= 1) {
+        uint4 dv[R], xv[R], rv[R];
+        float m[R], s[R];
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            int row = row0 + i;
+            bool ok = active && row < r_end;
+            size_t at = (size_t)row * nv + v; /* vector index */
+            dv[i] = ok ? reinterpret_cast<const uint4 *>(dout)[at] : zero;
+            xv[i] = ok ? reinterpret_cast<const uint4 *>(inp)[at] : zero;
+            rv[i] = ok && dresid != NULL ? reinterpret_cast<const uint4 *>(dresid)[at] : zero;
+            m[i] = row < r_end ? mean[row] : 0.0f;
+            s[i] = row < r_end ? rstd[row] : 0.0f;
+        }
+        float g[R], gx[R]; /* per row: sum w dout, sum w dout xhat (this thread's columns) */
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            float fd[LN_VEC], fx[LN_VEC];
+            bf16x8_unpack(dv[i], fd);
+            bf16x8_unpack(xv[i], fx);
+            g[i] = gx[i] = 0.0f;
+#pragma unroll
+            for (int j = 0; j < LN_VEC; j++) {
+                float dn = fw[j] * fd[j]; /* 0 outside the row / the columns */
+                g[i] += dn;
+                gx[i] += dn * ((fx[j] - m[i]) * s[i]);
+            }
+        }
+        ln_block_sum2<R>(g, gx, red, half);
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            int row = row0 + i;
+            if (active && row < r_end) {
+                float fd[LN_VEC], fx[LN_VEC], fr[LN_VEC];
+                bf16x8_unpack(dv[i], fd);
+                bf16x8_unpack(xv[i], fx);
+                bf16x8_unpack(rv[i], fr); /* zeros without dresid: +0.0f + dx == dx */
+                float gm = g[i] * inv_c, gxm = gx[i] * inv_c;
+#pragma unroll
+                for (int j = 0; j < LN_VEC; j++) {
+                    float xhat = (fx[j] - m[i]) * s[i];
+                    acc_d[j] += fd[j];
+                    acc_x[j] += fd[j] * xhat;
+                    if (SUMS) acc_r[j] += fr[j];
+                    fr[j] = fr[j] + s[i] * (fw[j] * fd[j] - gm - xhat * gxm);
+                }
+                uint4 packed = bf16x8_pack(fr);
+                reinterpret_cast<uint4 *>(dinp)[(size_t)row * nv + v] = packed;
+                if (SUMS) { /* the column sum of what was stored: the bf16 values */
+                    bf16x8_unpack(packed, fr);
+#pragma unroll
+                    for (int j = 0; j < LN_VEC; j++) acc_o[j] += fr[j];
+                }
+            }
+        }
+    }
+    if (active) {
+        const size_t G = gridDim.x, b = blockIdx.x, col = (size_t)LN_VEC * v;
+        store8(partial + (0 * G + b) * C + col, acc_d);
+        store8(partial + (1 * G + b) * C + col, acc_x);
+        if (SUMS) {
+            store8(partial + (2 * G + b) * C + col, acc_r);
+            store8(partial + (3 * G + b) * C + col, acc_o);
+        }
+    }
+}
+
 /* Vectors per lane for the register-cached LayerNorm kernels, or 0 for the scalar fallback. */
 static int ln_vec_per_lane(int C) {
     if (C <= 0 || C % LN_VEC != 0) return 0;
@@ -450,12 +660,22 @@ static int ln_vec_per_lane(int C) {
     default: KERNEL<8><<<GRID, 256, 0, STREAM>>>(__VA_ARGS__); break;                              \
     }
 
+/* the forward's block-cooperative variants (impl 2, 3; *launched = 0 for impl 1), below */
+static cudaError_t launch_ln_fwd_block(bf16 *out, float *mean, float *rstd, const bf16 *inp,
+                                       const bf16 *w, const bf16 *b, int N, int C, int *launched,
+                                       cudaStream_t stream);
+
 extern "C" cudaError_t gt_cu_layernorm_forward(gt_bf16 *out, float *mean, float *rstd,
                                                const gt_bf16 *inp, const gt_bf16 *w,
                                                const gt_bf16 *b, int N, int C,
                                                cudaStream_t stream) {
     int K = ln_vec_per_lane(C);
     if (K > 0 && aligned16(out) && aligned16(inp) && aligned16(w) && aligned16(b)) {
+        int launched = 0;
+        cudaError_t err = launch_ln_fwd_block((bf16 *)out, mean, rstd, (const bf16 *)inp,
+                                              (const bf16 *)w, (const bf16 *)b, N, C, &launched,
+                                              stream);
+        if (err != cudaSuccess || launched) return err;
         LN_DISPATCH(K, layernorm_forward_vec_kernel, ceil_div(N, 8), stream, (bf16 *)out, mean,
                     rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)b, N, C);
     } else {
@@ -664,7 +884,8 @@ extern "C" cudaError_t gt_cu_layernorm_backward_weight(float *dw, float *db, con
 /* ---- kernel variants and launch geometry ---- */
 
 static int g_ln_bwd_blocks = GT_CU_LN_BWD_BLOCKS;
-static int g_ln_bwd_impl = 2;
+static int g_ln_bwd_impl = 7;
+static int g_ln_fwd_impl = 1;
 static int g_colsum_impl = 2;
 static int g_sm_count = 0; /* of the current device, read once */
 
@@ -672,7 +893,8 @@ extern "C" void gt_cu_set_ln_bwd_blocks(int blocks) {
     g_ln_bwd_blocks = blocks < 1 ? 1 : blocks > GT_CU_LN_BWD_MAX_BLOCKS ? GT_CU_LN_BWD_MAX_BLOCKS
                                                                        : blocks;
 }
-extern "C" void gt_cu_set_ln_bwd_impl(int impl) { g_ln_bwd_impl = impl < 1 ? 1 : impl > 3 ? 3 : impl; }
+extern "C" void gt_cu_set_ln_bwd_impl(int impl) { g_ln_bwd_impl = impl < 1 ? 1 : impl > 7 ? 7 : impl; }
+extern "C" void gt_cu_set_ln_fwd_impl(int impl) { g_ln_fwd_impl = impl < 1 ? 1 : impl > 3 ? 3 : impl; }
 extern "C" void gt_cu_set_colsum_impl(int impl) { g_colsum_impl = impl < 1 ? 1 : impl > 2 ? 2 : impl; }
 
 static cudaError_t sm_count(int *out) {
@@ -746,10 +968,93 @@ static cudaError_t launch_ln_bwd_impl(int impl, bf16 *dinp, const bf16 *dresid, 
     case 2:
         return launch_ln_bwd<K, 4, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N, C, 0,
                                          blocks, stream);
-    default:
+    default: {
+        /* 8 warps' accumulators of the widest rows with the sums (256 KB) exceed the opt-in
+         * shared memory of an H100/H200 (227 KB): 4 warps then */
+        int dev = 0, optin = 0;
+        cudaError_t err = cudaGetDevice(&dev);
+        if (err == cudaSuccess)
+            err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+        if (err != cudaSuccess) return err;
+        if ((size_t)8 * (SUMS ? 4 : 2) * C * sizeof(float) > (size_t)optin)
+            return launch_ln_bwd<K, 4, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N,
+                                             C, 0, blocks, stream);
         return launch_ln_bwd<K, 8, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N, C, 0,
                                          blocks, stream);
     }
+    }
+}
+
+/* Blocks of one wave of a block-cooperative LayerNorm kernel at `threads` per block: as many
+ * per SM as fit (at most `cap` in all, whole SMs), times the SMs. */
+template <typename KERNEL>
+static cudaError_t ln_block_wave(KERNEL kernel, int threads, int cap, int *blocks) {
+    int per_sm = 0, sms = 0;
+    cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0);
+    if (err == cudaSuccess) err = sm_count(&sms);
+    if (err != cudaSuccess) return err;
+    if (per_sm > cap / sms) per_sm = cap / sms;
+    *blocks = (per_sm < 1 ? 1 : per_sm) * sms;
+    return cudaSuccess;
+}
+
+/* threads of a block-cooperative LayerNorm block: one per 16-byte vector, whole warps */
+static inline int ln_block_threads(int C) { return (C / LN_VEC + WARP - 1) / WARP * WARP; }
+
+/* The block-cooperative backward (impl 4: R = 4 rows per group, 5: R = 8, 6: R = 2, 7: R = 4
+ * without the bias sums and 2 with them, the fastest of each on H200): one wave of blocks
+ * (at most GT_CU_LN_BWD_MAX_BLOCKS, the scratch's bound), rows split evenly in multiples of R. */
+template <int R, bool SUMS>
+static cudaError_t launch_ln_bwd_block(bf16 *dinp, const bf16 *dresid, const bf16 *dout,
+                                       const bf16 *inp, const float *mean, const float *rstd,
+                                       const bf16 *w, float *scratch, int N, int C,
+                                       int *blocks_out, cudaStream_t stream) {
+    auto kernel = layernorm_backward_block_kernel<R, SUMS>;
+    static int wave_threads = 0, wave_blocks = 0; /* per instantiation */
+    const int threads = ln_block_threads(C);
+    if (wave_threads != threads) {
+        cudaError_t err = ln_block_wave(kernel, threads, GT_CU_LN_BWD_MAX_BLOCKS, &wave_blocks);
+        if (err != cudaSuccess) return err;
+        wave_threads = threads;
+    }
+    int blocks = wave_blocks, groups = (N + R - 1) / R;
+    if (blocks > groups) blocks = groups;
+    if (blocks < 1) blocks = 1;
+    int per = (groups + blocks - 1) / blocks * R; /* rows per block */
+    blocks = (N + per - 1) / per;                 /* no empty blocks */
+    kernel<<<blocks, threads, 0, stream>>>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N, C,
+                                           per);
+    *blocks_out = blocks;
+    return cudaGetLastError();
+}
+
+template <int R>
+static cudaError_t launch_ln_fwd_block_r(bf16 *out, float *mean, float *rstd, const bf16 *inp,
+                                         const bf16 *w, const bf16 *b, int N, int C,
+                                         cudaStream_t stream) {
+    auto kernel = layernorm_forward_block_kernel<R>;
+    static int wave_threads = 0, wave_blocks = 0; /* per instantiation */
+    const int threads = ln_block_threads(C);
+    if (wave_threads != threads) {
+        cudaError_t err = ln_block_wave(kernel, threads, 1 << 20, &wave_blocks);
+        if (err != cudaSuccess) return err;
+        wave_threads = threads;
+    }
+    int blocks = wave_blocks, groups = (N + R - 1) / R;
+    if (blocks > groups) blocks = groups;
+    if (blocks < 1) blocks = 1;
+    kernel<<<blocks, threads, 0, stream>>>(out, mean, rstd, inp, w, b, N, C);
+    return cudaGetLastError();
+}
+
+/* Forward impl 2: block-cooperative, R = 4; 3: R = 8 (C % 8 == 0, C <= 2048, aligned). */
+static cudaError_t launch_ln_fwd_block(bf16 *out, float *mean, float *rstd, const bf16 *inp,
+                                       const bf16 *w, const bf16 *b, int N, int C, int *launched,
+                                       cudaStream_t stream) {
+    *launched = g_ln_fwd_impl >= 2;
+    if (g_ln_fwd_impl == 2) return launch_ln_fwd_block_r<4>(out, mean, rstd, inp, w, b, N, C, stream);
+    if (g_ln_fwd_impl == 3) return launch_ln_fwd_block_r<8>(out, mean, rstd, inp, w, b, N, C, stream);
+    return cudaSuccess;
 }
 
 template <bool SUMS>
@@ -758,6 +1063,18 @@ static cudaError_t launch_ln_bwd_k(int K, bf16 *dinp, const bf16 *dresid, const 
                                    const bf16 *w, float *scratch, int N, int C, int *blocks,
                                    cudaStream_t stream) {
     int impl = g_ln_bwd_impl;
+    if (impl == 4)
+        return launch_ln_bwd_block<4, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N, C,
+                                            blocks, stream);
+    if (impl == 5)
+        return launch_ln_bwd_block<8, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N, C,
+                                            blocks, stream);
+    if (impl == 6 || (impl == 7 && SUMS)) /* 7: 4 rows per group without the sums, 2 with */
+        return launch_ln_bwd_block<2, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N, C,
+                                            blocks, stream);
+    if (impl == 7)
+        return launch_ln_bwd_block<4, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N, C,
+                                            blocks, stream);
 #define LN_K_CASE(KK)                                                                              \
     case KK:                                                                                       \
         return launch_ln_bwd_impl<KK, SUMS>(impl, dinp, dresid, dout, inp, mean, rstd, w, scratch, \

@@ -85,8 +85,15 @@ cudaError_t gt_cu_layernorm_backward(gt_bf16 *dinp, const gt_bf16 *dresid, const
  * LayerNorm backward 1 = 2 warps per block, gt_cu_set_ln_bwd_blocks blocks (session 3);
  * 2 = 4 warps and 3 = 8 warps per block, one wave of blocks (their accumulators in opt-in
  * shared memory); column sums 1 = 8-byte loads, 64 row chunks (session 2), 2 = 16-byte loads,
- * row chunks sized to fill the GPU. Other values are clamped. */
+ * row chunks sized to fill the GPU. LayerNorm backward 4, 5, 6 = block-cooperative rows (a
+ * thread per 16-byte column vector, 4, 8 or 2 rows per step, column sums in registers; one
+ * wave), 7 = 4 rows per step without the bias sums and 2 with them (default; fastest on H200
+ * at C = 1024 and 1600). 3 falls back to 4 warps where 8 warps' accumulators exceed the GPU's
+ * shared memory (C = 2048 with the sums).
+ * LayerNorm forward 1 = one warp per row, 2 and 3 = block-cooperative rows (4 or 8 per step).
+ * Other values are clamped. */
 void gt_cu_set_ln_bwd_impl(int impl);
+void gt_cu_set_ln_fwd_impl(int impl);
 void gt_cu_set_colsum_impl(int impl);
 /* dbias (OC) += sum_n dout (N,OC); scratch: GT_CU_COLSUM_SCRATCH(OC) floats */
 cudaError_t gt_cu_bias_backward(float *dbias, const gt_bf16 *dout, int N, int OC, float *scratch,
