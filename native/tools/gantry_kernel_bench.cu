@@ -1,9 +1,8 @@
 /*
  * gantry_kernel_bench.cu — times the LayerNorm, column-sum (bias gradient), GELU-backward and
- * AdamW kernels of kernels.cu at one model's shapes, every variant of the tunable ones
- * (gt_cu_set_ln_bwd_impl, gt_cu_set_ln_fwd_impl, gt_cu_set_colsum_impl,
- * gt_cu_set_ln_bwd_blocks), and checks that the
- * variants agree with each other and, on a small sub-case, with a host fp64 reference.
+ * AdamW kernels of kernels.cu at one model's shapes, both LayerNorm backward variants
+ * (gt_cu_set_ln_bwd_impl 1 and 2, impl 1 at several gt_cu_set_ln_bwd_blocks), and checks that
+ * the variants agree with each other and, on a small sub-case, with a host fp64 reference.
  *   gantry-kernel-bench [--N 4096] [--C 1600] [--iters 50] [--warmup 5] [--l2-flush 1]
  * N rows (B*T), C channels. Prints one JSON line per case to stdout:
  *   {"kernel", "impl", "N", "C", "OC", "blocks", "us", "us_mean", "gbps", "bytes", "l2"}
@@ -54,8 +53,7 @@
 #define COPY_BYTES ((size_t)64 << 20)      /* the device-to-device copy anchor */
 #define FLUSH_BYTES ((size_t)256 << 20)    /* > L2 of any current GPU */
 #define REF_N 64                           /* rows of the host-reference sub-case */
-#define LN_IMPLS 7                         /* LayerNorm backward variants (kernels.h) */
-#define LN_FWD_IMPLS 3                     /* LayerNorm forward variants (kernels.h) */
+#define LN_IMPLS 2                         /* LayerNorm backward variants (kernels.h) */
 #define MAX_ITERS 100000
 
 /* ------------------------------------------------------------------------------------------ */
@@ -174,7 +172,7 @@ typedef struct {
     gt_bf16 *big_dout; /* (N, 4C): bias_bwd's dout, gelu_bwd's d */
     gt_bf16 *big_pre;  /* (N, 4C): gelu_bwd's pre-activation */
     float *dbias;      /* (4C) */
-    float *scratch;    /* max(GT_CU_LN_BWD_SCRATCH(C), GT_CU_COLSUM_SCRATCH(4C)) */
+    float *scratch;    /* max(GT_CU_LN_BWD_SCRATCH(C), GT_CU_COLSUM_CHUNKS * 4C) */
     float *params, *grads, *m, *v;
     gt_bf16 *params16; /* (ADAMW_N) each */
     uint64_t *seg_end;
@@ -322,7 +320,7 @@ int main(int argc, char **argv) {
     uint16_t *h16 = NULL;
     float *h32 = NULL;
     double *hinp = NULL, *hdout = NULL, *hdres = NULL, *hw = NULL, *hb = NULL, *hmean = NULL,
-           *hrstd = NULL, *ref = NULL, *got = NULL, *big = NULL, *mr1 = NULL, *mrk = NULL;
+           *hrstd = NULL, *ref = NULL, *got = NULL, *big = NULL;
     ln_bwd_out o1, o2, oref;
     memset(&o1, 0, sizeof(o1));
     memset(&o2, 0, sizeof(o2));
@@ -351,8 +349,8 @@ int main(int argc, char **argv) {
     t.warmup = warmup;
     t.flush = flush;
     size_t NC = (size_t)N * C, C4 = 4 * (size_t)C, N4C = (size_t)N * C4;
-    size_t scratch_n = GT_CU_LN_BWD_SCRATCH(C) > GT_CU_COLSUM_SCRATCH(C4) ? GT_CU_LN_BWD_SCRATCH(C)
-                                                                         : GT_CU_COLSUM_SCRATCH(C4);
+    size_t colsum_n = (size_t)GT_CU_COLSUM_CHUNKS * C4;
+    size_t scratch_n = GT_CU_LN_BWD_SCRATCH(C) > colsum_n ? GT_CU_LN_BWD_SCRATCH(C) : colsum_n;
 
     /* device buffers */
     CK(cudaMalloc((void **)&c.inp, NC * sizeof(gt_bf16)));
@@ -425,19 +423,19 @@ int main(int argc, char **argv) {
     HALLOC(ref, C4);
     HALLOC(got, C4);
     {
-        /* impl 2.. vs impl 1 at the full shape; impl 1 with other block counts vs its default */
+        /* impl 2 vs impl 1 at the full shape; impl 1 with other block counts vs its default */
         gt_cu_set_ln_bwd_blocks(GT_CU_LN_BWD_BLOCKS);
         gt_cu_set_ln_bwd_impl(1);
         CK(run_ln_bwd_once(&c, N, &o1, h16, h32));
-        for (int impl = 2; impl <= LN_IMPLS; impl++) {
+        {
             char what[96];
-            gt_cu_set_ln_bwd_impl(impl);
+            gt_cu_set_ln_bwd_impl(2);
             CK(run_ln_bwd_once(&c, N, &o2, h16, h32));
             const char *names[5] = {"dinp", "dw", "db", "sum_resid", "sum_inp"};
             double *got_v[5] = {o2.dinp, o2.dw, o2.db, o2.sum_resid, o2.sum_inp};
             double *want_v[5] = {o1.dinp, o1.dw, o1.db, o1.sum_resid, o1.sum_inp};
             for (int q = 0; q < 5; q++) {
-                snprintf(what, sizeof(what), "ln_bwd impl %d vs 1: %s", impl, names[q]);
+                snprintf(what, sizeof(what), "ln_bwd impl 2 vs 1: %s", names[q]);
                 check_close(what, got_v[q], want_v[q], q == 0 ? NC : (size_t)C,
                             q == 0 ? 1e-2 : 1e-4);
             }
@@ -493,41 +491,6 @@ int main(int argc, char **argv) {
         check_close("ln_fwd vs host: mean", mr_got, mr_want, REF_N, 1e-3);
         check_close("ln_fwd vs host: rstd", mr_got + REF_N, mr_want + REF_N, REF_N, 1e-4);
 
-        /* forward variants: vs impl 1 over all N rows (out, mean, rstd), vs the host on the
-         * first REF_N rows; then impl 1's statistics are restored for the backward checks */
-        HALLOC(mr1, 2 * (size_t)N);
-        HALLOC(mrk, 2 * (size_t)N);
-        CK(fetch_bf16(o2.dinp, c.ln_out, NC, h16));
-        CK(fetch_f32(mr1, c.mean, (size_t)N, h32));
-        CK(fetch_f32(mr1 + N, c.rstd, (size_t)N, h32));
-        for (int impl = 2; impl <= LN_FWD_IMPLS; impl++) {
-            char what[96];
-            gt_cu_set_ln_fwd_impl(impl);
-            CK(cudaMemset(c.ln_out, 0, NC * sizeof(gt_bf16)));
-            CK(cudaMemset(c.mean, 0, (size_t)N * sizeof(float)));
-            CK(cudaMemset(c.rstd, 0, (size_t)N * sizeof(float)));
-            CK(launch_ln_fwd(&c));
-            CK(cudaDeviceSynchronize());
-            CK(fetch_bf16(o1.dinp, c.ln_out, NC, h16));
-            CK(fetch_f32(mrk, c.mean, (size_t)N, h32));
-            CK(fetch_f32(mrk + N, c.rstd, (size_t)N, h32));
-            snprintf(what, sizeof(what), "ln_fwd impl %d vs 1: out", impl);
-            check_close(what, o1.dinp, o2.dinp, NC, 1e-2);
-            snprintf(what, sizeof(what), "ln_fwd impl %d vs 1: mean", impl);
-            check_close(what, mrk, mr1, (size_t)N, 1e-4);
-            snprintf(what, sizeof(what), "ln_fwd impl %d vs 1: rstd", impl);
-            check_close(what, mrk + N, mr1 + N, (size_t)N, 1e-5);
-            snprintf(what, sizeof(what), "ln_fwd impl %d vs host: out", impl);
-            check_close(what, o1.dinp, fwd_want, RC, 1e-2);
-            snprintf(what, sizeof(what), "ln_fwd impl %d vs host: mean", impl);
-            check_close(what, mrk, mr_want, REF_N, 1e-3);
-            snprintf(what, sizeof(what), "ln_fwd impl %d vs host: rstd", impl);
-            check_close(what, mrk + N, mr_want + REF_N, REF_N, 1e-4);
-        }
-        gt_cu_set_ln_fwd_impl(1);
-        CK(launch_ln_fwd(&c));
-        CK(cudaDeviceSynchronize());
-
         for (int j = 0; j < C; j++)
             oref.dw[j] = oref.db[j] = oref.sum_resid[j] = oref.sum_inp[j] = 0.0;
         for (int r = 0; r < REF_N; r++) {
@@ -569,32 +532,21 @@ int main(int argc, char **argv) {
         }
         gt_cu_set_ln_bwd_impl(1);
 
-        /* bias_bwd: impl 2 vs 1 at full N per OC; impl 1 and 2 vs host sums over REF_N rows */
+        /* bias_bwd vs host sums over REF_N rows, per OC */
         HALLOC(big, (size_t)REF_N * C4);
         for (int mult = 1; mult <= 4; mult++) {
             if (mult == 2) continue;
             int OC = mult * C;
             char what[96];
-            gt_cu_set_colsum_impl(1);
-            CK(run_bias_once(&c, N, OC, ref, h32));
-            gt_cu_set_colsum_impl(2);
-            CK(run_bias_once(&c, N, OC, got, h32));
-            snprintf(what, sizeof(what), "bias_bwd OC=%d impl 2 vs 1", OC);
-            check_close(what, got, ref, (size_t)OC, 1e-4);
             CK(fetch_bf16(big, c.big_dout, (size_t)REF_N * OC, h16));
             for (int j = 0; j < OC; j++) {
                 ref[j] = 0.0;
                 for (int r = 0; r < REF_N; r++) ref[j] += big[(size_t)r * OC + j];
             }
-            for (int impl = 1; impl <= 2; impl++) {
-                gt_cu_set_colsum_impl(impl);
-                CK(run_bias_once(&c, REF_N, OC, got, h32));
-                snprintf(what, sizeof(what), "bias_bwd OC=%d impl %d vs host (N=%d)", OC, impl,
-                         REF_N);
-                check_close(what, got, ref, (size_t)OC, 1e-4);
-            }
+            CK(run_bias_once(&c, REF_N, OC, got, h32));
+            snprintf(what, sizeof(what), "bias_bwd OC=%d vs host (N=%d)", OC, REF_N);
+            check_close(what, got, ref, (size_t)OC, 1e-4);
         }
-        gt_cu_set_colsum_impl(1);
     }
 
     /* ---------------- timing ---------------------------------------------------------- */
@@ -602,13 +554,8 @@ int main(int argc, char **argv) {
         double us, us_mean;
         /* ln_fwd: read inp (N C bf16), w, b (C bf16); write out (N C bf16), mean, rstd (N fp32):
          * 4 N C + 4 C + 8 N bytes */
-        for (int impl = 1; impl <= LN_FWD_IMPLS; impl++) {
-            gt_cu_set_ln_fwd_impl(impl);
-            CK(time_case(&t, launch_ln_fwd, &c, &us, &us_mean));
-            print_case("ln_fwd", impl, N, C, 0, 0, 4.0 * NC + 4.0 * C + 8.0 * N, us, us_mean,
-                       flush);
-        }
-        gt_cu_set_ln_fwd_impl(1);
+        CK(time_case(&t, launch_ln_fwd, &c, &us, &us_mean));
+        print_case("ln_fwd", 1, N, C, 0, 0, 4.0 * NC + 4.0 * C + 8.0 * N, us, us_mean, flush);
 
         /* ln_bwd: read dresid, dout, inp (N C bf16 each), mean, rstd (N fp32), w (C bf16); write
          * dinp (N C bf16); dw, db read and written (C fp32): 8 N C + 8 N + 2 C + 16 C bytes.
@@ -638,14 +585,10 @@ int main(int argc, char **argv) {
         for (int mult = 1; mult <= 4; mult++) {
             if (mult == 2) continue;
             c.OC = mult * C;
-            for (int impl = 1; impl <= 2; impl++) {
-                gt_cu_set_colsum_impl(impl);
-                CK(time_case(&t, launch_bias_bwd, &c, &us, &us_mean));
-                print_case("bias_bwd", impl, N, C, c.OC, 0, 2.0 * N * c.OC + 8.0 * c.OC, us,
-                           us_mean, flush);
-            }
+            CK(time_case(&t, launch_bias_bwd, &c, &us, &us_mean));
+            print_case("bias_bwd", 1, N, C, c.OC, 0, 2.0 * N * c.OC + 8.0 * c.OC, us, us_mean,
+                       flush);
         }
-        gt_cu_set_colsum_impl(1);
 
         /* gelu_bwd over the MLP hidden (N, 4C): read d, pre, write d (bf16): 6 N 4C bytes */
         CK(time_case(&t, launch_gelu_bwd, &c, &us, &us_mean));
@@ -715,8 +658,6 @@ cleanup:
     free(ref);
     free(got);
     free(big);
-    free(mr1);
-    free(mrk);
     ln_bwd_out outs[3] = {o1, o2, oref};
     for (int k = 0; k < 3; k++) {
         free(outs[k].dinp);

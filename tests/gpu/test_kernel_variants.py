@@ -1,8 +1,8 @@
-"""The CUDA kernel variants (GANTRY_LN_BWD_IMPL, GANTRY_LN_FWD_IMPL, GANTRY_COLSUM_IMPL,
-GANTRY_LN_BIAS_SUMS) give
-the same gradients as the session-4 kernels, and every one of them matches the fp32 PyTorch
-reference at bf16 tolerances — at a width and row count that use several vectors per lane,
-partial last lanes and many blocks (the parity tests' toy model fits in one block)."""
+"""The LayerNorm backward variants (GANTRY_LN_BWD_IMPL 1 = warp per row, 2 = block-cooperative,
+each with GANTRY_LN_BIAS_SUMS off and on) give the same gradients as the session-4 kernels, and
+every one of them matches the fp32 PyTorch reference at bf16 tolerances — at a width and row
+count that use several vectors per lane, partial last lanes and many blocks (the parity tests'
+toy model fits in one block)."""
 
 from __future__ import annotations
 
@@ -26,28 +26,16 @@ GRAD_TOL = 3e-2
 """Largest relative error against torch per gradient (bf16 activations)."""
 VARIANT_TOL = 1e-4
 """Largest relative difference between two kernel variants (fp32 sums in another order)."""
-KNOBS = ("GANTRY_LN_BWD_IMPL", "GANTRY_LN_FWD_IMPL", "GANTRY_COLSUM_IMPL", "GANTRY_LN_BIAS_SUMS")
-SESSION4 = {"GANTRY_LN_BWD_IMPL": "1", "GANTRY_LN_FWD_IMPL": "1", "GANTRY_COLSUM_IMPL": "1",
-            "GANTRY_LN_BIAS_SUMS": "0"}
+KNOBS = ("GANTRY_LN_BWD_IMPL", "GANTRY_LN_BIAS_SUMS")
+SESSION4 = {"GANTRY_LN_BWD_IMPL": "1", "GANTRY_LN_BIAS_SUMS": "0"}
+# ln1 is the session-4 configuration itself (against torch; a non-zero difference from the
+# baseline would mean the kernels are not deterministic)
 VARIANTS = {
-    "ln2": {"GANTRY_LN_BWD_IMPL": "2", "GANTRY_COLSUM_IMPL": "1", "GANTRY_LN_BIAS_SUMS": "0"},
-    "ln3": {"GANTRY_LN_BWD_IMPL": "3", "GANTRY_COLSUM_IMPL": "1", "GANTRY_LN_BIAS_SUMS": "0"},
-    "colsum2": {"GANTRY_LN_BWD_IMPL": "1", "GANTRY_COLSUM_IMPL": "2", "GANTRY_LN_BIAS_SUMS": "0"},
-    "sums-ln1": {"GANTRY_LN_BWD_IMPL": "1", "GANTRY_COLSUM_IMPL": "2", "GANTRY_LN_BIAS_SUMS": "1"},
-    "sums-ln2": {"GANTRY_LN_BWD_IMPL": "2", "GANTRY_COLSUM_IMPL": "2", "GANTRY_LN_BIAS_SUMS": "1"},
-    "sums-ln3": {"GANTRY_LN_BWD_IMPL": "3", "GANTRY_COLSUM_IMPL": "2", "GANTRY_LN_BIAS_SUMS": "1"},
+    "ln1": {"GANTRY_LN_BWD_IMPL": "1", "GANTRY_LN_BIAS_SUMS": "0"},
+    "ln1-sums": {"GANTRY_LN_BWD_IMPL": "1", "GANTRY_LN_BIAS_SUMS": "1"},
+    "ln2": {"GANTRY_LN_BWD_IMPL": "2", "GANTRY_LN_BIAS_SUMS": "0"},
+    "ln2-sums": {"GANTRY_LN_BWD_IMPL": "2", "GANTRY_LN_BIAS_SUMS": "1"},
 }
-# the block-cooperative LayerNorm backwards (4 / 8 / 2 rows per step, 7: 4 or 2), without and
-# with the bias sums, and the block-cooperative forwards (whose statistics differ in the last
-# bits: the loss is compared at VARIANT_TOL there)
-for _impl in ("4", "5", "6", "7"):
-    VARIANTS[f"ln{_impl}"] = {"GANTRY_LN_BWD_IMPL": _impl, "GANTRY_COLSUM_IMPL": "1",
-                              "GANTRY_LN_BIAS_SUMS": "0"}
-    VARIANTS[f"sums-ln{_impl}"] = {"GANTRY_LN_BWD_IMPL": _impl, "GANTRY_COLSUM_IMPL": "2",
-                                   "GANTRY_LN_BIAS_SUMS": "1"}
-for _impl in ("2", "3"):
-    VARIANTS[f"fwd{_impl}"] = {"GANTRY_LN_BWD_IMPL": "7", "GANTRY_LN_FWD_IMPL": _impl,
-                               "GANTRY_COLSUM_IMPL": "2", "GANTRY_LN_BIAS_SUMS": "1"}
 
 
 @pytest.fixture
@@ -108,10 +96,7 @@ def test_kernel_variant_matches_session4_kernels_and_torch(
     base_loss, base = _gradients(cuda_lib, weights, SESSION4, tokens, targets)
     loss, grads = _gradients(cuda_lib, weights, VARIANTS[variant], tokens, targets)
 
-    if VARIANTS[variant].get("GANTRY_LN_FWD_IMPL", "1") == "1":
-        assert loss == base_loss  # the forward does not depend on the backward knobs
-    else:
-        assert abs(loss - base_loss) <= VARIANT_TOL * abs(base_loss), (loss, base_loss)
+    assert loss == base_loss  # the forward does not depend on the backward knobs
     assert abs(loss - ref_loss) <= 5e-3 * abs(ref_loss), (loss, ref_loss)
     assert sorted(grads) == sorted(base) == sorted(ref_grads)
     diffs = {name: rel_err(grads[name], base[name]) for name in base}

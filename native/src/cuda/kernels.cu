@@ -2,8 +2,9 @@
  * kernels.cu — CUDA kernels of one GPT-2 stage (see kernels.h for shapes and contracts).
  *
  * bf16 storage, fp32 math (the loss kernels are in crossentropy.cu). Row-wise kernels
- * (LayerNorm, softmax) give one warp to a row; column sums (bias and LayerNorm weight gradients)
- * are two-phase with a fixed partition, so every reduction is deterministic.
+ * (LayerNorm, softmax) give one warp to a row, except the default LayerNorm backward (a block
+ * per group of rows, a thread per 16-byte column vector); column sums (bias and LayerNorm
+ * weight gradients) are two-phase with a fixed partition, so every reduction is deterministic.
  */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -384,22 +385,26 @@ __global__ void __launch_bounds__(256)
 
 static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-/* LayerNorm backward, input and weight gradients in one pass (layernorm_backward_row with the
- * column sums of gt_cu_layernorm_backward_weight): block b of WARPS warps owns rows
- * [b R, b R + R) (R = rows_per_block), warp w takes rows b R + w, b R + w + WARPS, ... in
- * increasing order. A lane owns the same columns in every row (the 16-byte vectors lane + 32 k),
- * so it adds its columns into its warp's shared-memory accumulators without any other thread
- * touching them; at the end the block adds its warps in order and writes sum q of block b to
- * partial[(q * G + b) * C + c], G = gridDim.x, q = 0: dout, 1: dout * xhat, and with SUMS
- * 2: dresid, 3: dinp; colsum_finish_kernel<32> adds the blocks. Deterministic: fixed orders. */
-template <int K, int WARPS, bool SUMS>
-__global__ void __launch_bounds__(WARPS * WARP)
+/* Warps per block of the warp-per-row LayerNorm backward (impl 1, session 3). */
+#define LN_BWD_WARPS 2
+
+/* LayerNorm backward impl 1, input and weight gradients in one pass (layernorm_backward_row
+ * with the column sums of gt_cu_layernorm_backward_weight): block b of LN_BWD_WARPS warps owns
+ * rows [b R, b R + R) (R = rows_per_block), warp w takes rows b R + w, b R + w + LN_BWD_WARPS,
+ * ... in increasing order. A lane owns the same columns in every row (the 16-byte vectors
+ * lane + 32 k), so it adds its columns into its warp's shared-memory accumulators without any
+ * other thread touching them; at the end the block adds its warps in order and writes sum q of
+ * block b to partial[(q * G + b) * C + c], G = gridDim.x, q = 0: dout, 1: dout * xhat, and with
+ * SUMS 2: dresid, 3: dinp; colsum_finish_kernel<32> adds the blocks. Deterministic: fixed
+ * orders. */
+template <int K, bool SUMS>
+__global__ void __launch_bounds__(LN_BWD_WARPS * WARP)
     layernorm_backward_fused_kernel(bf16 *dinp, const bf16 *dresid, const bf16 *dout,
                                     const bf16 *inp, const float *mean, const float *rstd,
                                     const bf16 *w, float *partial, int N, int C,
                                     int rows_per_block) {
     constexpr int NSUM = SUMS ? 4 : 2;
-    extern __shared__ float4 ln_acc_sh[]; /* [WARPS][NSUM][C / 4] */
+    extern __shared__ float4 ln_acc_sh[]; /* [LN_BWD_WARPS][NSUM][C / 4] */
     const int warp = threadIdx.x / WARP, lane = threadIdx.x % WARP;
     const int nv = C / LN_VEC;
     float4 *acc = ln_acc_sh + (size_t)warp * NSUM * (C / 4);
@@ -415,7 +420,7 @@ __global__ void __launch_bounds__(WARPS * WARP)
         }
     }
     const int r_end = min(N, ((int)blockIdx.x + 1) * rows_per_block);
-    for (int row = (int)blockIdx.x * rows_per_block + warp; row < r_end; row += WARPS)
+    for (int row = (int)blockIdx.x * rows_per_block + warp; row < r_end; row += LN_BWD_WARPS)
         layernorm_backward_row<K, true, SUMS>(dinp, dresid, dout, inp, mean[row], rstd[row], wv,
                                               row, lane, C, acc, acc + C / 4,
                                               SUMS ? acc + 2 * (C / 4) : NULL,
@@ -425,13 +430,13 @@ __global__ void __launch_bounds__(WARPS * WARP)
     for (int i = threadIdx.x; i < NSUM * C; i += blockDim.x) { /* i = q * C + c */
         float total = 0.0f;
 #pragma unroll
-        for (int q = 0; q < WARPS; q++) total += sh[(size_t)q * NSUM * C + i];
+        for (int q = 0; q < LN_BWD_WARPS; q++) total += sh[(size_t)q * NSUM * C + i];
         int which = i / C, c = i % C;
         partial[((size_t)which * gridDim.x + blockIdx.x) * C + c] = total;
     }
 }
 
-/* ---- block-cooperative LayerNorm rows (forward impl 2/3, backward impl 4/5) ----
+/* ---- block-cooperative LayerNorm rows (backward impl 2) ----
  * A block of nv = C / 8 threads (rounded up to whole warps, <= 256 since C <= 2048): thread v
  * owns the 16-byte column vector v (columns 8v .. 8v+7) of every row. The block takes R rows
  * at a time: all R rows' vectors are loaded before any arithmetic (R x 16 bytes per input in
@@ -468,79 +473,9 @@ __device__ __forceinline__ void ln_block_sum2(float a[R], float b[R], float2 (*r
     }
 }
 
-/* LayerNorm forward, block-cooperative: groups of R rows, group g = blockIdx.x + k gridDim.x.
- * Two reductions per group (mean, then the variance about it, as the warp-per-row kernel). */
-template <int R>
-__global__ void __launch_bounds__(LN_BLOCK_MAX_WARPS * WARP)
-    layernorm_forward_block_kernel(bf16 *out, float *mean, float *rstd, const bf16 *inp,
-                                   const bf16 *w, const bf16 *b, int N, int C) {
-    __shared__ float2 red[2][LN_BLOCK_MAX_WARPS][R];
-    const int v = threadIdx.x, nv = C / LN_VEC;
-    const bool active = v < nv;
-    float fw[LN_VEC], fb[LN_VEC];
-    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-    bf16x8_unpack(active ? reinterpret_cast<const uint4 *>(w)[v] : zero, fw);
-    bf16x8_unpack(active ? reinterpret_cast<const uint4 *>(b)[v] : zero, fb);
-    const float inv_c = 1.0f / (float)C;
-    for (int row0 = (int)blockIdx.x * R; row0 < N; row0 += (int)gridDim.x * R) {
-        uint4 xv[R];
-#pragma unroll
-        for (int i = 0; i < R; i++) {
-            int row = row0 + i;
-            xv[i] = active && row < N
-                        ? reinterpret_cast<const uint4 *>(inp + (size_t)row * C)[v]
-                        : zero;
-        }
-        float s1[R], s2[R];
-#pragma unroll
-        for (int i = 0; i < R; i++) {
-            float f[LN_VEC];
-            bf16x8_unpack(xv[i], f);
-            s1[i] = 0.0f;
-#pragma unroll
-            for (int j = 0; j < LN_VEC; j++) s1[i] += f[j];
-            s2[i] = 0.0f;
-        }
-        ln_block_sum2<R>(s1, s2, red, 0); /* s1: row sums */
-        float m[R], var[R], unused[R];
-#pragma unroll
-        for (int i = 0; i < R; i++) {
-            m[i] = s1[i] / (float)C;
-            float f[LN_VEC];
-            bf16x8_unpack(xv[i], f);
-            var[i] = 0.0f;
-            if (active) {
-#pragma unroll
-                for (int j = 0; j < LN_VEC; j++) {
-                    float d = f[j] - m[i];
-                    var[i] += d * d;
-                }
-            }
-            unused[i] = 0.0f;
-        }
-        ln_block_sum2<R>(var, unused, red, 1);
-#pragma unroll
-        for (int i = 0; i < R; i++) {
-            int row = row0 + i;
-            float s = rsqrtf(var[i] * inv_c + 1e-5f);
-            if (active && row < N) {
-                float f[LN_VEC];
-                bf16x8_unpack(xv[i], f);
-#pragma unroll
-                for (int j = 0; j < LN_VEC; j++) f[j] = (f[j] - m[i]) * s * fw[j] + fb[j];
-                reinterpret_cast<uint4 *>(out + (size_t)row * C)[v] = bf16x8_pack(f);
-            }
-            if (threadIdx.x == 0 && row < N) {
-                mean[row] = m[i];
-                rstd[row] = s;
-            }
-        }
-    }
-}
-
-/* Blocks of 256 threads per SM the backward's registers are bounded for (two: 128 registers),
- * as far as that needs no spills (ptxas -v: none with these). */
-#define LN_BWD_BLOCK_MIN_BLOCKS(R, SUMS) ((R) <= 2 ? 2 : (R) <= 4 && !(SUMS) ? 2 : 1)
+/* Blocks of 256 threads per SM the backward's registers are bounded for (two: 128 registers;
+ * ptxas -v: no spills with R = 4 without the sums and R = 2 with them). */
+#define LN_BWD_BLOCK_MIN_BLOCKS 2
 
 /* p[0..7] = f (p 16-byte aligned) */
 __device__ __forceinline__ void store8(float *p, const float f[8]) {
@@ -556,7 +491,7 @@ __device__ __forceinline__ void store8(float *p, const float f[8]) {
  * partial[(q * G + b) * C + c] at the end, q = 0: dout, 1: dout * xhat, with SUMS 2: dresid,
  * 3: the stored dinp; colsum_finish_kernel<32> adds the blocks in order. */
 template <int R, bool SUMS>
-__global__ void __launch_bounds__(LN_BLOCK_MAX_WARPS * WARP, LN_BWD_BLOCK_MIN_BLOCKS(R, SUMS))
+__global__ void __launch_bounds__(LN_BLOCK_MAX_WARPS * WARP, LN_BWD_BLOCK_MIN_BLOCKS)
     layernorm_backward_block_kernel(bf16 *dinp, const bf16 *dresid, const bf16 *dout,
                                     const bf16 *inp, const float *mean, const float *rstd,
                                     const bf16 *w, float *partial, int N, int C,
@@ -660,22 +595,12 @@ static int ln_vec_per_lane(int C) {
     default: KERNEL<8><<<GRID, 256, 0, STREAM>>>(__VA_ARGS__); break;                              \
     }
 
-/* the forward's block-cooperative variants (impl 2, 3; *launched = 0 for impl 1), below */
-static cudaError_t launch_ln_fwd_block(bf16 *out, float *mean, float *rstd, const bf16 *inp,
-                                       const bf16 *w, const bf16 *b, int N, int C, int *launched,
-                                       cudaStream_t stream);
-
 extern "C" cudaError_t gt_cu_layernorm_forward(gt_bf16 *out, float *mean, float *rstd,
                                                const gt_bf16 *inp, const gt_bf16 *w,
                                                const gt_bf16 *b, int N, int C,
                                                cudaStream_t stream) {
     int K = ln_vec_per_lane(C);
     if (K > 0 && aligned16(out) && aligned16(inp) && aligned16(w) && aligned16(b)) {
-        int launched = 0;
-        cudaError_t err = launch_ln_fwd_block((bf16 *)out, mean, rstd, (const bf16 *)inp,
-                                              (const bf16 *)w, (const bf16 *)b, N, C, &launched,
-                                              stream);
-        if (err != cudaSuccess || launched) return err;
         LN_DISPATCH(K, layernorm_forward_vec_kernel, ceil_div(N, 8), stream, (bf16 *)out, mean,
                     rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)b, N, C);
     } else {
@@ -884,18 +809,14 @@ extern "C" cudaError_t gt_cu_layernorm_backward_weight(float *dw, float *db, con
 /* ---- kernel variants and launch geometry ---- */
 
 static int g_ln_bwd_blocks = GT_CU_LN_BWD_BLOCKS;
-static int g_ln_bwd_impl = 7;
-static int g_ln_fwd_impl = 1;
-static int g_colsum_impl = 2;
+static int g_ln_bwd_impl = 2;
 static int g_sm_count = 0; /* of the current device, read once */
 
 extern "C" void gt_cu_set_ln_bwd_blocks(int blocks) {
     g_ln_bwd_blocks = blocks < 1 ? 1 : blocks > GT_CU_LN_BWD_MAX_BLOCKS ? GT_CU_LN_BWD_MAX_BLOCKS
                                                                        : blocks;
 }
-extern "C" void gt_cu_set_ln_bwd_impl(int impl) { g_ln_bwd_impl = impl < 1 ? 1 : impl > 7 ? 7 : impl; }
-extern "C" void gt_cu_set_ln_fwd_impl(int impl) { g_ln_fwd_impl = impl < 1 ? 1 : impl > 3 ? 3 : impl; }
-extern "C" void gt_cu_set_colsum_impl(int impl) { g_colsum_impl = impl < 1 ? 1 : impl > 2 ? 2 : impl; }
+extern "C" void gt_cu_set_ln_bwd_impl(int impl) { g_ln_bwd_impl = impl <= 1 ? 1 : 2; }
 
 static cudaError_t sm_count(int *out) {
     if (g_sm_count <= 0) {
@@ -909,84 +830,39 @@ static cudaError_t sm_count(int *out) {
     return cudaSuccess;
 }
 
-/* Launches the one-pass LayerNorm backward with WARPS warps per block: impl 1 uses the
- * configured block count (GANTRY_LN_BWD_BLOCKS), the others one wave of as many blocks as the
- * GPU holds at once (rows split evenly), so no block waits for a second wave. The shared memory
- * (NSUM * C floats per warp) may exceed the default 48 KB: opted in per kernel at first use
- * (cudaFuncSetAttribute is not a stream operation; allowed while a graph is captured). */
-template <int K, int WARPS, bool SUMS>
-static cudaError_t launch_ln_bwd(bf16 *dinp, const bf16 *dresid, const bf16 *dout,
-                                 const bf16 *inp, const float *mean, const float *rstd,
-                                 const bf16 *w, float *scratch, int N, int C, int fixed_blocks,
-                                 int *blocks_out, cudaStream_t stream) {
+/* Launches the warp-per-row LayerNorm backward (impl 1) with the configured block count
+ * (GANTRY_LN_BWD_BLOCKS). Its shared memory (NSUM * C floats per warp: 64 KB at C = 2048 with
+ * the sums) may exceed the default 48 KB: opted in per kernel at first use (cudaFuncSetAttribute
+ * is not a stream operation; allowed while a graph is captured). */
+template <int K, bool SUMS>
+static cudaError_t launch_ln_bwd_warp(bf16 *dinp, const bf16 *dresid, const bf16 *dout,
+                                      const bf16 *inp, const float *mean, const float *rstd,
+                                      const bf16 *w, float *scratch, int N, int C,
+                                      int *blocks_out, cudaStream_t stream) {
     static int opted_in_bytes = 0; /* per instantiation */
-    auto kernel = layernorm_backward_fused_kernel<K, WARPS, SUMS>;
-    size_t shmem = (size_t)WARPS * (SUMS ? 4 : 2) * C * sizeof(float);
-    cudaError_t err = cudaSuccess;
+    auto kernel = layernorm_backward_fused_kernel<K, SUMS>;
+    size_t shmem = (size_t)LN_BWD_WARPS * (SUMS ? 4 : 2) * C * sizeof(float);
     if ((int)shmem > opted_in_bytes && shmem > 48 * 1024) {
-        err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   (int)shmem);
+        cudaError_t err = cudaFuncSetAttribute(
+            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shmem);
         if (err != cudaSuccess) return err;
         opted_in_bytes = (int)shmem;
     }
-    static size_t wave_shmem = 0; /* the shared memory the cached wave was computed for */
-    static int wave_blocks = 0;
-    int blocks = fixed_blocks;
-    if (blocks <= 0) {
-        if (wave_blocks <= 0 || wave_shmem != shmem) {
-            int per_sm = 0, sms = 0;
-            err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, WARPS * WARP,
-                                                                shmem);
-            if (err == cudaSuccess) err = sm_count(&sms);
-            if (err != cudaSuccess) return err;
-            wave_blocks = (per_sm < 1 ? 1 : per_sm) * sms;
-            wave_shmem = shmem;
-        }
-        blocks = wave_blocks;
-    }
-    int max_blocks = (N + WARPS - 1) / WARPS; /* at least one row per warp */
+    int blocks = g_ln_bwd_blocks;
+    int max_blocks = (N + LN_BWD_WARPS - 1) / LN_BWD_WARPS; /* at least one row per warp */
     if (blocks > max_blocks) blocks = max_blocks;
     if (blocks > GT_CU_LN_BWD_MAX_BLOCKS) blocks = GT_CU_LN_BWD_MAX_BLOCKS;
     if (blocks < 1) blocks = 1;
     int per = (N + blocks - 1) / blocks;
     blocks = (N + per - 1) / per; /* no empty blocks */
-    kernel<<<blocks, WARPS * WARP, shmem, stream>>>(dinp, dresid, dout, inp, mean, rstd, w,
-                                                    scratch, N, C, per);
+    kernel<<<blocks, LN_BWD_WARPS * WARP, shmem, stream>>>(dinp, dresid, dout, inp, mean, rstd,
+                                                           w, scratch, N, C, per);
     *blocks_out = blocks;
     return cudaGetLastError();
 }
 
-template <int K, bool SUMS>
-static cudaError_t launch_ln_bwd_impl(int impl, bf16 *dinp, const bf16 *dresid, const bf16 *dout,
-                                      const bf16 *inp, const float *mean, const float *rstd,
-                                      const bf16 *w, float *scratch, int N, int C, int *blocks,
-                                      cudaStream_t stream) {
-    switch (impl) {
-    case 1:
-        return launch_ln_bwd<K, 2, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N, C,
-                                         g_ln_bwd_blocks, blocks, stream);
-    case 2:
-        return launch_ln_bwd<K, 4, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N, C, 0,
-                                         blocks, stream);
-    default: {
-        /* 8 warps' accumulators of the widest rows with the sums (256 KB) exceed the opt-in
-         * shared memory of an H100/H200 (227 KB): 4 warps then */
-        int dev = 0, optin = 0;
-        cudaError_t err = cudaGetDevice(&dev);
-        if (err == cudaSuccess)
-            err = cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
-        if (err != cudaSuccess) return err;
-        if ((size_t)8 * (SUMS ? 4 : 2) * C * sizeof(float) > (size_t)optin)
-            return launch_ln_bwd<K, 4, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N,
-                                             C, 0, blocks, stream);
-        return launch_ln_bwd<K, 8, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N, C, 0,
-                                         blocks, stream);
-    }
-    }
-}
-
-/* Blocks of one wave of a block-cooperative LayerNorm kernel at `threads` per block: as many
- * per SM as fit (at most `cap` in all, whole SMs), times the SMs. */
+/* Blocks of one wave of the block-cooperative LayerNorm backward at `threads` per block: as
+ * many per SM as fit (at most `cap` in all, whole SMs), times the SMs. */
 template <typename KERNEL>
 static cudaError_t ln_block_wave(KERNEL kernel, int threads, int cap, int *blocks) {
     int per_sm = 0, sms = 0;
@@ -1001,9 +877,9 @@ static cudaError_t ln_block_wave(KERNEL kernel, int threads, int cap, int *block
 /* threads of a block-cooperative LayerNorm block: one per 16-byte vector, whole warps */
 static inline int ln_block_threads(int C) { return (C / LN_VEC + WARP - 1) / WARP * WARP; }
 
-/* The block-cooperative backward (impl 4: R = 4 rows per group, 5: R = 8, 6: R = 2, 7: R = 4
- * without the bias sums and 2 with them, the fastest of each on H200): one wave of blocks
- * (at most GT_CU_LN_BWD_MAX_BLOCKS, the scratch's bound), rows split evenly in multiples of R. */
+/* The block-cooperative backward (impl 2: R = 4 rows per group without the bias sums, 2 with
+ * them, the fastest of 2 / 4 / 8 on H200): one wave of blocks (at most
+ * GT_CU_LN_BWD_MAX_BLOCKS, the scratch's bound), rows split evenly in multiples of R. */
 template <int R, bool SUMS>
 static cudaError_t launch_ln_bwd_block(bf16 *dinp, const bf16 *dresid, const bf16 *dout,
                                        const bf16 *inp, const float *mean, const float *rstd,
@@ -1028,57 +904,19 @@ static cudaError_t launch_ln_bwd_block(bf16 *dinp, const bf16 *dresid, const bf1
     return cudaGetLastError();
 }
 
-template <int R>
-static cudaError_t launch_ln_fwd_block_r(bf16 *out, float *mean, float *rstd, const bf16 *inp,
-                                         const bf16 *w, const bf16 *b, int N, int C,
-                                         cudaStream_t stream) {
-    auto kernel = layernorm_forward_block_kernel<R>;
-    static int wave_threads = 0, wave_blocks = 0; /* per instantiation */
-    const int threads = ln_block_threads(C);
-    if (wave_threads != threads) {
-        cudaError_t err = ln_block_wave(kernel, threads, 1 << 20, &wave_blocks);
-        if (err != cudaSuccess) return err;
-        wave_threads = threads;
-    }
-    int blocks = wave_blocks, groups = (N + R - 1) / R;
-    if (blocks > groups) blocks = groups;
-    if (blocks < 1) blocks = 1;
-    kernel<<<blocks, threads, 0, stream>>>(out, mean, rstd, inp, w, b, N, C);
-    return cudaGetLastError();
-}
-
-/* Forward impl 2: block-cooperative, R = 4; 3: R = 8 (C % 8 == 0, C <= 2048, aligned). */
-static cudaError_t launch_ln_fwd_block(bf16 *out, float *mean, float *rstd, const bf16 *inp,
-                                       const bf16 *w, const bf16 *b, int N, int C, int *launched,
-                                       cudaStream_t stream) {
-    *launched = g_ln_fwd_impl >= 2;
-    if (g_ln_fwd_impl == 2) return launch_ln_fwd_block_r<4>(out, mean, rstd, inp, w, b, N, C, stream);
-    if (g_ln_fwd_impl == 3) return launch_ln_fwd_block_r<8>(out, mean, rstd, inp, w, b, N, C, stream);
-    return cudaSuccess;
-}
-
+/* the configured impl (K: vectors per lane of impl 1, 1..8) */
 template <bool SUMS>
 static cudaError_t launch_ln_bwd_k(int K, bf16 *dinp, const bf16 *dresid, const bf16 *dout,
                                    const bf16 *inp, const float *mean, const float *rstd,
                                    const bf16 *w, float *scratch, int N, int C, int *blocks,
                                    cudaStream_t stream) {
-    int impl = g_ln_bwd_impl;
-    if (impl == 4)
-        return launch_ln_bwd_block<4, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N, C,
-                                            blocks, stream);
-    if (impl == 5)
-        return launch_ln_bwd_block<8, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N, C,
-                                            blocks, stream);
-    if (impl == 6 || (impl == 7 && SUMS)) /* 7: 4 rows per group without the sums, 2 with */
-        return launch_ln_bwd_block<2, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N, C,
-                                            blocks, stream);
-    if (impl == 7)
-        return launch_ln_bwd_block<4, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N, C,
-                                            blocks, stream);
+    if (g_ln_bwd_impl == 2)
+        return launch_ln_bwd_block<SUMS ? 2 : 4, SUMS>(dinp, dresid, dout, inp, mean, rstd, w,
+                                                       scratch, N, C, blocks, stream);
 #define LN_K_CASE(KK)                                                                              \
     case KK:                                                                                       \
-        return launch_ln_bwd_impl<KK, SUMS>(impl, dinp, dresid, dout, inp, mean, rstd, w, scratch, \
-                                            N, C, blocks, stream);
+        return launch_ln_bwd_warp<KK, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N, C, \
+                                            blocks, stream);
     switch (K) {
         LN_K_CASE(1)
         LN_K_CASE(2)
@@ -1132,85 +970,17 @@ extern "C" cudaError_t gt_cu_layernorm_backward(gt_bf16 *dinp, const gt_bf16 *dr
     return cudaGetLastError();
 }
 
-/* Column sums, phase 1, 16-byte loads (OC % 8 == 0, 16-byte aligned rows): block (32, 8) over
- * 256 columns and one chunk of rows; thread (x, y) sums columns 8x .. 8x+7 of the block over
- * rows r0 + y, r0 + y + 8, ... in increasing order (4 rows loaded before they are added); then
- * the 8 row groups are added in order per column: partial[k * OC + c]. */
-__global__ void __launch_bounds__(256)
-    colsum_partial_v16_kernel(float *partial, const bf16 *dout, int N, int OC,
-                              int rows_per_chunk) {
-    __shared__ float sh[8][256 + 4];
-    int tx = threadIdx.x, ty = threadIdx.y;
-    int c0 = (blockIdx.x * 32 + tx) * 8;
-    int chunk = blockIdx.y;
-    int r0 = chunk * rows_per_chunk, r1 = min(N, r0 + rows_per_chunk);
-    float a[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f};
-    if (c0 < OC) {
-        int r = r0 + ty;
-        for (; r + 24 < r1; r += 32) {
-            uint4 d[4];
-#pragma unroll
-            for (int i = 0; i < 4; i++)
-                d[i] = *reinterpret_cast<const uint4 *>(dout + (size_t)(r + 8 * i) * OC + c0);
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                float f[8];
-                bf16x8_unpack(d[i], f);
-#pragma unroll
-                for (int j = 0; j < 8; j++) a[j] += f[j];
-            }
-        }
-        for (; r < r1; r += 8) {
-            float f[8];
-            bf16x8_unpack(*reinterpret_cast<const uint4 *>(dout + (size_t)r * OC + c0), f);
-#pragma unroll
-            for (int j = 0; j < 8; j++) a[j] += f[j];
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < 8; j++) sh[ty][tx * 8 + j] = a[j];
-    __syncthreads();
-    int t = ty * 32 + tx; /* column t of the block */
-    int c = blockIdx.x * 256 + t;
-    if (c < OC) {
-        float acc = 0.0f;
-#pragma unroll
-        for (int k = 0; k < 8; k++) acc += sh[k][t];
-        partial[(size_t)chunk * OC + c] = acc;
-    }
-}
-
 extern "C" cudaError_t gt_cu_bias_backward(float *dbias, const gt_bf16 *dout, int N, int OC,
                                            float *scratch, cudaStream_t stream) {
-    int chunks = GT_CU_COLSUM_CHUNKS;
-    cudaError_t err = cudaSuccess;
-    if (g_colsum_impl >= 2 && OC % 8 == 0 && aligned16(dout)) {
-        /* enough blocks for ~4 resident per SM (16 KB of loads in flight each), rows split
-         * evenly, at least 32 rows per chunk */
-        int sms = 0;
-        err = sm_count(&sms);
-        if (err != cudaSuccess) return err;
-        int col_blocks = (int)ceil_div(OC, 256);
-        chunks = (4 * sms + col_blocks - 1) / col_blocks;
-        if (chunks > N / 32) chunks = N / 32;
-        if (chunks > GT_CU_COLSUM_MAX_CHUNKS) chunks = GT_CU_COLSUM_MAX_CHUNKS;
-        if (chunks < 1) chunks = 1;
-        int per = (N + chunks - 1) / chunks;
-        chunks = (N + per - 1) / per;
-        colsum_partial_v16_kernel<<<dim3(col_blocks, chunks), dim3(32, 8), 0, stream>>>(
-            scratch, (const bf16 *)dout, N, OC, per);
-    } else {
-        int per = (N + chunks - 1) / chunks;
-        if (OC % 4 == 0 && aligned8(dout))
-            colsum_partial_vec_kernel<false>
-                <<<dim3(ceil_div(OC, 128), chunks), dim3(32, 8), 0, stream>>>(
-                    scratch, NULL, (const bf16 *)dout, NULL, NULL, NULL, N, OC, per);
-        else
-            colsum_partial_kernel<false>
-                <<<dim3(ceil_div(OC, 32), chunks), dim3(32, 8), 0, stream>>>(
-                    scratch, NULL, (const bf16 *)dout, NULL, NULL, NULL, N, OC, per);
-    }
-    err = cudaGetLastError();
+    int chunks = GT_CU_COLSUM_CHUNKS, per = (N + chunks - 1) / chunks;
+    if (OC % 4 == 0 && aligned8(dout))
+        colsum_partial_vec_kernel<false>
+            <<<dim3(ceil_div(OC, 128), chunks), dim3(32, 8), 0, stream>>>(
+                scratch, NULL, (const bf16 *)dout, NULL, NULL, NULL, N, OC, per);
+    else
+        colsum_partial_kernel<false><<<dim3(ceil_div(OC, 32), chunks), dim3(32, 8), 0, stream>>>(
+            scratch, NULL, (const bf16 *)dout, NULL, NULL, NULL, N, OC, per);
+    cudaError_t err = cudaGetLastError();
     if (err != cudaSuccess) return err;
     colsum_finish_kernel<8><<<dim3(ceil_div(OC, 32), 1), dim3(32, 8), 0, stream>>>(
         make_dsts(dbias, NULL, NULL, NULL), scratch, OC, chunks);

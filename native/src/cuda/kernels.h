@@ -24,18 +24,14 @@ typedef uint16_t gt_bf16; /* storage of one bfloat16 */
 /* Rows per block-row of the two-phase column sums; partial buffers hold
  * GT_CU_COLSUM_CHUNKS * C floats per reduced vector. */
 #define GT_CU_COLSUM_CHUNKS 64
-/* Blocks (and partial vectors) of the one-pass LayerNorm backward: default, and the most
- * (GANTRY_LN_BWD_BLOCKS, set by the stage with gt_cu_set_ln_bwd_blocks); its scratch holds
- * 2 * GT_CU_LN_BWD_MAX_BLOCKS * C floats. */
+/* Blocks (and partial vectors) of the one-pass LayerNorm backward: impl 1's default, and the
+ * most (impl 1: GANTRY_LN_BWD_BLOCKS, set by the stage with gt_cu_set_ln_bwd_blocks; impl 2:
+ * one wave, capped here). */
 #define GT_CU_LN_BWD_BLOCKS 512
 #define GT_CU_LN_BWD_MAX_BLOCKS 1024
 void gt_cu_set_ln_bwd_blocks(int blocks);
-/* Most row chunks of a column sum (gt_cu_bias_backward, impl 2 sizes them to the GPU). */
-#define GT_CU_COLSUM_MAX_CHUNKS 256
 /* Scratch floats of gt_cu_layernorm_backward for width C (four partial vectors per block). */
 #define GT_CU_LN_BWD_SCRATCH(C) ((size_t)4 * GT_CU_LN_BWD_MAX_BLOCKS * (size_t)(C))
-/* Scratch floats of gt_cu_bias_backward for OC columns. */
-#define GT_CU_COLSUM_SCRATCH(OC) ((size_t)GT_CU_COLSUM_MAX_CHUNKS * (size_t)(OC))
 
 /* dst (n) bf16 = src (n) fp32, round to nearest even */
 cudaError_t gt_cu_f32_to_bf16(gt_bf16 *dst, const float *src, size_t n, cudaStream_t stream);
@@ -81,21 +77,16 @@ cudaError_t gt_cu_layernorm_backward(gt_bf16 *dinp, const gt_bf16 *dresid, const
                                      const gt_bf16 *w, float *dw, float *db, float *sum_resid,
                                      float *sum_inp, int N, int C, float *scratch,
                                      cudaStream_t stream);
-/* Kernel variants, for tuning and side-by-side benchmarks (process-wide; set before use):
- * LayerNorm backward 1 = 2 warps per block, gt_cu_set_ln_bwd_blocks blocks (session 3);
- * 2 = 4 warps and 3 = 8 warps per block, one wave of blocks (their accumulators in opt-in
- * shared memory); column sums 1 = 8-byte loads, 64 row chunks (session 2), 2 = 16-byte loads,
- * row chunks sized to fill the GPU. LayerNorm backward 4, 5, 6 = block-cooperative rows (a
- * thread per 16-byte column vector, 4, 8 or 2 rows per step, column sums in registers; one
- * wave), 7 = 4 rows per step without the bias sums and 2 with them (default; fastest on H200
- * at C = 1024 and 1600). 3 falls back to 4 warps where 8 warps' accumulators exceed the GPU's
- * shared memory (C = 2048 with the sums).
- * LayerNorm forward 1 = one warp per row, 2 and 3 = block-cooperative rows (4 or 8 per step).
- * Other values are clamped. */
+/* LayerNorm backward variant, for A/B runs and side-by-side benchmarks (process-wide; set
+ * before use): 1 = one warp per row, 2 warps per block, gt_cu_set_ln_bwd_blocks blocks, column
+ * sums in shared memory (session 3); 2 = block-cooperative rows (default): a thread per 16-byte
+ * column vector, 4 rows per step without the bias sums and 2 with them, column sums in
+ * registers, one wave of blocks (fastest on H200 at C = 1024 and 1600). The choice applies
+ * where the rows fit registers (C % 8 == 0, C <= 2048, 16-byte aligned pointers); elsewhere
+ * both use the scalar fallback (separate input and column-sum passes). Values below 1 give 1,
+ * above 2 give 2. */
 void gt_cu_set_ln_bwd_impl(int impl);
-void gt_cu_set_ln_fwd_impl(int impl);
-void gt_cu_set_colsum_impl(int impl);
-/* dbias (OC) += sum_n dout (N,OC); scratch: GT_CU_COLSUM_SCRATCH(OC) floats */
+/* dbias (OC) += sum_n dout (N,OC); scratch: GT_CU_COLSUM_CHUNKS * OC floats */
 cudaError_t gt_cu_bias_backward(float *dbias, const gt_bf16 *dout, int N, int OC, float *scratch,
                                 cudaStream_t stream);
 

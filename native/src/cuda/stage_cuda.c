@@ -94,27 +94,19 @@ cleanup:
     return rc;
 }
 
-/* Kernel tuning knobs: GANTRY_LN_BWD_BLOCKS (blocks of the one-pass LayerNorm backward's
- * variant 1; default 512), GANTRY_LN_BWD_IMPL (its variant: 1 = 2 warps per block, 2 = 4 warps,
- * 3 = 8 warps, one wave, 4/5/6 = block-cooperative rows, 4/8/2 rows per step, 7 = 4 rows
- * without the bias sums and 2 with them; default 7),
- * GANTRY_LN_FWD_IMPL (the forward's: 1 = one warp per row, 2/3 = block-cooperative rows, 4/8
- * per step; default 1), GANTRY_COLSUM_IMPL (bias-gradient column sums: 1 = 8-byte
- * loads in 64 row chunks, 2 = 16-byte loads sized to the GPU; default 2) and
- * GANTRY_LN_BIAS_SUMS (default 1: LayerNorm 2's backward also sums the two bias gradients of
- * the products around it, so the weight half skips those column passes). */
+/* Kernel tuning knobs: GANTRY_LN_BWD_IMPL (the LayerNorm backward: 1 = one warp per row, the
+ * session-3 kernel kept as the reference; 2 = block-cooperative rows, default),
+ * GANTRY_LN_BWD_BLOCKS (impl 1's block count; default 512) and GANTRY_LN_BIAS_SUMS (default 1:
+ * LayerNorm 2's backward also sums the two bias gradients of the products around it, so the
+ * weight half skips those column passes). */
 static int set_kernel_knobs(gt_stage *s) {
-    int rc = GT_OK, blocks = GT_CU_LN_BWD_BLOCKS, ln_impl = 7, ln_fwd_impl = 1, colsum_impl = 2;
+    int rc = GT_OK, blocks = GT_CU_LN_BWD_BLOCKS, ln_impl = 2;
     GT_CHECK(gt_env_int("GANTRY_LN_BWD_BLOCKS", 64, GT_CU_LN_BWD_MAX_BLOCKS, GT_CU_LN_BWD_BLOCKS,
                         NULL, &blocks));
-    GT_CHECK(gt_env_int("GANTRY_LN_BWD_IMPL", 1, 7, 7, NULL, &ln_impl));
-    GT_CHECK(gt_env_int("GANTRY_LN_FWD_IMPL", 1, 3, 1, NULL, &ln_fwd_impl));
-    GT_CHECK(gt_env_int("GANTRY_COLSUM_IMPL", 1, 2, 2, NULL, &colsum_impl));
+    GT_CHECK(gt_env_int("GANTRY_LN_BWD_IMPL", 1, 2, 2, NULL, &ln_impl));
     GT_CHECK(gt_env_flag("GANTRY_LN_BIAS_SUMS", 1, &s->ln_bias_sums));
     gt_cu_set_ln_bwd_blocks(blocks);
     gt_cu_set_ln_bwd_impl(ln_impl);
-    gt_cu_set_ln_fwd_impl(ln_fwd_impl);
-    gt_cu_set_colsum_impl(colsum_impl);
 cleanup:
     return rc;
 }
@@ -150,11 +142,9 @@ int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is
     {
         size_t N = (size_t)B * T, C = (size_t)cfg->n_embd;
         CUDA_MALLOC(s->datty, N * C * sizeof(gt_bf16));
-        /* the column sums of up to 4C columns, the LayerNorm weight sums' fallback, or the
-         * one-pass LayerNorm backward's partials */
-        size_t colsum_floats = GT_CU_COLSUM_SCRATCH(4 * C);
-        if (colsum_floats < (size_t)2 * GT_CU_COLSUM_CHUNKS * C)
-            colsum_floats = (size_t)2 * GT_CU_COLSUM_CHUNKS * C;
+        /* the column sums of up to 4C columns and the LayerNorm weight sums' fallback (two
+         * partial vectors each at most), or the one-pass LayerNorm backward's partials */
+        size_t colsum_floats = (size_t)2 * GT_CU_COLSUM_CHUNKS * 4 * C;
         if (colsum_floats < GT_CU_LN_BWD_SCRATCH(C)) colsum_floats = GT_CU_LN_BWD_SCRATCH(C);
         CUDA_MALLOC(s->colsum, colsum_floats * sizeof(float));
         CUDA_MALLOC(s->sq, (size_t)(1 + GT_CU_SQ_BLOCKS) * sizeof(double));

@@ -102,7 +102,7 @@ struct gt_stage {
 
     /* scratch shared by all slots (the stream orders their uses) */
     gt_bf16 *datty;            /* (N,C) */
-    float *colsum;             /* max(GT_CU_COLSUM_SCRATCH(4C), GT_CU_LN_BWD_SCRATCH(C)) */
+    float *colsum;             /* max(2 * GT_CU_COLSUM_CHUNKS * 4C, GT_CU_LN_BWD_SCRATCH(C)) */
     double *sq;                /* 1 + GT_CU_SQ_BLOCKS */
     float *loss;               /* 1 */
     float *host_loss;          /* pinned 1 */
