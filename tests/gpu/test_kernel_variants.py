@@ -25,7 +25,13 @@ BATCH, SEQ = 4, 256
 GRAD_TOL = 3e-2
 """Largest relative error against torch per gradient (bf16 activations)."""
 VARIANT_TOL = 1e-4
-"""Largest relative difference between two kernel variants (fp32 sums in another order)."""
+"""Largest relative difference between two kernel variants whose bf16 outputs are the same (fp32
+sums in another order)."""
+BF16_VARIANT_TOL = 1e-2
+"""... and between variants whose bf16 input gradients may differ in the last bit (another
+LayerNorm backward: a flipped rounding propagates through every layer below; measured on H200:
+1.7e-3 on layer 0's ln_1.weight). Each kernel alone is checked element-wise against an fp64
+host reference by gantry-kernel-bench."""
 KNOBS = ("GANTRY_LN_BWD_IMPL", "GANTRY_LN_BIAS_SUMS", "GANTRY_BIAS_IN_WGRAD")
 SESSION4 = {"GANTRY_LN_BWD_IMPL": "1", "GANTRY_LN_BIAS_SUMS": "0", "GANTRY_BIAS_IN_WGRAD": "0"}
 # ln1 is the session-4 configuration itself (against torch; a non-zero difference from the
@@ -108,7 +114,8 @@ def test_kernel_variant_matches_session4_kernels_and_torch(
     assert sorted(grads) == sorted(base) == sorted(ref_grads)
     diffs = {name: rel_err(grads[name], base[name]) for name in base}
     worst = max(diffs, key=lambda n: diffs[n])
-    assert diffs[worst] <= VARIANT_TOL, f"{worst}: {diffs[worst]:.2e} from the session-4 kernels"
+    tol = VARIANT_TOL if VARIANTS[variant]["GANTRY_LN_BWD_IMPL"] == "1" else BF16_VARIANT_TOL
+    assert diffs[worst] <= tol, f"{worst}: {diffs[worst]:.2e} from the session-4 kernels"
     errors = {name: rel_err(grads[name], ref_grads[name].numpy()) for name in ref_grads}
     worst = max(errors, key=lambda n: errors[n])
     assert errors[worst] <= GRAD_TOL, f"{worst}: relative error {errors[worst]:.2e} against torch"
