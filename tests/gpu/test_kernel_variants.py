@@ -32,19 +32,15 @@ BF16_VARIANT_TOL = 1e-2
 LayerNorm backward: a flipped rounding propagates through every layer below; measured on H200:
 1.7e-3 on layer 0's ln_1.weight). Each kernel alone is checked element-wise against an fp64
 host reference by gantry-kernel-bench."""
-KNOBS = ("GANTRY_LN_BWD_IMPL", "GANTRY_LN_BIAS_SUMS", "GANTRY_BIAS_IN_WGRAD")
-SESSION4 = {"GANTRY_LN_BWD_IMPL": "1", "GANTRY_LN_BIAS_SUMS": "0", "GANTRY_BIAS_IN_WGRAD": "0"}
+KNOBS = ("GANTRY_LN_BWD_IMPL", "GANTRY_LN_BIAS_SUMS")
+SESSION4 = {"GANTRY_LN_BWD_IMPL": "1", "GANTRY_LN_BIAS_SUMS": "0"}
 # ln1 is the session-4 configuration itself (against torch; a non-zero difference from the
-# baseline would mean the kernels are not deterministic); "wgrad" puts the qkv and fc bias
-# gradients into their weight-gradient products (a column of ones beside ln1 / ln2)
+# baseline would mean the kernels are not deterministic)
 VARIANTS = {
     "ln1": SESSION4,
     "ln1-sums": {**SESSION4, "GANTRY_LN_BIAS_SUMS": "1"},
     "ln2": {**SESSION4, "GANTRY_LN_BWD_IMPL": "2"},
     "ln2-sums": {**SESSION4, "GANTRY_LN_BWD_IMPL": "2", "GANTRY_LN_BIAS_SUMS": "1"},
-    "ln1-wgrad": {**SESSION4, "GANTRY_BIAS_IN_WGRAD": "1"},
-    "defaults": {"GANTRY_LN_BWD_IMPL": "2", "GANTRY_LN_BIAS_SUMS": "1",
-                 "GANTRY_BIAS_IN_WGRAD": "1"},
 }
 
 
@@ -106,10 +102,7 @@ def test_kernel_variant_matches_session4_kernels_and_torch(
     base_loss, base = _gradients(cuda_lib, weights, SESSION4, tokens, targets)
     loss, grads = _gradients(cuda_lib, weights, VARIANTS[variant], tokens, targets)
 
-    if VARIANTS[variant]["GANTRY_BIAS_IN_WGRAD"] == "0":
-        assert loss == base_loss  # the forward does not depend on the backward knobs
-    else:  # the forward's products read ln1 / ln2 with another row stride: maybe other tiles
-        assert abs(loss - base_loss) <= VARIANT_TOL * abs(base_loss), (loss, base_loss)
+    assert loss == base_loss  # the forward does not depend on the backward knobs
     assert abs(loss - ref_loss) <= 5e-3 * abs(ref_loss), (loss, ref_loss)
     assert sorted(grads) == sorted(base) == sorted(ref_grads)
     diffs = {name: rel_err(grads[name], base[name]) for name in base}
@@ -119,5 +112,5 @@ def test_kernel_variant_matches_session4_kernels_and_torch(
     errors = {name: rel_err(grads[name], ref_grads[name].numpy()) for name in ref_grads}
     worst = max(errors, key=lambda n: errors[n])
     assert errors[worst] <= GRAD_TOL, f"{worst}: relative error {errors[worst]:.2e} against torch"
-    biases = [n for n in grads if n.endswith(".bias") and ".ln_" not in n and "ln_f" not in n]
-    assert len(biases) == 4 * CONFIG.n_layer and all(np.abs(grads[n]).max() > 0 for n in biases)
+    biases = [n for n in grads if n.endswith(("attn.c_proj.bias", "mlp.c_proj.bias"))]
+    assert len(biases) == 2 * CONFIG.n_layer and all(np.abs(grads[n]).max() > 0 for n in biases)

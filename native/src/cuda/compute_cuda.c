@@ -46,11 +46,11 @@ static void layout_slot(const gt_stage *s, gt_cu_slot *t, gt_arena *a) {
     size_t N = (size_t)s->layout.B * s->layout.T, C = (size_t)s->layout.cfg.n_embd;
     size_t V = (size_t)s->layout.cfg.vocab_size;
     size_t bh = (size_t)s->layout.B * s->layout.cfg.n_head, bf = sizeof(gt_bf16);
-    size_t f = sizeof(float), ld = (size_t)s->ln_ld;
+    size_t f = sizeof(float);
     t->x0 = take(a, N * C * bf);
     for (int l = 0; l < s->layout.nl; l++) {
         gt_cu_layer *L = &t->layers[l];
-        L->ln1 = take(a, N * ld * bf);
+        L->ln1 = take(a, N * C * bf);
         L->ln1_mean = take(a, N * f);
         L->ln1_rstd = take(a, N * f);
         L->qkv = take(a, 3 * N * C * bf);
@@ -58,7 +58,7 @@ static void layout_slot(const gt_stage *s, gt_cu_slot *t, gt_arena *a) {
         if (s->cudnn != NULL) L->stats = take(a, bh * s->layout.T * f);
         else L->att = take(a, bh * s->layout.T * s->layout.T * bf);
         L->res2 = take(a, N * C * bf);
-        L->ln2 = take(a, N * ld * bf);
+        L->ln2 = take(a, N * C * bf);
         L->ln2_mean = take(a, N * f);
         L->ln2_rstd = take(a, N * f);
         L->fch = take(a, 4 * N * C * bf);
@@ -78,28 +78,6 @@ static void layout_slot(const gt_stage *s, gt_cu_slot *t, gt_arena *a) {
     t->groups = take(a, (3 * N + 2) * sizeof(int32_t));
 }
 
-/* The columns C .. ln_ld-1 of every ln1 / ln2 row (never written by the LayerNorm): column C
- * is 1 and the rest 0, so a weight-gradient product over [x | 1] also yields the bias gradient
- * (linear_backward_weight). Nothing to do when ln_ld == C. */
-static int init_ln_pad(const gt_stage *s, gt_cu_slot *slot) {
-    int rc = GT_OK;
-    size_t N = (size_t)s->layout.B * s->layout.T, C = (size_t)s->layout.cfg.n_embd;
-    size_t ld = (size_t)s->ln_ld, pad = ld - C;
-    gt_bf16 *host = NULL;
-    if (pad == 0 || s->layout.nl == 0) return GT_OK;
-    GT_CALLOC(host, N * pad);
-    for (size_t r = 0; r < N; r++) host[r * pad] = 0x3F80; /* bf16 1.0 */
-    for (int l = 0; l < s->layout.nl; l++) {
-        gt_bf16 *dst[2] = {slot->layers[l].ln1, slot->layers[l].ln2};
-        for (int k = 0; k < 2; k++)
-            CUDA_CHECK(cudaMemcpy2D(dst[k] + C, ld * sizeof(gt_bf16), host, pad * sizeof(gt_bf16),
-                                    pad * sizeof(gt_bf16), N, cudaMemcpyHostToDevice));
-    }
-cleanup:
-    free(host);
-    return rc;
-}
-
 int gt_cu_alloc_slot(gt_stage *s, gt_cu_slot *slot) {
     int rc = GT_OK;
     size_t N = (size_t)s->layout.B * s->layout.T;
@@ -110,7 +88,6 @@ int gt_cu_alloc_slot(gt_stage *s, gt_cu_slot *slot) {
     a.base = slot->block;
     a.used = 0;
     layout_slot(s, slot, &a);
-    GT_CHECK(init_ln_pad(s, slot));
     CUDA_CHECK(cudaMallocHost((void **)&slot->staging, (5 * N + 2) * sizeof(int32_t)));
     CUDA_CHECK(cudaEventCreateWithFlags(&slot->uploaded, cudaEventDisableTiming));
 cleanup:
@@ -167,25 +144,23 @@ void gt_cu_release_grads(gt_cu_grads *g) {
 /* ------------------------------------------------------------------------------------------ */
 /* products                                                                                    */
 
-/* y (N,OC) = x (N,IC; rows ldx apart) @ W (IC,OC) [+ b] [+ resid]; bf16 */
-static int linear_forward(gt_stage *s, gt_bf16 *y, const gt_bf16 *x, int ldx, const gt_bf16 *W,
+/* y (N,OC) = x (N,IC) @ W (IC,OC) [+ b] [+ resid]; bf16 */
+static int linear_forward(gt_stage *s, gt_bf16 *y, const gt_bf16 *x, const gt_bf16 *W,
                           const gt_bf16 *b, const gt_bf16 *resid, int N, int IC, int OC) {
     gt_matmul_args m;
     memset(&m, 0, sizeof(m));
     m.D = y, m.A = W, m.B = x;
     m.m = OC, m.n = N, m.k = IC;
-    m.lda = OC, m.ldb = ldx, m.ldd = OC;
+    m.lda = OC, m.ldb = IC, m.ldd = OC;
     m.Cin = resid, m.beta = 1.0f;
     m.epilogue = b ? GT_EPI_BIAS : GT_EPI_NONE;
     m.bias = b;
     return gt_matmul(&s->lt, &m, s->stream, NULL);
 }
 
-/* out (N,OC) = gelu(pre), pre = x @ W + b kept for backward (fused epilogue or a kernel);
- * x's rows are ldx apart */
+/* out (N,OC) = gelu(pre), pre = x @ W + b kept for backward (fused epilogue or a kernel) */
 static int linear_gelu_forward(gt_stage *s, gt_bf16 *out, gt_bf16 *pre, const gt_bf16 *x,
-                               int ldx, const gt_bf16 *W, const gt_bf16 *b, int N, int IC,
-                               int OC) {
+                               const gt_bf16 *W, const gt_bf16 *b, int N, int IC, int OC) {
     int rc = GT_OK;
     if (s->gelu_fused) {
         gt_matmul_args m;
@@ -193,7 +168,7 @@ static int linear_gelu_forward(gt_stage *s, gt_bf16 *out, gt_bf16 *pre, const gt
         memset(&m, 0, sizeof(m));
         m.D = out, m.A = W, m.B = x;
         m.m = OC, m.n = N, m.k = IC;
-        m.lda = OC, m.ldb = ldx, m.ldd = OC;
+        m.lda = OC, m.ldb = IC, m.ldd = OC;
         m.epilogue = GT_EPI_GELU_BIAS;
         m.bias = b;
         m.aux = pre;
@@ -203,7 +178,7 @@ static int linear_gelu_forward(gt_stage *s, gt_bf16 *out, gt_bf16 *pre, const gt
         s->gelu_fused = 0; /* fall back from now on */
         rc = GT_OK;
     }
-    GT_CHECK(linear_forward(s, pre, x, ldx, W, b, NULL, N, IC, OC));
+    GT_CHECK(linear_forward(s, pre, x, W, b, NULL, N, IC, OC));
     CUDA_CHECK(gt_cu_gelu_forward(out, pre, (size_t)N * OC, s->stream));
 cleanup:
     return rc;
@@ -236,24 +211,19 @@ cleanup:
     return rc;
 }
 
-/* dW (IC,OC) += x^T (IC,N) @ dy (N,OC) in fp32; db (OC) += colsum(dy) if db. x's rows are ldx
- * apart; when ldx > IC its column IC is all ones (init_ln_pad) and db directly follows dW in
- * the gradient buffer, the product runs over IC + 1 columns of x and writes db as the (IC+1)-th
- * column of its fp32 result (sum_n dy[n] * 1): no separate column-sum pass. */
+/* dW (IC,OC) += x^T (IC,N) @ dy (N,OC) in fp32; db (OC) += colsum(dy) if db */
 static int linear_backward_weight(gt_stage *s, float *dW, float *db, const gt_bf16 *dy,
-                                  const gt_bf16 *x, int ldx, int N, int IC, int OC) {
+                                  const gt_bf16 *x, int N, int IC, int OC) {
     int rc = GT_OK;
     gt_matmul_args m;
-    int bias_in_product = db != NULL && ldx > IC && db == dW + (size_t)IC * OC;
     memset(&m, 0, sizeof(m));
     m.D = dW, m.Cin = dW, m.beta = 1.0f, m.d_fp32 = 1;
     m.A = dy, m.B = x;
-    m.m = OC, m.n = bias_in_product ? IC + 1 : IC, m.k = N;
+    m.m = OC, m.n = IC, m.k = N;
     m.transb = 1;
-    m.lda = OC, m.ldb = ldx, m.ldd = OC;
+    m.lda = OC, m.ldb = IC, m.ldd = OC;
     GT_CHECK(gt_matmul(&s->lt, &m, s->stream, NULL));
-    if (db != NULL && !bias_in_product)
-        CUDA_CHECK(gt_cu_bias_backward(db, dy, N, OC, s->colsum, s->stream));
+    if (db != NULL) CUDA_CHECK(gt_cu_bias_backward(db, dy, N, OC, s->colsum, s->stream));
 cleanup:
     return rc;
 }
@@ -421,25 +391,24 @@ static int forward_body(void *arg) {
         const gt_bf16 *x = l == 0 ? a->x0 : a->layers[l - 1].res3;
 #define W(k) (P + gt_layer_tensor_offset(&s->layout, l, (k)))
         MARK(GT_P_LN);
-        CUDA_CHECK(gt_cu_layernorm_forward(L->ln1, s->ln_ld, L->ln1_mean, L->ln1_rstd, x,
-                                           W(GT_LN1_W), W(GT_LN1_B), n, C, st));
+        CUDA_CHECK(gt_cu_layernorm_forward(L->ln1, L->ln1_mean, L->ln1_rstd, x, W(GT_LN1_W),
+                                           W(GT_LN1_B), n, C, st));
         MARK(GT_P_QKV);
-        GT_CHECK(linear_forward(s, L->qkv, L->ln1, s->ln_ld, W(GT_QKV_W), W(GT_QKV_B), NULL, n,
-                                C, 3 * C));
+        GT_CHECK(linear_forward(s, L->qkv, L->ln1, W(GT_QKV_W), W(GT_QKV_B), NULL, n, C, 3 * C));
         MARK(GT_P_ATTN);
         GT_CHECK(attention_forward(s, L));
         MARK(GT_P_ATTPROJ);
-        GT_CHECK(linear_forward(s, L->res2, L->atty, C, W(GT_ATTPROJ_W), W(GT_ATTPROJ_B), x, n,
-                                C, C));
+        GT_CHECK(linear_forward(s, L->res2, L->atty, W(GT_ATTPROJ_W), W(GT_ATTPROJ_B), x, n, C,
+                                C));
         MARK(GT_P_LN);
-        CUDA_CHECK(gt_cu_layernorm_forward(L->ln2, s->ln_ld, L->ln2_mean, L->ln2_rstd, L->res2,
+        CUDA_CHECK(gt_cu_layernorm_forward(L->ln2, L->ln2_mean, L->ln2_rstd, L->res2,
                                            W(GT_LN2_W), W(GT_LN2_B), n, C, st));
         MARK(GT_P_FC);
-        GT_CHECK(linear_gelu_forward(s, L->fch_gelu, L->fch, L->ln2, s->ln_ld, W(GT_FC_W),
-                                     W(GT_FC_B), n, C, 4 * C));
+        GT_CHECK(linear_gelu_forward(s, L->fch_gelu, L->fch, L->ln2, W(GT_FC_W), W(GT_FC_B), n, C,
+                                     4 * C));
         MARK(GT_P_FCPROJ);
-        GT_CHECK(linear_forward(s, L->res3, L->fch_gelu, 4 * C, W(GT_FCPROJ_W), W(GT_FCPROJ_B),
-                                L->res2, n, 4 * C, C));
+        GT_CHECK(linear_forward(s, L->res3, L->fch_gelu, W(GT_FCPROJ_W), W(GT_FCPROJ_B), L->res2,
+                                n, 4 * C, C));
 #undef W
     }
     const gt_bf16 *out = s->layout.nl > 0 ? a->layers[s->layout.nl - 1].res3 : a->x0;
@@ -449,8 +418,8 @@ static int forward_body(void *arg) {
         const gt_bf16 *lnfb = P + s->layout.tensors[s->layout.num_tensors - 1].offset;
         gt_matmul_args m;
         MARK(GT_P_LN);
-        CUDA_CHECK(gt_cu_layernorm_forward(a->lnf, C, a->lnf_mean, a->lnf_rstd, out, lnfw, lnfb,
-                                           n, C, st));
+        CUDA_CHECK(gt_cu_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, out, lnfw, lnfb, n,
+                                           C, st));
         /* logits (N,V) = lnf @ wte^T: col-major (V,N) = wte^T (V,C) @ lnf (C,N) */
         memset(&m, 0, sizeof(m));
         m.D = a->logits, m.A = wte, m.B = a->lnf;
@@ -593,16 +562,14 @@ static int layer_backward_weight(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int
     MARK(GT_P_W_FCPROJ);
     /* with ln_bias_sums the two bias gradients beside LayerNorm 2 came with its backward */
     GT_CHECK(linear_backward_weight(s, DW(GT_FCPROJ_W), s->ln_bias_sums ? NULL : DW(GT_FCPROJ_B),
-                                    dout, L->fch_gelu, 4 * C, n, 4 * C, C));
+                                    dout, L->fch_gelu, n, 4 * C, C));
     MARK(GT_P_W_FC);
-    GT_CHECK(linear_backward_weight(s, DW(GT_FC_W), DW(GT_FC_B), G->dfch, L->ln2, s->ln_ld, n, C,
-                                    4 * C));
+    GT_CHECK(linear_backward_weight(s, DW(GT_FC_W), DW(GT_FC_B), G->dfch, L->ln2, n, C, 4 * C));
     MARK(GT_P_W_ATTPROJ);
     GT_CHECK(linear_backward_weight(s, DW(GT_ATTPROJ_W), s->ln_bias_sums ? NULL : DW(GT_ATTPROJ_B),
-                                    G->dres2, L->atty, C, n, C, C));
+                                    G->dres2, L->atty, n, C, C));
     MARK(GT_P_W_QKV);
-    GT_CHECK(linear_backward_weight(s, DW(GT_QKV_W), DW(GT_QKV_B), G->dqkv, L->ln1, s->ln_ld, n, C,
-                                    3 * C));
+    GT_CHECK(linear_backward_weight(s, DW(GT_QKV_W), DW(GT_QKV_B), G->dqkv, L->ln1, n, C, 3 * C));
     GT_CHECK(gt_stage_report_layer(&s->layout, l)); /* an armed hook: the layer is enqueued */
 #undef DW
 cleanup:

@@ -51,11 +51,10 @@ cudaError_t gt_cu_encoder_backward(float *dwte, float *dwpe, const gt_bf16 *dout
                                    const int32_t *group_pos, const int32_t *n_groups,
                                    int max_groups, int B, int T, int C, cudaStream_t stream);
 
-/* out (N,C; rows ldo >= C apart, columns C..ldo-1 untouched) = (inp - mean) * rstd * w + b;
- * mean, rstd (N) fp32 saved for backward */
-cudaError_t gt_cu_layernorm_forward(gt_bf16 *out, int ldo, float *mean, float *rstd,
-                                    const gt_bf16 *inp, const gt_bf16 *w, const gt_bf16 *b, int N,
-                                    int C, cudaStream_t stream);
+/* out (N,C) = (inp - mean) * rstd * w + b; mean, rstd (N) fp32 saved for backward */
+cudaError_t gt_cu_layernorm_forward(gt_bf16 *out, float *mean, float *rstd, const gt_bf16 *inp,
+                                    const gt_bf16 *w, const gt_bf16 *b, int N, int C,
+                                    cudaStream_t stream);
 /* dinp (N,C) = dresid (N,C) + d LN/d inp given dout (N,C); dinp may alias dresid */
 cudaError_t gt_cu_layernorm_backward_input(gt_bf16 *dinp, const gt_bf16 *dresid,
                                            const gt_bf16 *dout, const gt_bf16 *inp,

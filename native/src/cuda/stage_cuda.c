@@ -98,18 +98,13 @@ cleanup:
  * session-3 kernel kept as the reference; 2 = block-cooperative rows, default),
  * GANTRY_LN_BWD_BLOCKS (impl 1's block count; default 512) and GANTRY_LN_BIAS_SUMS (default 1:
  * LayerNorm 2's backward also sums the two bias gradients of the products around it, so the
- * weight half skips those column passes) and GANTRY_BIAS_IN_WGRAD (default 1: ln1 / ln2 rows
- * carry a column of ones, so the qkv and fc weight-gradient products also give the bias
- * gradients; with both on, the weight half runs no column-sum pass at all). */
+ * weight half skips those column passes). */
 static int set_kernel_knobs(gt_stage *s) {
-    int rc = GT_OK, blocks = GT_CU_LN_BWD_BLOCKS, ln_impl = 2, bias_in_wgrad = 1;
+    int rc = GT_OK, blocks = GT_CU_LN_BWD_BLOCKS, ln_impl = 2;
     GT_CHECK(gt_env_int("GANTRY_LN_BWD_BLOCKS", 64, GT_CU_LN_BWD_MAX_BLOCKS, GT_CU_LN_BWD_BLOCKS,
                         NULL, &blocks));
     GT_CHECK(gt_env_int("GANTRY_LN_BWD_IMPL", 1, 2, 2, NULL, &ln_impl));
     GT_CHECK(gt_env_flag("GANTRY_LN_BIAS_SUMS", 1, &s->ln_bias_sums));
-    GT_CHECK(gt_env_flag("GANTRY_BIAS_IN_WGRAD", 1, &bias_in_wgrad));
-    /* C, or the next multiple of 8 (16-byte rows) above C, whose column C is the ones */
-    s->ln_ld = bias_in_wgrad ? (s->layout.cfg.n_embd / 8 + 1) * 8 : s->layout.cfg.n_embd;
     gt_cu_set_ln_bwd_blocks(blocks);
     gt_cu_set_ln_bwd_impl(ln_impl);
 cleanup:

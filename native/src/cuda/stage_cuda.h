@@ -29,14 +29,14 @@ enum { GT_GRAPH_FORWARD = 0, GT_GRAPH_BACKWARD = 1, GT_GRAPH_BACKWARD_INPUT = 2,
 
 /* Forward activations of one local layer (N = B*T). */
 typedef struct {
-    gt_bf16 *ln1;              /* (N,C), rows ln_ld apart */
+    gt_bf16 *ln1;              /* (N,C) */
     float *ln1_mean, *ln1_rstd; /* (N) */
     gt_bf16 *qkv;              /* (N,3C) = (B,T,3,NH,hs) */
     gt_bf16 *atty;             /* (N,C) attention output before c_proj */
     float *stats;              /* cuDNN: (B,NH,T) log-sum-exp */
     gt_bf16 *att;              /* reference attention: (B,NH,T,T) probabilities */
     gt_bf16 *res2;             /* (N,C) */
-    gt_bf16 *ln2;              /* (N,C), rows ln_ld apart */
+    gt_bf16 *ln2;              /* (N,C) */
     float *ln2_mean, *ln2_rstd; /* (N) */
     gt_bf16 *fch;              /* (N,4C) pre-GELU */
     gt_bf16 *fch_gelu;         /* (N,4C) */
@@ -94,9 +94,6 @@ struct gt_stage {
     gt_cudnn_attn *cudnn;      /* NULL: reference attention */
     int gelu_fused, dgelu_fused;
     int ln_bias_sums;          /* GANTRY_LN_BIAS_SUMS: LayerNorm 2 sums two bias gradients */
-    int ln_ld;                 /* row stride of ln1 / ln2: C, or (GANTRY_BIAS_IN_WGRAD) a
-                                  multiple of 8 above C whose column C is all ones, so the qkv
-                                  and fc weight-gradient products also give their bias's */
     char info[512];
 
     gt_cu_slot *slots;
