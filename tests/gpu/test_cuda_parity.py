@@ -16,6 +16,7 @@ from launcher.native.binding import Buffer, NativeLibrary
 from launcher.native.cuda_stage import CudaStage
 from launcher.native.model_config import GPTConfig
 from launcher.reference import gpt2_torch as ref
+from tests.gpu.stage_chain import gradients, make_chain, run_step
 from tests.native.parity_helpers import make_batch, rel_err, torch_batch
 
 CONFIG = GPTConfig(vocab_size=256, max_seq_len=64, n_layer=3, n_head=4, n_embd=64)
@@ -39,45 +40,7 @@ def attention(request: pytest.FixtureRequest) -> Iterator[str]:
 
 def _chain(lib: NativeLibrary, bounds: list[tuple[int, int]], weights: Path,
            n_slots: int = 1) -> list[CudaStage]:
-    stages = []
-    for k, (begin, end) in enumerate(bounds):
-        stage = CudaStage(lib, CONFIG, begin, end, is_first=k == 0, is_last=k == len(bounds) - 1,
-                          batch=BATCH, seq_len=SEQ, n_slots=n_slots)
-        stage.load(weights)
-        stages.append(stage)
-    return stages
-
-
-def _step(stages: list[CudaStage], tokens: np.ndarray, targets: np.ndarray, *, split: bool,
-          slot: int = 0, loss_scale: float = 1.0) -> float:
-    x = None
-    loss = float("nan")
-    for stage in stages:
-        out = stage.forward(slot, tokens=tokens, x_in=x, targets=targets)
-        if stage.is_last:
-            loss = float(out)
-        else:
-            x = out
-    dx = None
-    for stage in reversed(stages):
-        if split:
-            dx = stage.backward_input(slot, dx, loss_scale)
-            stage.backward_weight(slot)
-        else:
-            dx = stage.backward(slot, dx, loss_scale)
-    return loss
-
-
-def _grads(stages: list[CudaStage]) -> dict[str, np.ndarray]:
-    grads: dict[str, np.ndarray] = {}
-    for stage in stages:
-        buf = stage.read(Buffer.GRADS)
-        for info in stage.tensors:
-            grads[info.name] = buf[info.offset : info.offset + info.numel].reshape(info.shape)
-    if "lm_head.weight" in grads:  # tied: the executor sums the two copies
-        grads["transformer.wte.weight"] = grads["transformer.wte.weight"] + grads.pop(
-            "lm_head.weight")
-    return grads
+    return make_chain(lib, CONFIG, bounds, weights, batch=BATCH, seq_len=SEQ, n_slots=n_slots)
 
 
 def _reference(tmp_path: Path, seed: int) -> tuple[ref.GPT2, Path]:
@@ -99,8 +62,8 @@ def test_loss_and_every_gradient_match_torch(
 
     stages = _chain(cuda_lib, bounds, weights)
     assert all(f"attention={attention}" in s.info for s in stages if s.tensors), stages[0].info
-    loss = _step(stages, tokens, targets, split=split)
-    grads = _grads(stages)
+    loss = run_step(stages, tokens, targets, split=split)
+    grads = gradients(stages)
 
     assert abs(loss - ref_loss) <= LOSS_TOL * abs(ref_loss), (loss, ref_loss)
     assert sorted(grads) == sorted(ref_grads)
@@ -116,8 +79,9 @@ def test_split_backward_equals_full_backward_bitwise(cuda_lib: NativeLibrary,
     tokens, targets = make_batch(CONFIG, BATCH, SEQ, seed=4)
     full = _chain(cuda_lib, [(0, 2), (2, 3)], weights)
     split = _chain(cuda_lib, [(0, 2), (2, 3)], weights)
-    assert _step(full, tokens, targets, split=False) == _step(split, tokens, targets, split=True)
-    g_full, g_split = _grads(full), _grads(split)
+    full_loss = run_step(full, tokens, targets, split=False)
+    assert full_loss == run_step(split, tokens, targets, split=True)
+    g_full, g_split = gradients(full), gradients(split)
     for name, value in g_full.items():
         np.testing.assert_array_equal(value, g_split[name], err_msg=name)
 
@@ -135,7 +99,7 @@ def test_gradients_accumulate_over_two_slots(cuda_lib: NativeLibrary, tmp_path: 
     stage.forward(1, tokens=batches[1][0], targets=batches[1][1])
     stage.backward(1, loss_scale=0.5)
     stage.backward(0, loss_scale=0.5)
-    grads = _grads([stage])
+    grads = gradients([stage])
     for name, value in expected.items():
         assert rel_err(grads[name], value) <= GRAD_TOL, name
 
@@ -178,7 +142,7 @@ def test_training_steps_follow_torch(cuda_lib: NativeLibrary, tmp_path: Path) ->
         lr = ref.lr_at(step, settings.max_lr, settings.min_lr, settings.warmup_steps,
                        settings.total_steps, cosine=settings.cosine)
         stage.zero_grad()
-        loss = _step([stage], tokens, targets, split=False)
+        loss = run_step([stage], tokens, targets, split=False)
         norm = stage.grad_sq_sum() ** 0.5
         ref_loss, ref_norm = history[step]
         assert abs(loss - ref_loss) <= LOSS_TOL * abs(ref_loss), (step, loss, ref_loss)

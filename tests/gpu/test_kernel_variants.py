@@ -13,10 +13,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from launcher.native.binding import Buffer, NativeLibrary
-from launcher.native.cuda_stage import CudaStage
+from launcher.native.binding import NativeLibrary
 from launcher.native.model_config import GPTConfig
 from launcher.reference import gpt2_torch as ref
+from tests.gpu.stage_chain import gradients, make_chain, run_step
 from tests.native.parity_helpers import make_batch, rel_err, torch_batch
 
 # C = 320: 40 vectors of 8 per row, so lanes 0-7 own 2 and the rest 1; N = 4 * 256 rows.
@@ -60,33 +60,9 @@ def _gradients(lib: NativeLibrary, weights: Path, knobs: dict[str, str], tokens:
     """Loss and gradients of one micro-batch through a 2-stage chain, split backward, with the
     kernel knobs set while the stages are created (the stage applies them then)."""
     os.environ.update(knobs)
-    bounds = [(0, 1), (1, 2)]
-    stages = []
-    for k, (begin, end) in enumerate(bounds):
-        stage = CudaStage(lib, CONFIG, begin, end, is_first=k == 0, is_last=k == 1, batch=BATCH,
-                          seq_len=SEQ, n_slots=1)
-        stage.load(weights)
-        stages.append(stage)
-    x = None
-    loss = float("nan")
-    for stage in stages:
-        out = stage.forward(0, tokens=tokens, x_in=x, targets=targets)
-        if stage.is_last:
-            loss = float(out)
-        else:
-            x = out
-    dx = None
-    for stage in reversed(stages):
-        dx = stage.backward_input(0, dx, 1.0)
-        stage.backward_weight(0)
-    grads: dict[str, np.ndarray] = {}
-    for stage in stages:
-        buf = stage.read(Buffer.GRADS)
-        for info in stage.tensors:
-            grads[info.name] = buf[info.offset : info.offset + info.numel].reshape(info.shape)
-    grads["transformer.wte.weight"] = grads["transformer.wte.weight"] + grads.pop(
-        "lm_head.weight")
-    return loss, grads
+    stages = make_chain(lib, CONFIG, [(0, 1), (1, 2)], weights, batch=BATCH, seq_len=SEQ)
+    loss = run_step(stages, tokens, targets, split=True)
+    return loss, gradients(stages)
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
