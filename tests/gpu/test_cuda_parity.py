@@ -16,8 +16,8 @@ from launcher.native.binding import Buffer, NativeLibrary
 from launcher.native.cuda_stage import CudaStage
 from launcher.native.model_config import GPTConfig
 from launcher.reference import gpt2_torch as ref
-from tests.gpu.stage_chain import gradients, make_chain, run_step
-from tests.native.parity_helpers import make_batch, rel_err, torch_batch
+from tests.gpu.stage_chain import gradients
+from tests.native.parity_helpers import chain_step, make_batch, make_chain, rel_err, torch_batch
 
 CONFIG = GPTConfig(vocab_size=256, max_seq_len=64, n_layer=3, n_head=4, n_embd=64)
 BATCH, SEQ = 4, 64
@@ -40,7 +40,7 @@ def attention(request: pytest.FixtureRequest) -> Iterator[str]:
 
 def _chain(lib: NativeLibrary, bounds: list[tuple[int, int]], weights: Path,
            n_slots: int = 1) -> list[CudaStage]:
-    return make_chain(lib, CONFIG, bounds, weights, batch=BATCH, seq_len=SEQ, n_slots=n_slots)
+    return make_chain(lib, CONFIG, bounds, BATCH, SEQ, weights, n_slots, stage_class=CudaStage)
 
 
 def _reference(tmp_path: Path, seed: int) -> tuple[ref.GPT2, Path]:
@@ -62,7 +62,7 @@ def test_loss_and_every_gradient_match_torch(
 
     stages = _chain(cuda_lib, bounds, weights)
     assert all(f"attention={attention}" in s.info for s in stages if s.tensors), stages[0].info
-    loss = run_step(stages, tokens, targets, split=split)
+    loss = chain_step(stages, tokens, targets, split=split)
     grads = gradients(stages)
 
     assert abs(loss - ref_loss) <= LOSS_TOL * abs(ref_loss), (loss, ref_loss)
@@ -79,8 +79,8 @@ def test_split_backward_equals_full_backward_bitwise(cuda_lib: NativeLibrary,
     tokens, targets = make_batch(CONFIG, BATCH, SEQ, seed=4)
     full = _chain(cuda_lib, [(0, 2), (2, 3)], weights)
     split = _chain(cuda_lib, [(0, 2), (2, 3)], weights)
-    full_loss = run_step(full, tokens, targets, split=False)
-    assert full_loss == run_step(split, tokens, targets, split=True)
+    full_loss = chain_step(full, tokens, targets, split=False)
+    assert full_loss == chain_step(split, tokens, targets, split=True)
     g_full, g_split = gradients(full), gradients(split)
     for name, value in g_full.items():
         np.testing.assert_array_equal(value, g_split[name], err_msg=name)
@@ -142,7 +142,7 @@ def test_training_steps_follow_torch(cuda_lib: NativeLibrary, tmp_path: Path) ->
         lr = ref.lr_at(step, settings.max_lr, settings.min_lr, settings.warmup_steps,
                        settings.total_steps, cosine=settings.cosine)
         stage.zero_grad()
-        loss = run_step([stage], tokens, targets, split=False)
+        loss = chain_step([stage], tokens, targets, split=False)
         norm = stage.grad_sq_sum() ** 0.5
         ref_loss, ref_norm = history[step]
         assert abs(loss - ref_loss) <= LOSS_TOL * abs(ref_loss), (step, loss, ref_loss)

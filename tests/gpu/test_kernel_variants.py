@@ -14,10 +14,11 @@ import numpy as np
 import pytest
 
 from launcher.native.binding import NativeLibrary
+from launcher.native.cuda_stage import CudaStage
 from launcher.native.model_config import GPTConfig
 from launcher.reference import gpt2_torch as ref
-from tests.gpu.stage_chain import gradients, make_chain, run_step
-from tests.native.parity_helpers import make_batch, rel_err, torch_batch
+from tests.gpu.stage_chain import gradients
+from tests.native.parity_helpers import chain_step, make_batch, make_chain, rel_err, torch_batch
 
 # C = 320: 40 vectors of 8 per row, so lanes 0-7 own 2 and the rest 1; N = 4 * 256 rows.
 CONFIG = GPTConfig(vocab_size=512, max_seq_len=256, n_layer=2, n_head=5, n_embd=320)
@@ -60,8 +61,8 @@ def _gradients(lib: NativeLibrary, weights: Path, knobs: dict[str, str], tokens:
     """Loss and gradients of one micro-batch through a 2-stage chain, split backward, with the
     kernel knobs set while the stages are created (the stage applies them then)."""
     os.environ.update(knobs)
-    stages = make_chain(lib, CONFIG, [(0, 1), (1, 2)], weights, batch=BATCH, seq_len=SEQ)
-    loss = run_step(stages, tokens, targets, split=True)
+    stages = make_chain(lib, CONFIG, [(0, 1), (1, 2)], BATCH, SEQ, weights, stage_class=CudaStage)
+    loss = chain_step(stages, tokens, targets, split=True)
     return loss, gradients(stages)
 
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import numpy as np
 import torch
 
-from launcher.native.binding import Buffer, NativeLibrary, NativeStage
+from launcher.native.binding import BaseStage, Buffer, NativeLibrary, NativeStage
 from launcher.native.model_config import GPTConfig
 from launcher.reference import gpt2_torch as ref
 
@@ -43,24 +45,32 @@ def stage_bounds(n_layer: int, n_stages: int) -> list[tuple[int, int]]:
     return [(k * n_layer // n_stages, (k + 1) * n_layer // n_stages) for k in range(n_stages)]
 
 
+StageT = TypeVar("StageT", bound=BaseStage)
+
+
 def make_chain(
     lib: NativeLibrary, config: GPTConfig, bounds: list[tuple[int, int]], batch: int,
-    seq_len: int, weights: Path, n_slots: int = 1,
-) -> list[NativeStage]:
+    seq_len: int, weights: Path, n_slots: int = 1, *,
+    stage_class: Callable[..., StageT] = NativeStage,  # type: ignore[assignment]
+) -> list[StageT]:
+    """One stage per (begin, end) layer range in pipeline order (host or CUDA stages),
+    loaded from ``weights``."""
     stages = []
     for k, (begin, end) in enumerate(bounds):
-        stage = NativeStage(lib, config, begin, end, is_first=k == 0, is_last=k == len(bounds) - 1,
-                            batch=batch, seq_len=seq_len, n_slots=n_slots)
+        stage = stage_class(lib, config, begin, end, is_first=k == 0,
+                            is_last=k == len(bounds) - 1, batch=batch, seq_len=seq_len,
+                            n_slots=n_slots)
         stage.load(weights)
         stages.append(stage)
     return stages
 
 
 def chain_step(
-    stages: list[NativeStage], tokens: np.ndarray, targets: np.ndarray, *, split: bool = False,
+    stages: Sequence[Any], tokens: np.ndarray, targets: np.ndarray, *, split: bool = False,
     slot: int = 0, loss_scale: float = 1.0,
 ) -> float:
-    """Forward through all stages, backward in reverse (grads accumulate); returns the loss."""
+    """Forward through all stages, backward in reverse (grads accumulate); returns the loss.
+    Works for host stages (numpy activations) and CUDA stages (device tensors)."""
     x = None
     loss = float("nan")
     for stage in stages:
@@ -69,7 +79,7 @@ def chain_step(
             assert isinstance(out, float)
             loss = out
         else:
-            assert isinstance(out, np.ndarray)
+            assert out is not None
             x = out
     dx = None
     for stage in reversed(stages):
