@@ -810,25 +810,12 @@ extern "C" cudaError_t gt_cu_layernorm_backward_weight(float *dw, float *db, con
 
 static int g_ln_bwd_blocks = GT_CU_LN_BWD_BLOCKS;
 static int g_ln_bwd_impl = 2;
-static int g_sm_count = 0; /* of the current device, read once */
 
 extern "C" void gt_cu_set_ln_bwd_blocks(int blocks) {
     g_ln_bwd_blocks = blocks < 1 ? 1 : blocks > GT_CU_LN_BWD_MAX_BLOCKS ? GT_CU_LN_BWD_MAX_BLOCKS
                                                                        : blocks;
 }
 extern "C" void gt_cu_set_ln_bwd_impl(int impl) { g_ln_bwd_impl = impl <= 1 ? 1 : 2; }
-
-static cudaError_t sm_count(int *out) {
-    if (g_sm_count <= 0) {
-        int dev = 0;
-        cudaError_t err = cudaGetDevice(&dev);
-        if (err == cudaSuccess)
-            err = cudaDeviceGetAttribute(&g_sm_count, cudaDevAttrMultiProcessorCount, dev);
-        if (err != cudaSuccess) return err;
-    }
-    *out = g_sm_count;
-    return cudaSuccess;
-}
 
 /* Launches the warp-per-row LayerNorm backward (impl 1) with the configured block count
  * (GANTRY_LN_BWD_BLOCKS). Its shared memory (NSUM * C floats per warp: 64 KB at C = 2048 with
@@ -862,12 +849,14 @@ static cudaError_t launch_ln_bwd_warp(bf16 *dinp, const bf16 *dresid, const bf16
 }
 
 /* Blocks of one wave of the block-cooperative LayerNorm backward at `threads` per block: as
- * many per SM as fit (at most `cap` in all, whole SMs), times the SMs. */
+ * many per SM as fit (at most `cap` in all, whole SMs), times the SMs of the current device
+ * (the caller caches the answer). */
 template <typename KERNEL>
 static cudaError_t ln_block_wave(KERNEL kernel, int threads, int cap, int *blocks) {
-    int per_sm = 0, sms = 0;
+    int per_sm = 0, sms = 0, dev = 0;
     cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0);
-    if (err == cudaSuccess) err = sm_count(&sms);
+    if (err == cudaSuccess) err = cudaGetDevice(&dev);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (err != cudaSuccess) return err;
     if (per_sm > cap / sms) per_sm = cap / sms;
     *blocks = (per_sm < 1 ? 1 : per_sm) * sms;
