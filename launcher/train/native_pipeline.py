@@ -48,7 +48,8 @@ class StepResult(ctypes.Structure):
             "loss", "grad_norm", "lr", "compute_s", "send_s", "recv_s", "bubble_s", "sync_s",
             "total_s", "dp_wait_s",
         )
-    ] + [("dp_buckets", ctypes.c_int32), ("opt_ranges", ctypes.c_int32)]
+    ] + [("dp_buckets", ctypes.c_int32), ("opt_ranges", ctypes.c_int32)] + [
+        ("tied_s", ctypes.c_double), ("norm_s", ctypes.c_double)]
 
 
 class TraceEvent(ctypes.Structure):

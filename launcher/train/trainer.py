@@ -246,7 +246,8 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
             events.extend(metrics.trace_events(rank, step, t_step, pipe.trace()))
             timings: dict[str, float] = {k: getattr(result, k) for k in
                                          ("compute_s", "send_s", "recv_s", "bubble_s",
-                                          "sync_s", "total_s", "dp_wait_s")}
+                                          "sync_s", "total_s", "dp_wait_s", "tied_s",
+                                          "norm_s")}
             timings["dp_buckets"] = result.dp_buckets
             timings["opt_ranges"] = result.opt_ranges
             timings["mem_used_bytes"] = device_memory_used(lib)

@@ -78,6 +78,14 @@ int gt_comm_irecv(gt_comm *comm, int req, int peer, int kind, void *buf, size_t 
  * before this call. */
 int gt_comm_wait(gt_comm *comm, int req, int *was_ready);
 
+/* Brackets the optimizer's update on the compute stream (work that touches parameters,
+ * gradients and optimizer state, never an activation buffer): receives posted between
+ * gt_comm_update_begin and gt_comm_update_end wait only for the compute work enqueued before
+ * the begin, so a step's first receives start while the previous step's update still runs.
+ * Sends always wait for everything enqueued so far. No-ops on the MPI build. */
+int gt_comm_update_begin(gt_comm *comm);
+int gt_comm_update_end(gt_comm *comm);
+
 /* In-place sums. The float buffers are the stages' gradient buffers (host on the MPI build,
  * device on the NCCL build, where the sum is enqueued on the compute stream). */
 int gt_comm_allreduce_dp(gt_comm *comm, float *buf, size_t count); /* MPI: hierarchical */

@@ -24,7 +24,9 @@
  * Streams: the stages compute on `compute`; each edge this rank uses has its own stream
  * (act-out, act-in, grad-out, grad-in, high priority). A send or receive posted by the table
  * first waits (cudaStreamWaitEvent) for everything enqueued on `compute` so far — the producer
- * of the data or the last reader of the buffer — then runs on its edge stream, so the next
+ * of the data or the last reader of the buffer; a receive posted during the optimizer's update
+ * (gt_comm_update_begin/_end) only for what came before the update — then runs on its edge
+ * stream, so the next
  * micro-batch's compute overlaps the transfer. gt_comm_wait blocks the host on the request's
  * done event (polling NCCL's async error so a dead peer is an error, not a hang) and orders a
  * received buffer before later compute. All-reduces of gradients run on `compute`; host
@@ -91,6 +93,8 @@ struct gt_comm {
     cudaStream_t compute;
     cudaStream_t streams[GT_N_EDGES];
     cudaEvent_t posted;          /* recorded on compute when a send/recv is posted */
+    cudaEvent_t pre_update;      /* recorded on compute at gt_comm_update_begin */
+    int in_update;               /* between gt_comm_update_begin and _end */
     cudaEvent_t *done;           /* [n_reqs] completion of each request */
     int8_t *edge_of;             /* [n_reqs] edge of an active request, -1 if none */
     int n_reqs;
@@ -257,6 +261,7 @@ int gt_comm_create(int world_fint, int pp, int dp, int pipe_rank, int replica, i
     for (int e = 0; e < GT_N_EDGES; e++)
         CUDA_CHECK(cudaStreamCreateWithPriority(&c->streams[e], cudaStreamNonBlocking, hi));
     CUDA_CHECK(cudaEventCreateWithFlags(&c->posted, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&c->pre_update, cudaEventDisableTiming));
     CUDA_MALLOC(c->scratch, 16);
     NCCL_CHECK(ncclCommInitRank(&c->nworld, world_size, uid, world_rank));
     {
@@ -376,6 +381,7 @@ void gt_comm_free(gt_comm *c) {
     if (c->nworld != NULL) ncclCommDestroy(c->nworld);
     if (c->scratch != NULL) cudaFree(c->scratch);
     if (c->posted != NULL) cudaEventDestroy(c->posted);
+    if (c->pre_update != NULL) cudaEventDestroy(c->pre_update);
     if (c->dp_ready != NULL) cudaEventDestroy(c->dp_ready);
     if (c->dp_done != NULL) cudaEventDestroy(c->dp_done);
     if (c->dp_stream != NULL) cudaStreamDestroy(c->dp_stream);
@@ -438,8 +444,12 @@ static int post_p2p(gt_comm *c, int req, int peer, int kind, int is_send, void *
     int rc = GT_OK;
     int e = 0;
     GT_CHECK(p2p_edge(c, req, peer, kind, is_send, &e));
-    CUDA_CHECK(cudaEventRecord(c->posted, c->compute));
-    CUDA_CHECK(cudaStreamWaitEvent(c->streams[e], c->posted, 0));
+    if (is_send || !c->in_update) { /* a receive during the update: what came before it */
+        CUDA_CHECK(cudaEventRecord(c->posted, c->compute));
+        CUDA_CHECK(cudaStreamWaitEvent(c->streams[e], c->posted, 0));
+    } else {
+        CUDA_CHECK(cudaStreamWaitEvent(c->streams[e], c->pre_update, 0));
+    }
     if (c->ce[e] != NULL && is_send)
         GT_CHECK(gt_ce_edge_send(c->ce[e], buf, bytes, c->streams[e]));
     else if (c->ce[e] != NULL)
@@ -458,6 +468,19 @@ int gt_comm_isend(gt_comm *c, int req, int peer, int kind, const void *buf, size
 
 int gt_comm_irecv(gt_comm *c, int req, int peer, int kind, void *buf, size_t bytes) {
     return post_p2p(c, req, peer, kind, 0, buf, bytes);
+}
+
+int gt_comm_update_begin(gt_comm *c) {
+    int rc = GT_OK;
+    CUDA_CHECK(cudaEventRecord(c->pre_update, c->compute));
+    c->in_update = 1;
+cleanup:
+    return rc;
+}
+
+int gt_comm_update_end(gt_comm *c) {
+    c->in_update = 0;
+    return GT_OK;
 }
 
 int gt_comm_wait(gt_comm *c, int req, int *was_ready) {

@@ -11,7 +11,9 @@
  *
  * Timing: the stages compute on the communicator's compute stream and every compute action
  * ends with a stream synchronize (a no-op on the CPU), so the host clock around an action is
- * the GPU's time for it; sends and receives run on their own streams meanwhile, and a WAIT
+ * the GPU's time for it (the first compute action of a step also waits for what is left of the
+ * previous step's update: the step returns without waiting for it, see gantry/pipeline.h);
+ * sends and receives run on their own streams meanwhile, and a WAIT
  * blocks the host until its transfer is done. So the per-category times (compute / send /
  * recv / bubble) and the trace spans are what the GPU did, not launch times.
  *
@@ -60,12 +62,14 @@ struct gt_pipeline {
     gt_bucketer bucketer;   /* of the armed action */
     float *armed_grads;     /* gradient buffer of the armed action's chunk */
     int dp_buckets;         /* buckets started this step */
-    int opt_overlap;        /* GANTRY_OPT_OVERLAP (default 1) */
+    int opt_overlap;        /* GANTRY_OPT_OVERLAP: 0 none, 1 every rank (default), 2 rank 0 */
     int opt_now;            /* this step: AdamW per range from the hook (no clipping, dp 1) */
     int opt_ranges;         /* ranges updated so this step */
     gt_chunk *armed_chunk;  /* chunk of the armed action */
     gt_step_args step_args; /* this step's optimizer settings, for the hook */
     double lr_now;          /* this step's learning rate */
+    int update_open;        /* the last update is bracketed (gt_comm_update_begin) until the
+                               next compute action is enqueued */
 };
 
 static double now_s(void) {
@@ -89,8 +93,10 @@ int gt_pipeline_create(const gt_config *cfg, gt_comm *comm, int v, int m, int B,
     p->v = v, p->m = m, p->B = B, p->T = T;
     GT_CHECK(gt_dp_overlap_wanted(&p->overlap));
     GT_CHECK(gt_dp_bucket_elements(&p->bucket_elems));
-    /* 1: AdamW per gradient range as soon as it is final when clipping is off */
-    GT_CHECK(gt_env_flag("GANTRY_OPT_OVERLAP", 1, &p->opt_overlap));
+    /* AdamW per gradient range as soon as it is final when clipping is off: 1 on every rank,
+     * 2 on pipeline rank 0 only (the others update after the table, into the next step's fill) */
+    GT_CHECK(gt_env_int("GANTRY_OPT_OVERLAP", 0, 2, 1,
+                        "1 = every rank, 2 = pipeline rank 0 only, 0 = none", &p->opt_overlap));
     p->overlap = p->overlap && p->dp > 1;
     GT_CALLOC(p->last_grad, v);
     GT_CALLOC(p->chunks, v);
@@ -268,6 +274,10 @@ static int run_table(gt_pipeline *p, const int32_t *actions, int n, const int32_
         gt_chunk *ch = NULL;
         double t0 = now_s();
         int ready = 0;
+        if (op <= GT_OP_WEIGHT && p->update_open) { /* compute after the update again */
+            GT_CHECK(gt_comm_update_end(p->comm));
+            p->update_open = 0;
+        }
         if (op != GT_OP_WAIT) {
             GT_CHECK(chunk_of(p, s, &ch));
             if (mb < 0 || mb >= p->m || slot < 0 || slot >= ch->n_slots)
@@ -339,18 +349,21 @@ cleanup:
 
 /* Data-parallel all-reduce (waiting for the overlapped buckets, or whole buffers), tied wte
  * (of the dp-reduced gradients), global norm and the step's loss (*loss_sum: summed over the
- * world), clipping, AdamW (only of the tied wte copies when the hook already updated the rest),
- * then the stages' streams wait for their optimizer's. */
+ * world), clipping, AdamW (only of the tied wte copies when the hook already updated the rest);
+ * the stages' streams then wait for their optimizer's, but the host does not: a rank whose next
+ * step starts with a receive (every pipeline rank but the first) runs its update during that
+ * wait. The loss and norm are all-reduced before any update, so no rank waits for another's
+ * optimizer either. */
 static int sync_and_update(gt_pipeline *p, const gt_step_args *args, double *loss_sum,
                            gt_step_result *r) {
     int rc = GT_OK;
-    double sq = 0.0;
+    double sq = 0.0, t0 = now_s();
     if (p->overlap) {
-        double t0 = now_s();
         GT_CHECK(gt_comm_dp_wait_all(p->comm));
         r->dp_wait_s = now_s() - t0;
         r->dp_buckets = p->dp_buckets;
     }
+    double t_tied = now_s();
     for (int c = 0; c < p->v; c++) {
         gt_chunk *ch = &p->chunks[c];
         float *grads = gt_stage_buffer(ch->stage, GT_BUF_GRADS);
@@ -359,16 +372,24 @@ static int sync_and_update(gt_pipeline *p, const gt_step_args *args, double *los
             GT_CHECK(gt_comm_allreduce_dp(p->comm, grads, gt_stage_num_params(ch->stage)));
         if (tied_wte(ch, &off, &count))
             GT_CHECK(gt_comm_allreduce_tied(p->comm, grads + off, count));
+    }
+    for (int c = 0; c < p->v; c++) GT_CHECK(gt_stage_synchronize(p->chunks[c].stage));
+    double t_norm = now_s();
+    r->tied_s = t_norm - t_tied;
+    for (int c = 0; c < p->v; c++) {
+        gt_chunk *ch = &p->chunks[c];
         double part = 0.0;
         GT_CHECK(gt_stage_grad_sq_sum(ch->stage, !(ch->is_last && !ch->is_first), &part));
         sq += part;
     }
     GT_CHECK(gt_comm_allreduce_pipe_double(p->comm, &sq));
-    /* the loss with the norm, before the update: no rank waits for another's optimizer */
     GT_CHECK(gt_comm_allreduce_world_double(p->comm, loss_sum));
+    r->norm_s = now_s() - t_norm;
     r->grad_norm = sqrt(sq);
     float scale = args->grad_clip > 0.0f ? gt_clip_coef(r->grad_norm, args->grad_clip) : 1.0f;
     r->lr = p->lr_now;
+    GT_CHECK(gt_comm_update_begin(p->comm)); /* the next step's first receives need not wait */
+    p->update_open = 1;
     for (int c = 0; c < p->v; c++) {
         gt_chunk *ch = &p->chunks[c];
         size_t off = 0, count = 0;
@@ -379,7 +400,6 @@ static int sync_and_update(gt_pipeline *p, const gt_step_args *args, double *los
             GT_CHECK(update_range(p, ch, off, count, scale));
     }
     for (int c = 0; c < p->v; c++) GT_CHECK(gt_stage_join_optimizer(p->chunks[c].stage));
-    for (int c = 0; c < p->v; c++) GT_CHECK(gt_stage_synchronize(p->chunks[c].stage));
     r->opt_ranges = p->opt_ranges;
 cleanup:
     return rc;
@@ -405,7 +425,8 @@ int gt_pipeline_step(gt_pipeline *p, const int32_t *actions, int n_actions,
     p->step_args = *args;
     p->lr_now = gt_lr_at((gt_lr_kind)args->lr_kind, args->step, args->max_lr, args->min_lr,
                          args->warmup_steps, args->total_steps);
-    p->opt_now = p->opt_overlap && p->dp == 1 && !(args->grad_clip > 0.0f);
+    p->opt_now = (p->opt_overlap == 1 || (p->opt_overlap == 2 && p->pipe_rank == 0)) &&
+                 p->dp == 1 && !(args->grad_clip > 0.0f);
     p->opt_ranges = 0;
     find_last_grad(p, actions, n_actions);
     p->dp_buckets = 0;

@@ -2,7 +2,9 @@
 hook reports is updated on the stage's optimizer stream while the backward goes on, the tied
 wte copies after their all-reduce) trains bit for bit like GANTRY_OPT_OVERLAP=0 (autotuning
 off so both runs pick the same kernels), at PP=1 and PP=2 (zb-h2, copy-engine edges), with
-CUDA graphs, and follows the fp32 PyTorch reference trained without clipping.
+CUDA graphs, and follows the fp32 PyTorch reference trained without clipping. At PP=2 so does
+GANTRY_OPT_OVERLAP=2 (rank 0 early, rank 1 after the table, its update running into the next
+step's first receive, which is posted without waiting for it).
 
 Needs 2 visible GPUs and a CUDA library built with NCCL (``GANTRY_CUDA_LIB``); skips
 otherwise.
@@ -47,3 +49,9 @@ def test_gpu_opt_overlap_matches_update_after_table(tmp_path: Path, nccl_lib: Pa
     assert all(sum(rank["opt_ranges"] for rank in r["ranks"]) == MODEL["n_layer"] + 2
                for r in on)
     assert all(rank["opt_ranges"] == 0 for r in off for rank in r["ranks"])
+    if pp > 1:
+        first = _run(tmp_path, nccl_lib, "first", pp, weights, {"GANTRY_OPT_OVERLAP": "2"})
+        assert [r["loss"] for r in first] == [r["loss"] for r in off]
+        assert [r["grad_norm"] for r in first] == [r["grad_norm"] for r in off]
+        assert all(r["ranks"][0]["opt_ranges"] > 0 == r["ranks"][1]["opt_ranges"]
+                   for r in first)

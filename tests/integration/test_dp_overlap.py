@@ -62,6 +62,9 @@ def _compare(tmp_path: Path, lib: Path, *, pp: int, dp: int, schedule: str, v: i
     for record in on:
         assert all(rank["dp_buckets"] > 0 for rank in record["ranks"]), record["ranks"]
         assert all(0.0 <= rank["dp_wait_s"] <= rank["sync_s"] for rank in record["ranks"])
+        # the sync phase's parts, each timed on its own, fit in it
+        assert all(0.0 < rank["dp_wait_s"] + rank["tied_s"] + rank["norm_s"] <= rank["sync_s"]
+                   for rank in record["ranks"])
     return on
 
 

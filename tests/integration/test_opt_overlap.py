@@ -2,7 +2,8 @@
 the gradients-ready hook reports is updated at once, the tied wte copies of the first and last
 stage after their all-reduce. Under real MPI ranks it trains bit for bit like the update after
 the table (GANTRY_OPT_OVERLAP=0; AdamW is element-wise) and follows the PyTorch reference
-trained without clipping. metrics.jsonl's per-rank `opt_ranges` proves which path ran; with
+trained without clipping; so does GANTRY_OPT_OVERLAP=2, where only pipeline rank 0 updates
+early. metrics.jsonl's per-rank `opt_ranges` proves which path ran; with
 clipping on (the global norm must come first) nothing is updated early.
 """
 
@@ -64,6 +65,12 @@ def test_opt_overlap_matches_update_after_table(tmp_path: Path, native_lib_path:
     # every layer once, ln_f, and the embeddings (wpe alone where wte is a tied copy: that one
     # is updated after its all-reduce; the head's wte range is never updated early)
     assert sum(per_rank) == ODD_MODEL["n_layer"] + 2
+    if pp > 1:  # only pipeline rank 0 early; the others after the table, the same bits
+        first = _run(tmp_path, native_lib_path, "first", env={"GANTRY_OPT_OVERLAP": "2"}, **kw)
+        assert [r["loss"] for r in first] == [r["loss"] for r in off]
+        assert [r["grad_norm"] for r in first] == [r["grad_norm"] for r in off]
+        assert all(r["ranks"][0]["opt_ranges"] == per_rank[0] > 0 for r in first)
+        assert all(rank["opt_ranges"] == 0 for r in first for rank in r["ranks"][1:])
 
 def test_clipping_keeps_the_update_after_the_norm(tmp_path: Path,
                                                   native_lib_path: Path) -> None:
@@ -79,5 +86,6 @@ def test_bad_switch_is_a_one_line_error(tmp_path: Path, native_lib_path: Path) -
     result = gantry_train(job, 2, native_lib_path, run_dir=tmp_path / "run",
                           env={"GANTRY_OPT_OVERLAP": "maybe"})
     assert result.returncode == 2, result.stderr[-3000:]
-    assert "error: GANTRY_OPT_OVERLAP='maybe' is not allowed (allowed: 0, 1)" in result.stderr
+    assert ("error: GANTRY_OPT_OVERLAP='maybe' is not allowed (an integer 0..2; 1 = every rank, "
+            "2 = pipeline rank 0 only, 0 = none)") in result.stderr
     assert "Traceback" not in result.stderr

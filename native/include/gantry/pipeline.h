@@ -26,9 +26,15 @@
  * norm to wait for, the same armed action updates each reported range with AdamW at once
  * (gt_stage_adamw_range: on the CUDA backend a stream of its own, overlapping the rest of the
  * backward); the tied wte copies of the first and last stage are updated after their
- * all-reduce, and every stage's stream waits for its optimizer before the step returns. Same
- * bits as GANTRY_OPT_OVERLAP=0 (AdamW is element-wise). The step's loss and norm are
- * all-reduced before any update, so no rank waits for another's optimizer.
+ * all-reduce. GANTRY_OPT_OVERLAP=2 does so on pipeline rank 0 only: the other ranks update
+ * after the table, which (below) runs into their next step's first wait. Same bits as
+ * GANTRY_OPT_OVERLAP=0 (AdamW is element-wise). The step's loss and norm are all-reduced before
+ * any update, so no rank waits for another's optimizer.
+ *
+ * The step returns once the update is enqueued: each stage's stream waits for its optimizer on
+ * the device, the host does not (stage reads and saves synchronize the stream first). So the
+ * update of a rank whose table starts with a receive overlaps that wait, and on a rank whose
+ * table starts with compute the first action's time includes what is left of it.
  */
 #ifndef GANTRY_PIPELINE_H
 #define GANTRY_PIPELINE_H
@@ -78,6 +84,10 @@ typedef struct {
                          they are summed; NCCL: enqueueing the compute stream's wait) */
     int32_t dp_buckets; /* buckets all-reduced overlapped with the backward (0: none) */
     int32_t opt_ranges; /* parameter ranges AdamW updated during the backward (0: none) */
+    double tied_s;      /* part of sync_s: the tied wte all-reduce, waiting for the other rank
+                           of the pair to reach it included (after dp_wait_s) */
+    double norm_s;      /* part of sync_s: the gradients' sum of squares and the norm and loss
+                           all-reduces; the rest of sync_s enqueues the update */
 } gt_step_result;
 
 /* One span of the last step's trace (times in seconds since the step started). */

@@ -7,7 +7,7 @@
  * first call the heuristic's candidates (GANTRY_GEMM_CANDIDATES, default 8, at most
  * GT_TUNE_MAX_CANDIDATES) are timed on the call's own A and B with D (and a written epilogue
  * aux) redirected to a scratch buffer, so the tuning launches change nothing the caller can see;
- * the fastest wins. GANTRY_GEMM_TUNE_LOG=1 prints one `gantry-gemm-tune {json}` line per tuned
+ * the least median time over interleaved rounds wins. GANTRY_GEMM_TUNE_LOG=1 prints one `gantry-gemm-tune {json}` line per tuned
  * shape to stderr (the shape, every candidate's time, the choice and its TFLOP/s). The choice is kept per process
  * and shape, so every stage of a process runs the same algorithm for the same shape (split and
  * full backward stay bit-identical). Every cuBLASLt call is checked (CUBLAS_CHECK carries the
@@ -38,7 +38,7 @@ typedef struct {
 
 #define GT_TUNE_CANDIDATES 8      /* default */
 #define GT_TUNE_MAX_CANDIDATES 32
-#define GT_TUNE_REPS 3
+#define GT_TUNE_ROUNDS 7 /* timed launches of each candidate; the median counts */
 #define GT_TUNE_MAX_SCRATCH ((size_t)1 << 30) /* larger outputs keep the heuristic's choice */
 #define GT_PREF_ALIGNMENT 16u /* every operand gantry passes is 16-byte aligned (C % 8 == 0) */
 
@@ -108,16 +108,18 @@ static int tune_log_enabled(void) {
     return env != NULL && env[0] != '\0' && strcmp(env, "0") != 0;
 }
 
-/* One line per tuned shape: the key, each candidate's mean ms (-1: failed to launch), the
+/* One line per tuned shape: the CUDA device, the key, each candidate's median ms (-1: failed to launch), the
  * chosen index and its TFLOP/s. */
 static void tune_log(const gt_lt_key *k, const float *ms, int n, int best) {
     double flop = 2.0 * k->m * (double)k->n * k->k * (k->batch > 1 ? k->batch : 1);
+    int device = -1;
+    (void)cudaGetDevice(&device); /* which rank's line, when ranks share one stderr */
     fprintf(stderr,
-            "gantry-gemm-tune {\"m\": %d, \"n\": %d, \"k\": %d, \"transa\": %d, "
+            "gantry-gemm-tune {\"device\": %d, \"m\": %d, \"n\": %d, \"k\": %d, \"transa\": %d, "
             "\"transb\": %d, \"epilogue\": %d, \"d_fp32\": %d, \"beta\": %g, "
             "\"batch\": %d, \"ms\": [",
-            k->m, k->n, k->k, k->transa, k->transb, k->epilogue, k->d_fp32, (double)k->beta,
-            k->batch);
+            device, k->m, k->n, k->k, k->transa, k->transb, k->epilogue, k->d_fp32,
+            (double)k->beta, k->batch);
     for (int i = 0; i < n; i++) fprintf(stderr, "%s%.4f", i ? ", " : "", (double)ms[i]);
     fprintf(stderr, "], \"best\": %d, \"tflops\": %.1f}\n", best,
             best >= 0 && ms[best] > 0.0f ? flop / (1e9 * (double)ms[best]) : 0.0);
@@ -301,17 +303,34 @@ static size_t output_bytes(const gt_lt_key *k) {
     return cols * elem;
 }
 
+/* Median of n floats (n <= GT_TUNE_ROUNDS; sorts a copy). */
+static float median_ms(const float *v, int n) {
+    float s[GT_TUNE_ROUNDS];
+    memcpy(s, v, (size_t)n * sizeof(float));
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && s[j - 1] > s[j]; j--) {
+            float t = s[j];
+            s[j] = s[j - 1], s[j - 1] = t;
+        }
+    return n % 2 ? s[n / 2] : 0.5f * (s[n / 2 - 1] + s[n / 2]);
+}
+
 /* Times the plan's candidates on the call's operands with D (and a written aux) in scratch;
- * keeps the fastest. Candidates that fail to launch are skipped; if none runs, the heuristic's
- * first choice stays. */
+ * keeps the one of least median time. One untimed launch of each candidate first (those that
+ * fail to launch are left out), then GT_TUNE_ROUNDS rounds that launch every candidate once
+ * between events, so a drift of the clocks (the power cap reacting to the tuning itself, another
+ * stream's work) falls on every candidate alike instead of on whichever ran during it. If none
+ * runs, the heuristic's first choice stays. */
 static int tune(gt_lt *lt, gt_lt_plan *p, const gt_matmul_args *a, cudaStream_t stream) {
     int rc = GT_OK;
-    cudaEvent_t t0 = NULL, t1 = NULL;
+    cudaEvent_t ev[GT_TUNE_MAX_CANDIDATES + 1] = {NULL};
     const size_t d_bytes = (output_bytes(&p->key) + 255) & ~(size_t)255;
     const size_t aux_bytes = p->key.epilogue == GT_EPI_GELU_BIAS
                                  ? (size_t)p->key.ldd * (size_t)p->key.n * 2 : 0;
-    float best_ms = -1.0f, cand_ms[GT_TUNE_MAX_CANDIDATES];
-    int best = -1;
+    const float alpha = 1.0f, beta = p->key.beta;
+    const int n = p->n_candidates;
+    float cand_ms[GT_TUNE_MAX_CANDIDATES], round_ms[GT_TUNE_MAX_CANDIDATES][GT_TUNE_ROUNDS];
+    int ok[GT_TUNE_MAX_CANDIDATES], best = -1;
     p->tuned = 1;
     if (d_bytes + aux_bytes > GT_TUNE_MAX_SCRATCH) goto remember;
     if (d_bytes + aux_bytes > lt->scratch_size) {
@@ -334,38 +353,34 @@ static int tune(gt_lt *lt, gt_lt_plan *p, const gt_matmul_args *a, cudaStream_t 
         CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
             p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
     }
-    CUDA_CHECK(cudaEventCreate(&t0));
-    CUDA_CHECK(cudaEventCreate(&t1));
-    for (int c = 0; c < p->n_candidates; c++) {
-        const float alpha = 1.0f, beta = p->key.beta;
-        int ok = 1;
-        cand_ms[c] = -1.0f;
-        for (int r = 0; r <= GT_TUNE_REPS && ok; r++) { /* r == 0: warm-up, untimed */
-            if (r == 1) CUDA_CHECK(cudaEventRecord(t0, stream));
-            ok = cublasLtMatmul(lt->handle, p->op, &alpha, a->A, p->la, a->B, p->lb, &beta,
-                                lt->scratch, p->lc, lt->scratch, p->ld, &p->candidates[c],
-                                lt->workspace, lt->workspace_size, stream) ==
-                 CUBLAS_STATUS_SUCCESS;
+    for (int c = 0; c <= n; c++) CUDA_CHECK(cudaEventCreate(&ev[c]));
+    for (int r = -1; r < GT_TUNE_ROUNDS; r++) { /* r == -1: the untimed launch of each */
+        CUDA_CHECK(cudaEventRecord(ev[0], stream));
+        for (int c = 0; c < n; c++) {
+            if (r == -1) ok[c] = 1;
+            if (ok[c])
+                ok[c] = cublasLtMatmul(lt->handle, p->op, &alpha, a->A, p->la, a->B, p->lb,
+                                       &beta, lt->scratch, p->lc, lt->scratch, p->ld,
+                                       &p->candidates[c], lt->workspace, lt->workspace_size,
+                                       stream) == CUBLAS_STATUS_SUCCESS;
+            CUDA_CHECK(cudaEventRecord(ev[c + 1], stream));
         }
-        if (!ok) continue;
-        CUDA_CHECK(cudaEventRecord(t1, stream));
-        CUDA_CHECK(cudaEventSynchronize(t1));
-        float ms = 0.0f;
-        CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
-        cand_ms[c] = ms / GT_TUNE_REPS;
-        if (best_ms < 0.0f || ms < best_ms) {
-            best_ms = ms;
-            best = c;
-            p->algo = p->candidates[c];
-        }
+        CUDA_CHECK(cudaEventSynchronize(ev[n]));
+        for (int c = 0; c < n && r >= 0; c++)
+            CUDA_CHECK(cudaEventElapsedTime(&round_ms[c][r], ev[c], ev[c + 1]));
     }
     CUDA_CHECK(cudaGetLastError());
-    if (tune_log_enabled()) tune_log(&p->key, cand_ms, p->n_candidates, best);
+    for (int c = 0; c < n; c++) {
+        cand_ms[c] = ok[c] ? median_ms(round_ms[c], GT_TUNE_ROUNDS) : -1.0f;
+        if (ok[c] && (best < 0 || cand_ms[c] < cand_ms[best])) best = c;
+    }
+    if (best >= 0) p->algo = p->candidates[best];
+    if (tune_log_enabled()) tune_log(&p->key, cand_ms, n, best);
 remember:
     choice_add(&p->key, &p->algo);
 cleanup:
-    if (t0 != NULL) cudaEventDestroy(t0);
-    if (t1 != NULL) cudaEventDestroy(t1);
+    for (int c = 0; c <= n; c++)
+        if (ev[c] != NULL) cudaEventDestroy(ev[c]);
     return rc;
 }
 
