@@ -6,7 +6,7 @@
  *   gantry-kernel-bench [--N 4096] [--C 1600] [--iters 50] [--warmup 5] [--l2-flush 1]
  * N rows (B*T), C channels. Prints one JSON line per case to stdout:
  *   {"kernel", "impl", "N", "C", "OC", "blocks", "us", "us_mean", "gbps", "bytes", "l2"}
- * (adamw: N = parameters, C = 1; memcpy_d2d: N = MiB copied, C = 1; gelu_bwd: OC = 4C)
+ * (adamw, sq_sum: N = parameters, C = 1; memcpy_d2d: N = MiB copied, C = 1; gelu_bwd: OC = 4C)
  * us: median of the per-launch times (cudaEvent pair around each launch, after `warmup`
  * untimed launches), us_mean their mean; gbps: the bytes the kernel must move at least (formula
  * at each case) / us. With --l2-flush 1 (default) a 256 MiB memset between launches, outside the
@@ -177,6 +177,7 @@ typedef struct {
     gt_bf16 *params16; /* (ADAMW_N) each */
     uint64_t *seg_end;
     uint8_t *seg_decay;
+    double *sq;                /* 1 + GT_CU_SQ_BLOCKS: sq_sum's result and partials */
     void *copy_src, *copy_dst; /* COPY_BYTES each */
 } bench_ctx;
 
@@ -213,6 +214,12 @@ static cudaError_t launch_adamw(void *p) {
     a.one_minus_beta2 = 1.0f - a.beta2;
     return gt_cu_adamw(c->params, c->params16, c->grads, c->m, c->v, 0, ADAMW_N, c->seg_end,
                        c->seg_decay, 1, a, 0);
+}
+/* the gradient norm's sum of squares over ADAMW_N - 3 grads from the 4th (16-byte aligned, an
+ * odd tail) */
+static cudaError_t launch_sq_sum(void *p) {
+    bench_ctx *c = (bench_ctx *)p;
+    return gt_cu_sq_sum(c->sq, c->sq + 1, c->grads + 4, ADAMW_N - 5, 0);
 }
 static cudaError_t launch_copy(void *p) {
     bench_ctx *c = (bench_ctx *)p;
@@ -375,6 +382,7 @@ int main(int argc, char **argv) {
     CK(cudaMalloc((void **)&c.m, ADAMW_N * sizeof(float)));
     CK(cudaMalloc((void **)&c.v, ADAMW_N * sizeof(float)));
     CK(cudaMalloc((void **)&c.params16, ADAMW_N * sizeof(gt_bf16)));
+    CK(cudaMalloc((void **)&c.sq, (1 + GT_CU_SQ_BLOCKS) * sizeof(double)));
     CK(cudaMalloc((void **)&c.seg_end, sizeof(uint64_t)));
     CK(cudaMalloc((void **)&c.seg_decay, 1));
     CK(cudaMalloc(&c.copy_src, COPY_BYTES));
@@ -549,6 +557,25 @@ int main(int argc, char **argv) {
         }
     }
 
+    { /* sq_sum vs a host sum in double over the same grads */
+        float *hg = (float *)malloc((ADAMW_N - 5) * sizeof(float));
+        double want = 0.0, got_sq = 0.0;
+        if (hg == NULL) {
+            fprintf(stderr, "error: out of host memory for the sq_sum check\n");
+            rc = 1;
+            goto cleanup;
+        }
+        cudaError_t err = cudaMemcpy(hg, c.grads + 4, (ADAMW_N - 5) * sizeof(float),
+                                     cudaMemcpyDeviceToHost);
+        if (err == cudaSuccess) err = launch_sq_sum(&c);
+        if (err == cudaSuccess)
+            err = cudaMemcpy(&got_sq, c.sq, sizeof(double), cudaMemcpyDeviceToHost);
+        for (size_t i = 0; i < ADAMW_N - 5; i++) want += (double)hg[i] * hg[i];
+        free(hg);
+        CK(err);
+        check_close("sq_sum vs host", &got_sq, &want, 1, 1e-9);
+    }
+
     /* ---------------- timing ---------------------------------------------------------- */
     {
         double us, us_mean;
@@ -599,6 +626,10 @@ int main(int argc, char **argv) {
         CK(time_case(&t, launch_adamw, &c, &us, &us_mean));
         print_case("adamw", 1, (int)ADAMW_N, 1, 0, 0, 30.0 * ADAMW_N, us, us_mean, flush);
 
+        /* sq_sum: read the grads (4 B per element) */
+        CK(time_case(&t, launch_sq_sum, &c, &us, &us_mean));
+        print_case("sq_sum", 1, (int)ADAMW_N, 1, 0, 0, 4.0 * ADAMW_N, us, us_mean, flush);
+
         /* device-to-device copy, the bandwidth anchor: read + write, 2 * COPY_BYTES */
         CK(time_case(&t, launch_copy, &c, &us, &us_mean));
         print_case("memcpy_d2d", 0, (int)(COPY_BYTES >> 20), 1, 0, 0, 2.0 * COPY_BYTES, us, us_mean,
@@ -642,6 +673,7 @@ cleanup:
     cudaFree(c.m);
     cudaFree(c.v);
     cudaFree(c.params16);
+    cudaFree(c.sq);
     cudaFree(c.seg_end);
     cudaFree(c.seg_decay);
     cudaFree(c.copy_src);

@@ -1155,12 +1155,26 @@ extern "C" cudaError_t gt_cu_causal_softmax_backward(gt_bf16 *dpreatt, const gt_
 /* ------------------------------------------------------------------------------------------ */
 /* sum of squares (double), AdamW                                                              */
 
+/* Block b sums the squares of a fixed slice of x (a multiple of 4 elements wide), 16-byte loads
+ * when x is 16-byte aligned, so the partition and the order of the sums do not depend on
+ * timing: the same bits every run. */
 __global__ void sq_partial_kernel(double *partial, const float *x, size_t n) {
     __shared__ double shared[256];
-    size_t per = (n + gridDim.x - 1) / gridDim.x;
-    size_t b0 = blockIdx.x * per, b1 = min(n, b0 + per);
+    size_t per = ((n + gridDim.x - 1) / gridDim.x + 3) & ~(size_t)3;
+    size_t b0 = min(n, (size_t)blockIdx.x * per), b1 = min(n, b0 + per);
     double acc = 0.0;
-    for (size_t i = b0 + threadIdx.x; i < b1; i += blockDim.x) acc += (double)x[i] * x[i];
+    size_t tail = b0;
+    if (((uintptr_t)x & 15) == 0) {
+        const float4 *v = (const float4 *)(x + b0);
+        size_t nv = (b1 - b0) / 4;
+#pragma unroll 4
+        for (size_t i = threadIdx.x; i < nv; i += blockDim.x) {
+            float4 q = v[i];
+            acc += (double)q.x * q.x + (double)q.y * q.y + (double)q.z * q.z + (double)q.w * q.w;
+        }
+        tail = b0 + 4 * nv;
+    }
+    for (size_t i = tail + threadIdx.x; i < b1; i += blockDim.x) acc += (double)x[i] * x[i];
     shared[threadIdx.x] = acc;
     __syncthreads();
     for (int s = blockDim.x / 2; s > 0; s >>= 1) {

@@ -130,7 +130,7 @@ cudaError_t gt_cu_crossentropy_backward(gt_bf16 *logits, const float *lse, const
 cudaError_t gt_cu_mean(float *out, const float *x, int n, cudaStream_t stream);
 
 /* Sum of squares of x[begin, end) in double; partial: GT_CU_SQ_BLOCKS doubles; out (1) */
-#define GT_CU_SQ_BLOCKS 512
+#define GT_CU_SQ_BLOCKS 1056 /* 8 per SM of an H200 */
 cudaError_t gt_cu_sq_sum(double *out, double *partial, const float *x, size_t n,
                          cudaStream_t stream);
 

@@ -303,6 +303,15 @@ static size_t output_bytes(const gt_lt_key *k) {
     return cols * elem;
 }
 
+/* One launch of candidate c on the call's operands with D in the tuning scratch; 1 if it ran. */
+static int run_candidate(gt_lt *lt, gt_lt_plan *p, const gt_matmul_args *a, int c,
+                         cudaStream_t stream) {
+    const float alpha = 1.0f, beta = p->key.beta;
+    return cublasLtMatmul(lt->handle, p->op, &alpha, a->A, p->la, a->B, p->lb, &beta,
+                          lt->scratch, p->lc, lt->scratch, p->ld, &p->candidates[c],
+                          lt->workspace, lt->workspace_size, stream) == CUBLAS_STATUS_SUCCESS;
+}
+
 /* Median of n floats (n <= GT_TUNE_ROUNDS; sorts a copy). */
 static float median_ms(const float *v, int n) {
     float s[GT_TUNE_ROUNDS];
@@ -327,7 +336,6 @@ static int tune(gt_lt *lt, gt_lt_plan *p, const gt_matmul_args *a, cudaStream_t 
     const size_t d_bytes = (output_bytes(&p->key) + 255) & ~(size_t)255;
     const size_t aux_bytes = p->key.epilogue == GT_EPI_GELU_BIAS
                                  ? (size_t)p->key.ldd * (size_t)p->key.n * 2 : 0;
-    const float alpha = 1.0f, beta = p->key.beta;
     const int n = p->n_candidates;
     float cand_ms[GT_TUNE_MAX_CANDIDATES], round_ms[GT_TUNE_MAX_CANDIDATES][GT_TUNE_ROUNDS];
     int ok[GT_TUNE_MAX_CANDIDATES], best = -1;
@@ -354,20 +362,21 @@ static int tune(gt_lt *lt, gt_lt_plan *p, const gt_matmul_args *a, cudaStream_t 
             p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &aux, sizeof(aux)));
     }
     for (int c = 0; c <= n; c++) CUDA_CHECK(cudaEventCreate(&ev[c]));
-    for (int r = -1; r < GT_TUNE_ROUNDS; r++) { /* r == -1: the untimed launch of each */
+    for (int c = 0; c < n; c++) /* the untimed launch of each: does it run at all */
+        ok[c] = run_candidate(lt, p, a, c, stream);
+    for (int r = 0; r < GT_TUNE_ROUNDS; r++) {
+        /* the order turns each round and an untimed launch leads it, so no candidate is always
+         * the one that starts after the idle gap of the synchronize */
+        (void)run_candidate(lt, p, a, r % n, stream);
         CUDA_CHECK(cudaEventRecord(ev[0], stream));
-        for (int c = 0; c < n; c++) {
-            if (r == -1) ok[c] = 1;
-            if (ok[c])
-                ok[c] = cublasLtMatmul(lt->handle, p->op, &alpha, a->A, p->la, a->B, p->lb,
-                                       &beta, lt->scratch, p->lc, lt->scratch, p->ld,
-                                       &p->candidates[c], lt->workspace, lt->workspace_size,
-                                       stream) == CUBLAS_STATUS_SUCCESS;
-            CUDA_CHECK(cudaEventRecord(ev[c + 1], stream));
+        for (int j = 0; j < n; j++) {
+            int c = (r + j) % n;
+            if (ok[c]) ok[c] = run_candidate(lt, p, a, c, stream);
+            CUDA_CHECK(cudaEventRecord(ev[j + 1], stream));
         }
         CUDA_CHECK(cudaEventSynchronize(ev[n]));
-        for (int c = 0; c < n && r >= 0; c++)
-            CUDA_CHECK(cudaEventElapsedTime(&round_ms[c][r], ev[c], ev[c + 1]));
+        for (int j = 0; j < n; j++)
+            CUDA_CHECK(cudaEventElapsedTime(&round_ms[(r + j) % n][r], ev[j], ev[j + 1]));
     }
     CUDA_CHECK(cudaGetLastError());
     for (int c = 0; c < n; c++) {
