@@ -62,7 +62,7 @@ struct gt_pipeline {
     gt_bucketer bucketer;   /* of the armed action */
     float *armed_grads;     /* gradient buffer of the armed action's chunk */
     int dp_buckets;         /* buckets started this step */
-    int opt_overlap;        /* GANTRY_OPT_OVERLAP: 0 none, 1 every rank (default), 2 rank 0 */
+    int opt_overlap;        /* GANTRY_OPT_OVERLAP: 0 none, 1 every rank, 2 rank 0 (default) */
     int opt_now;            /* this step: AdamW per range from the hook (no clipping, dp 1) */
     int opt_ranges;         /* ranges updated so this step */
     gt_chunk *armed_chunk;  /* chunk of the armed action */
@@ -95,7 +95,7 @@ int gt_pipeline_create(const gt_config *cfg, gt_comm *comm, int v, int m, int B,
     GT_CHECK(gt_dp_bucket_elements(&p->bucket_elems));
     /* AdamW per gradient range as soon as it is final when clipping is off: 1 on every rank,
      * 2 on pipeline rank 0 only (the others update after the table, into the next step's fill) */
-    GT_CHECK(gt_env_int("GANTRY_OPT_OVERLAP", 0, 2, 1,
+    GT_CHECK(gt_env_int("GANTRY_OPT_OVERLAP", 0, 2, 2,
                         "1 = every rank, 2 = pipeline rank 0 only, 0 = none", &p->opt_overlap));
     p->overlap = p->overlap && p->dp > 1;
     GT_CALLOC(p->last_grad, v);

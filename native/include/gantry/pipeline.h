@@ -22,13 +22,14 @@
  * whole gradient buffer after the table instead. Both give the same sums (for dp = 2 the same
  * bits: see comm.h).
  *
- * Optimizer overlap (dp = 1, clipping off, GANTRY_OPT_OVERLAP=1, the default): with no global
- * norm to wait for, the same armed action updates each reported range with AdamW at once
+ * Optimizer overlap (dp = 1, clipping off; GANTRY_OPT_OVERLAP): with no global norm to wait
+ * for, the same armed action updates each reported range with AdamW at once
  * (gt_stage_adamw_range: on the CUDA backend a stream of its own, overlapping the rest of the
  * backward); the tied wte copies of the first and last stage are updated after their
- * all-reduce. GANTRY_OPT_OVERLAP=2 does so on pipeline rank 0 only: the other ranks update
- * after the table, which (below) runs into their next step's first wait. Same bits as
- * GANTRY_OPT_OVERLAP=0 (AdamW is element-wise). The step's loss and norm are all-reduced before
+ * all-reduce. 2 (the default) does so on pipeline rank 0 only: every other rank updates after
+ * its table, which (below) runs into the wait for its next step's first input — idle time on
+ * the device otherwise — instead of competing with its compute; 1 on every rank; 0 on none.
+ * Same bits either way (AdamW is element-wise). The step's loss and norm are all-reduced before
  * any update, so no rank waits for another's optimizer.
  *
  * The step returns once the update is enqueued: each stage's stream waits for its optimizer on
