@@ -59,6 +59,8 @@ struct gt_pipeline {
     int overlap;            /* dp > 1 and GANTRY_DP_OVERLAP=1 */
     size_t bucket_elems;    /* GANTRY_DP_BUCKET_MB in floats */
     int *last_grad;         /* [v] table index of each chunk's last BACKWARD / WEIGHT, -1 */
+    int *first_grad;        /* [v] table index of each chunk's first action writing gradients
+                               (BACKWARD / BACKWARD_INPUT / WEIGHT), -1: none */
     gt_bucketer bucketer;   /* of the armed action */
     float *armed_grads;     /* gradient buffer of the armed action's chunk */
     int dp_buckets;         /* buckets started this step */
@@ -99,6 +101,7 @@ int gt_pipeline_create(const gt_config *cfg, gt_comm *comm, int v, int m, int B,
                         "1 = every rank, 2 = pipeline rank 0 only, 0 = none", &p->opt_overlap));
     p->overlap = p->overlap && p->dp > 1;
     GT_CALLOC(p->last_grad, v);
+    GT_CALLOC(p->first_grad, v);
     GT_CALLOC(p->chunks, v);
     const int n_stages = p->pp * v;
     void *stream = gt_comm_compute_stream(comm);
@@ -148,6 +151,7 @@ void gt_pipeline_free(gt_pipeline *p) {
     }
     free(p->chunks);
     free(p->last_grad);
+    free(p->first_grad);
     free(p->trace);
     free(p);
 }
@@ -223,16 +227,18 @@ cleanup:
     return rc;
 }
 
-/* Finds each chunk's last gradient-producing action (-1: none, or nothing to arm). */
-static void find_last_grad(gt_pipeline *p, const int32_t *actions, int n) {
-    for (int c = 0; c < p->v; c++) p->last_grad[c] = -1;
-    if (!p->overlap && !p->opt_now) return;
+/* Finds each chunk's first action that writes gradients and its last gradient-producing
+ * BACKWARD / WEIGHT (-1: none; last_grad also -1 when there is nothing to arm). */
+static void find_grad_actions(gt_pipeline *p, const int32_t *actions, int n) {
+    const int arm = p->overlap || p->opt_now;
+    for (int c = 0; c < p->v; c++) p->last_grad[c] = p->first_grad[c] = -1;
     for (int i = 0; i < n; i++) {
         const int32_t *a = actions + (size_t)i * GT_ACTION_WIDTH;
-        int s = a[1];
-        if ((a[0] == GT_OP_BACKWARD || a[0] == GT_OP_WEIGHT) && s >= 0 && s < p->pp * p->v &&
-            s % p->pp == p->pipe_rank)
-            p->last_grad[s / p->pp] = i;
+        int op = a[0], s = a[1];
+        if (s < 0 || s >= p->pp * p->v || s % p->pp != p->pipe_rank) continue;
+        if (op != GT_OP_BACKWARD && op != GT_OP_BACKWARD_INPUT && op != GT_OP_WEIGHT) continue;
+        if (p->first_grad[s / p->pp] < 0) p->first_grad[s / p->pp] = i;
+        if (arm && op != GT_OP_BACKWARD_INPUT) p->last_grad[s / p->pp] = i;
     }
 }
 
@@ -283,6 +289,8 @@ static int run_table(gt_pipeline *p, const int32_t *actions, int n, const int32_
             if (mb < 0 || mb >= p->m || slot < 0 || slot >= ch->n_slots)
                 GT_FAIL(GT_ESTATE, "action %d: micro-batch %d / slot %d out of range", i, mb,
                         slot);
+            if (i == p->first_grad[s / p->pp]) /* zeroed where first needed: off the fill */
+                GT_CHECK(gt_stage_zero_grad(ch->stage));
         }
         switch (op) {
         case GT_OP_FORWARD: {
@@ -421,14 +429,15 @@ int gt_pipeline_step(gt_pipeline *p, const int32_t *actions, int n_actions,
     }
     p->trace_count = 0;
     GT_CHECK(gt_comm_reserve(p->comm, n_actions));
-    for (int c = 0; c < p->v; c++) GT_CHECK(gt_stage_zero_grad(p->chunks[c].stage));
     p->step_args = *args;
     p->lr_now = gt_lr_at((gt_lr_kind)args->lr_kind, args->step, args->max_lr, args->min_lr,
                          args->warmup_steps, args->total_steps);
     p->opt_now = (p->opt_overlap == 1 || (p->opt_overlap == 2 && p->pipe_rank == 0)) &&
                  p->dp == 1 && !(args->grad_clip > 0.0f);
     p->opt_ranges = 0;
-    find_last_grad(p, actions, n_actions);
+    find_grad_actions(p, actions, n_actions);
+    for (int c = 0; c < p->v; c++) /* no gradient action this step: zero now */
+        if (p->first_grad[c] < 0) GT_CHECK(gt_stage_zero_grad(p->chunks[c].stage));
     p->dp_buckets = 0;
     GT_CHECK(run_table(p, actions, n_actions, tokens, targets, &loss_sum, &r, t_start));
     double t_sync = now_s();

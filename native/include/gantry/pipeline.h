@@ -6,8 +6,10 @@
  * int32 rows (op, stage, micro_batch, slot, peer) — see launcher/schedules/table.py — and the
  * executor follows it verbatim: it takes no decision at run time.
  *
- * One step: zero grads; run the table (forward / backward / split backward on activation
- * slots, non-blocking sends and receives waited where the table says); hierarchical
+ * One step: run the table (forward / backward / split backward on activation slots,
+ * non-blocking sends and receives waited where the table says; each chunk's gradients are
+ * zeroed right before its first action that writes them, so the first rank's first forward,
+ * which every other rank waits for, does not wait for a memset); hierarchical
  * data-parallel all-reduce of all gradients; all-reduce of the wte gradient between first and
  * last stage (of the dp-reduced gradients); global gradient norm (pipeline all-reduce of sums
  * of squares, wte once); clipping; AdamW at the scheduled learning rate. The loss (mean over
