@@ -20,7 +20,7 @@ import gpu_bench_table  # noqa: E402
 RESULTS = REPO / "bench" / "results"
 FINAL = RESULTS / "gpu-bench-h200x2-2026-11-30-s3-call4.jsonl"
 CURRENT = {"350M": RESULTS / "gpu-bench-h200x2-2026-11-30-s4-call4.jsonl",
-           "1.5B": RESULTS / "gpu-bench-h200x2-2026-11-30-s5-call4.jsonl"}
+           "1.5B": RESULTS / "gpu-bench-h200x2-2026-12-01-s6-call4.jsonl"}
 """The calls docs/BENCHMARKS.md's current GPU section reports, per model (one build)."""
 
 
