@@ -483,39 +483,14 @@ __device__ __forceinline__ void store8(float *p, const float f[8]) {
     reinterpret_cast<float4 *>(p)[1] = make_float4(f[4], f[5], f[6], f[7]);
 }
 
-/* Loads the R rows row0.. of one group (zeros past r_end or the row's vectors; dresid may be
- * NULL): thread v's 16-byte vector of dout, inp and dresid, and the rows' mean and rstd. */
-template <int R>
-__device__ __forceinline__ void ln_bwd_load_group(uint4 (&dv)[R], uint4 (&xv)[R], uint4 (&rv)[R],
-                                                  float (&m)[R], float (&s)[R],
-                                                  const bf16 *dresid, const bf16 *dout,
-                                                  const bf16 *inp, const float *mean,
-                                                  const float *rstd, int row0, int r_end, int v,
-                                                  int nv, bool active) {
-    const uint4 zero = make_uint4(0u, 0u, 0u, 0u);
-#pragma unroll
-    for (int i = 0; i < R; i++) {
-        int row = row0 + i;
-        bool ok = active && row < r_end;
-        size_t at = (size_t)row * nv + v; /* vector index */
-        dv[i] = ok ? reinterpret_cast<const uint4 *>(dout)[at] : zero;
-        xv[i] = ok ? reinterpret_cast<const uint4 *>(inp)[at] : zero;
-        rv[i] = ok && dresid != NULL ? reinterpret_cast<const uint4 *>(dresid)[at] : zero;
-        m[i] = row < r_end ? mean[row] : 0.0f;
-        s[i] = row < r_end ? rstd[row] : 0.0f;
-    }
-}
-
 /* LayerNorm backward (input and weight gradients, optionally the two bias sums), block-
  * cooperative: block b owns rows [b P, b P + P) (P = rows_per_block, a multiple of R), taken
  * R at a time in increasing order. dout, inp and dresid of the group are loaded before any
  * store (each vector is read and written by its owning thread only, so dinp may alias dresid).
- * PIPE (impl 3): the next group's loads are issued before this group's reduction and stores,
- * so the block keeps reads in flight while it reduces (other rows: no aliasing either).
  * Column sums stay in registers (thread v: its 8 columns; rows in order) and go to
  * partial[(q * G + b) * C + c] at the end, q = 0: dout, 1: dout * xhat, with SUMS 2: dresid,
  * 3: the stored dinp; colsum_finish_kernel<32> adds the blocks in order. */
-template <int R, bool SUMS, bool PIPE>
+template <int R, bool SUMS>
 __global__ void __launch_bounds__(LN_BLOCK_MAX_WARPS * WARP, LN_BWD_BLOCK_MIN_BLOCKS)
     layernorm_backward_block_kernel(bf16 *dinp, const bf16 *dresid, const bf16 *dout,
                                     const bf16 *inp, const float *mean, const float *rstd,
@@ -534,20 +509,20 @@ __global__ void __launch_bounds__(LN_BLOCK_MAX_WARPS * WARP, LN_BWD_BLOCK_MIN_BL
     const int r_begin = (int)blockIdx.x * rows_per_block;
     const int r_end = min(N, r_begin + rows_per_block);
     int half = 0;
-    uint4 dv[R], xv[R], rv[R];
-    float m[R], s[R];
-    if (PIPE)
-        ln_bwd_load_group<R>(dv, xv, rv, m, s, dresid, dout, inp, mean, rstd, r_begin, r_end, v,
-                             nv, active);
     for (int row0 = r_begin; row0 < r_end; row0 += R, half ^= 1) {
-        uint4 dn[R], xn[R], rn[R];
-        float mn[R], sn[R];
-        if (PIPE) /* the next group's reads, in flight during this group's work */
-            ln_bwd_load_group<R>(dn, xn, rn, mn, sn, dresid, dout, inp, mean, rstd, row0 + R,
-                                 r_end, v, nv, active);
-        else
-            ln_bwd_load_group<R>(dv, xv, rv, m, s, dresid, dout, inp, mean, rstd, row0, r_end, v,
-                                 nv, active);
+        uint4 dv[R], xv[R], rv[R];
+        float m[R], s[R];
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            int row = row0 + i;
+            bool ok = active && row < r_end;
+            size_t at = (size_t)row * nv + v; /* vector index */
+            dv[i] = ok ? reinterpret_cast<const uint4 *>(dout)[at] : zero;
+            xv[i] = ok ? reinterpret_cast<const uint4 *>(inp)[at] : zero;
+            rv[i] = ok && dresid != NULL ? reinterpret_cast<const uint4 *>(dresid)[at] : zero;
+            m[i] = row < r_end ? mean[row] : 0.0f;
+            s[i] = row < r_end ? rstd[row] : 0.0f;
+        }
         float g[R], gx[R]; /* per row: sum w dout, sum w dout xhat (this thread's columns) */
 #pragma unroll
         for (int i = 0; i < R; i++) {
@@ -557,9 +532,9 @@ __global__ void __launch_bounds__(LN_BLOCK_MAX_WARPS * WARP, LN_BWD_BLOCK_MIN_BL
             g[i] = gx[i] = 0.0f;
 #pragma unroll
             for (int j = 0; j < LN_VEC; j++) {
-                float dn_j = fw[j] * fd[j]; /* 0 outside the row / the columns */
-                g[i] += dn_j;
-                gx[i] += dn_j * ((fx[j] - m[i]) * s[i]);
+                float dn = fw[j] * fd[j]; /* 0 outside the row / the columns */
+                g[i] += dn;
+                gx[i] += dn * ((fx[j] - m[i]) * s[i]);
             }
         }
         ln_block_sum2<R>(g, gx, red, half);
@@ -587,13 +562,6 @@ __global__ void __launch_bounds__(LN_BLOCK_MAX_WARPS * WARP, LN_BWD_BLOCK_MIN_BL
 #pragma unroll
                     for (int j = 0; j < LN_VEC; j++) acc_o[j] += fr[j];
                 }
-            }
-        }
-        if (PIPE) {
-#pragma unroll
-            for (int i = 0; i < R; i++) {
-                dv[i] = dn[i], xv[i] = xn[i], rv[i] = rn[i];
-                m[i] = mn[i], s[i] = sn[i];
             }
         }
     }
@@ -847,9 +815,7 @@ extern "C" void gt_cu_set_ln_bwd_blocks(int blocks) {
     g_ln_bwd_blocks = blocks < 1 ? 1 : blocks > GT_CU_LN_BWD_MAX_BLOCKS ? GT_CU_LN_BWD_MAX_BLOCKS
                                                                        : blocks;
 }
-extern "C" void gt_cu_set_ln_bwd_impl(int impl) {
-    g_ln_bwd_impl = impl <= 1 ? 1 : impl >= 3 ? 3 : 2;
-}
+extern "C" void gt_cu_set_ln_bwd_impl(int impl) { g_ln_bwd_impl = impl <= 1 ? 1 : 2; }
 
 /* Launches the warp-per-row LayerNorm backward (impl 1) with the configured block count
  * (GANTRY_LN_BWD_BLOCKS). Its shared memory (NSUM * C floats per warp: 64 KB at C = 2048 with
@@ -903,12 +869,12 @@ static inline int ln_block_threads(int C) { return (C / LN_VEC + WARP - 1) / WAR
 /* The block-cooperative backward (impl 2: R = 4 rows per group without the bias sums, 2 with
  * them, the fastest of 2 / 4 / 8 on H200): one wave of blocks (at most
  * GT_CU_LN_BWD_MAX_BLOCKS, the scratch's bound), rows split evenly in multiples of R. */
-template <int R, bool SUMS, bool PIPE>
+template <int R, bool SUMS>
 static cudaError_t launch_ln_bwd_block(bf16 *dinp, const bf16 *dresid, const bf16 *dout,
                                        const bf16 *inp, const float *mean, const float *rstd,
                                        const bf16 *w, float *scratch, int N, int C,
                                        int *blocks_out, cudaStream_t stream) {
-    auto kernel = layernorm_backward_block_kernel<R, SUMS, PIPE>;
+    auto kernel = layernorm_backward_block_kernel<R, SUMS>;
     static int wave_threads = 0, wave_blocks = 0; /* per instantiation */
     const int threads = ln_block_threads(C);
     if (wave_threads != threads) {
@@ -934,11 +900,8 @@ static cudaError_t launch_ln_bwd_k(int K, bf16 *dinp, const bf16 *dresid, const 
                                    const bf16 *w, float *scratch, int N, int C, int *blocks,
                                    cudaStream_t stream) {
     if (g_ln_bwd_impl == 2)
-        return launch_ln_bwd_block<SUMS ? 2 : 4, SUMS, false>(dinp, dresid, dout, inp, mean, rstd,
-                                                              w, scratch, N, C, blocks, stream);
-    if (g_ln_bwd_impl == 3) /* 2 rows per group, the next group's reads in flight */
-        return launch_ln_bwd_block<2, SUMS, true>(dinp, dresid, dout, inp, mean, rstd, w,
-                                                  scratch, N, C, blocks, stream);
+        return launch_ln_bwd_block<SUMS ? 2 : 4, SUMS>(dinp, dresid, dout, inp, mean, rstd, w,
+                                                       scratch, N, C, blocks, stream);
 #define LN_K_CASE(KK)                                                                              \
     case KK:                                                                                       \
         return launch_ln_bwd_warp<KK, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N, C, \

@@ -95,8 +95,7 @@ cleanup:
 }
 
 /* Kernel tuning knobs: GANTRY_LN_BWD_IMPL (the LayerNorm backward: 1 = one warp per row, the
- * session-3 kernel kept as the reference; 2 = block-cooperative rows, default; 3 = impl 2 with
- * the next rows' reads in flight during each reduction, an A/B candidate),
+ * session-3 kernel kept as the reference; 2 = block-cooperative rows, default),
  * GANTRY_LN_BWD_BLOCKS (impl 1's block count; default 512) and GANTRY_LN_BIAS_SUMS (default 1:
  * LayerNorm 2's backward also sums the two bias gradients of the products around it, so the
  * weight half skips those column passes). */
@@ -104,7 +103,7 @@ static int set_kernel_knobs(gt_stage *s) {
     int rc = GT_OK, blocks = GT_CU_LN_BWD_BLOCKS, ln_impl = 2;
     GT_CHECK(gt_env_int("GANTRY_LN_BWD_BLOCKS", 64, GT_CU_LN_BWD_MAX_BLOCKS, GT_CU_LN_BWD_BLOCKS,
                         NULL, &blocks));
-    GT_CHECK(gt_env_int("GANTRY_LN_BWD_IMPL", 1, 3, 2, NULL, &ln_impl));
+    GT_CHECK(gt_env_int("GANTRY_LN_BWD_IMPL", 1, 2, 2, NULL, &ln_impl));
     GT_CHECK(gt_env_flag("GANTRY_LN_BIAS_SUMS", 1, &s->ln_bias_sums));
     gt_cu_set_ln_bwd_blocks(blocks);
     gt_cu_set_ln_bwd_impl(ln_impl);
