@@ -33,6 +33,8 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from gpu_clocks import ClockSampler  # noqa: E402
+
 from launcher.schedules import CHUNKED, SCHEDULES, Op, generate  # noqa: E402
 from launcher.schedules.simulator import UNIT_COSTS, simulate  # noqa: E402
 
@@ -245,7 +247,8 @@ def main() -> int:
         p.error(str(err))
     a.work.mkdir(parents=True, exist_ok=True)
     job = write_job(a, a.work)
-    done = run_gantry(a, job, a.work)
+    with ClockSampler() as clocks:
+        done = run_gantry(a, job, a.work)
     (a.work / "train.log").write_text(done.stdout + done.stderr)
     base = {"impl": "gantry", "mode": a.layout, "schedule": a.schedule if a.pp > 1 else "-",
             "layers": a.layers, "d": a.d, "mbs": a.mbs, "nmb": a.nmb, "grad_clip": a.grad_clip}
@@ -284,6 +287,8 @@ def main() -> int:
         result["timeline"] = timeline(a, records, trace)
     if a.dp > 1:
         result["dp_ranks"] = dp_timings(records)
+    if clocks.summary:  # SM clocks / power while busy (bench/gpu_clocks.py)
+        result["gpu_clocks"] = clocks.summary
     print(json.dumps(result), flush=True)
     return 0
 

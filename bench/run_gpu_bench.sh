@@ -105,12 +105,14 @@ gantry() { # label, time limit (s), bench_gantry_gpu.py args...
 anchor() { # label, anchor args...
   local label="$1"; shift
   stamp "torch $label"
+  # bench/gpu_clocks.py adds the GPUs' SM clocks / power while busy to the anchor's JSON line
   if [[ " $* " == *" pp "* ]]; then
-    timeout 200 torchrun --standalone --nproc_per_node 2 bench/anchors/torch_pp_baseline.py \
-      --steps "$bench_steps" --warmup "$bench_warmup" "$@" 2>>"$logs/bench.err" | tee -a "$results"
+    timeout 200 python3 bench/gpu_clocks.py -- torchrun --standalone --nproc_per_node 2 \
+      bench/anchors/torch_pp_baseline.py --steps "$bench_steps" --warmup "$bench_warmup" "$@" \
+      2>>"$logs/bench.err" | tee -a "$results"
   else
-    timeout 200 python3 bench/anchors/torch_pp_baseline.py --steps "$bench_steps" \
-      --warmup "$bench_warmup" "$@" 2>>"$logs/bench.err" | tee -a "$results"
+    timeout 200 python3 bench/gpu_clocks.py -- python3 bench/anchors/torch_pp_baseline.py \
+      --steps "$bench_steps" --warmup "$bench_warmup" "$@" 2>>"$logs/bench.err" | tee -a "$results"
   fi
 }
 m350=(--layers 24 --dmodel 1024 --heads 16 --mbs 8 --nmb 8)

@@ -77,9 +77,9 @@ gantry() { # label, limit, bench args...
 anchor() { # label, ranks, anchor args...
   local label="$1" n="$2"; shift 2
   stamp "torch $label"
-  timeout 300 torchrun --standalone --nproc_per_node "$n" bench/anchors/torch_pp_baseline.py \
-    --steps "$bench_steps" --warmup "$bench_warmup" "${anchor_device[@]}" "$@" \
-    2>>"$logs/bench.err" | tee -a "$results" | cut -c1-400
+  timeout 300 python3 bench/gpu_clocks.py -- torchrun --standalone --nproc_per_node "$n" \
+    bench/anchors/torch_pp_baseline.py --steps "$bench_steps" --warmup "$bench_warmup" \
+    "${anchor_device[@]}" "$@" 2>>"$logs/bench.err" | tee -a "$results" | cut -c1-400
 }
 if has layouts; then
   for model in ${MODELS:-1.5B 7B}; do

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.fake_nvidia_smi import write_fake_nvidia_smi
 from tests.integration.pipeline_helpers import MPI_ENV
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
@@ -53,7 +54,18 @@ def test_single(tmp_path: Path, native_lib_path: Path) -> None:
     result = _bench(tmp_path, native_lib_path, "--layout", "single")
     assert result["mode"] == "single" and result["schedule"] == "-"
     _check_rate(result, 1)
-    assert "timeline" not in result and "dp_ranks" not in result
+    assert "timeline" not in result and "dp_ranks" not in result and "gpu_clocks" not in result
+
+
+def test_gpu_clocks_while_busy_are_in_the_json(tmp_path: Path, native_lib_path: Path) -> None:
+    """With an nvidia-smi (here the stand-in, through GANTRY_NVIDIA_SMI) the result carries the
+    busy samples' SM clocks and power (bench/gpu_clocks.py); without one (test_single) none."""
+    smi = write_fake_nvidia_smi(tmp_path)
+    result = _bench(tmp_path, native_lib_path, "--layout", "single",
+                    env={"GANTRY_NVIDIA_SMI": str(smi)})
+    (gpu,) = result["gpu_clocks"]
+    assert gpu["index"] == 0 and gpu["busy_samples"] >= 2
+    assert 1700 <= gpu["sm_mhz_mean"] <= 1800 and 0 < gpu["power_capped_share"] < 1
 
 
 def test_pp2_reports_timeline_and_bubble(tmp_path: Path, native_lib_path: Path) -> None:
