@@ -81,7 +81,8 @@ typedef struct {
     double send_s;    /* posting and completing sends */
     double recv_s;    /* posting receives and completing those whose data had arrived */
     double bubble_s;  /* blocked in a receive whose data had not arrived (pipeline bubble) */
-    double sync_s;    /* tied + data-parallel all-reduces, norm, optimizer */
+    double sync_s;    /* after the table: data-parallel and tied all-reduces, norm, the update
+                         (enqueued: it may still run when the step returns) */
     double total_s;
     double dp_wait_s; /* part of sync_s: waiting for the overlapped buckets (MPI: blocked until
                          they are summed; NCCL: enqueueing the compute stream's wait) */
