@@ -3,7 +3,8 @@ rows (bench_gantry_gpu.py) next to the PyTorch anchor's rows of the same call.
 
 MFU uses the bf16 peak the anchor measured in the same call (its 8192^3 product, median over
 the anchor runs). `vs PyTorch` = gantry tokens/s / the best PyTorch tokens/s of the same model
-and layout (single: the single run; PP=2: the best of the anchor's schedules).
+and layout (single: the single run; PP=2: the best of the anchor's schedules). Runs that
+recorded their GPUs' clocks (bench/gpu_clocks.py) get a last table of them.
 
     python3 bench/gpu_bench_table.py results.jsonl
 """
@@ -99,7 +100,27 @@ def tables(rows: list[dict[str, Any]]) -> str:
                    f"| {t['bubble_measured']:.1%} | {t['bubble_theory_unit']:.1%} "
                    f"| {t['bubble_theory_measured_costs']:.1%} "
                    f"| {'-' if per_rank is None else f'{per_rank:.1%}'} |")
-    return "\n".join(out)
+    return "\n".join(out + _clock_table(rows))
+
+
+def _clock_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Each run's GPU clocks while busy (bench/gpu_clocks.py), if any run has them: per GPU,
+    mean SM MHz / mean W / the share of samples power-capped."""
+    clocked = [r for r in rows if r.get("gpu_clocks")]
+    if not clocked:
+        return []
+    out = ["", "GPU clocks while busy (per GPU: mean SM MHz / mean power W / share of samples "
+           "with the power cap active):", "", "| trainer | model | layout | schedule | GPUs |",
+           "|---|---|---|---|---|"]
+    for r in clocked:
+        trainer = "gantry" if r.get("impl") == "gantry" else "PyTorch"
+        sched = r.get("schedule", "-")
+        if r.get("variant"):
+            sched = f"{sched} ({r['variant']})"
+        gpus = "; ".join(f"GPU{g['index']} {g['sm_mhz_mean']} / {g['power_w_mean']} / "
+                         f"{g['power_capped_share']:.0%}" for g in r["gpu_clocks"])
+        out.append(f"| {trainer} | {_model(r)} | {_layout(r)} | {sched} | {gpus} |")
+    return out
 
 
 def main() -> int:

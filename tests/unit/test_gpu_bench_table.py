@@ -79,6 +79,27 @@ def test_variants_and_failures_get_their_own_rows() -> None:
     assert table[("350M", "PP=2", "gpipe")][3].startswith("failed: exit 1: timed out")
 
 
+def test_clock_table_lists_each_run_that_recorded_its_clocks() -> None:
+    base = {"layers": 48, "d": 1600, "mbs": 4, "nmb": 8, "tokens_per_s": 90_000,
+            "tflops_per_gpu": 450.0}
+    clocks = [{"index": 0, "busy_samples": 30, "sm_mhz_mean": 1712, "power_w_mean": 604,
+               "power_capped_share": 0.95, "thermal_share": 0.0},
+              {"index": 1, "busy_samples": 29, "sm_mhz_mean": 1720, "power_w_mean": 611,
+               "power_capped_share": 0.9, "thermal_share": 0.0}]
+    rows = [{**base, "impl": "gantry", "mode": "pp2", "schedule": "zb-h2", "mem_used_gib": 47.8,
+             "gpu_clocks": clocks},
+            {**base, "mode": "pp", "schedule": "gpipe", "peak_bf16_tflops": 780.0,
+             "gpu_clocks": clocks[:1]},
+            {**base, "mode": "pp", "schedule": "f1b", "peak_bf16_tflops": 780.0}]
+    text = gpu_bench_table.tables(rows)
+    lines = text.split("GPU clocks while busy")[1].splitlines()
+    assert ("| gantry | 1.5B | PP=2 | zb-h2 | GPU0 1712 / 604 / 95%; GPU1 1720 / 611 / 90% |"
+            in lines)
+    assert "| PyTorch | 1.5B | PP=2 | gpipe | GPU0 1712 / 604 / 95% |" in lines
+    assert not any("f1b" in line for line in lines)  # no clocks recorded: no row
+    assert "GPU clocks" not in gpu_bench_table.tables(rows[2:])
+
+
 @pytest.mark.parametrize("key", [
     ("350M", "1 GPU", "-"), ("350M", "PP=2", "zb-h2"), ("1.5B", "1 GPU", "-"),
     ("1.5B", "PP=2", "zb-h2"), ("1.5B", "PP=2", "interleaved"),
