@@ -3,7 +3,8 @@
 # it, then run gantry's trainer (`gantry train`, no torch in its processes) and the PyTorch anchor
 # (bench/anchors/torch_pp_baseline.py, separate processes) on the same configs, single GPU and
 # PP=2 on two GPUs. Logs and JSON lines go to $OUT (or ./gpu-bench-out); the last thing printed
-# is the markdown table (bench/gpu_bench_table.py).
+# is the markdown table (bench/gpu_bench_table.py). Both trainers' JSON lines carry the GPUs' SM
+# clocks and power while busy (bench/gpu_clocks.py): the H200s run power-capped.
 #   bench/run_gpu_bench.sh STEP...    steps: build smoke nccltest parity
 #                                     single350 pp350 single15 pp15 table  (default: all)
 #                                     profile (per-op GPU times, GANTRY_PROFILE_OPS=1)
