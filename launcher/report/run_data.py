@@ -34,7 +34,8 @@ class RankTiming:
     bubble_s: float
     """Blocked waiting for a peer's data (pipeline bubble)."""
     sync_s: float
-    """Data-parallel all-reduce, clipping and the optimizer update."""
+    """After the table: data-parallel and tied all-reduces, the norm, clipping, and enqueueing
+    the optimizer update (which may still run into the next step)."""
     total_s: float
     """The whole step on this rank."""
 

@@ -26,11 +26,10 @@
  * first waits (cudaStreamWaitEvent) for everything enqueued on `compute` so far — the producer
  * of the data or the last reader of the buffer; a receive posted during the optimizer's update
  * (gt_comm_update_begin/_end) only for what came before the update — then runs on its edge
- * stream, so the next
- * micro-batch's compute overlaps the transfer. gt_comm_wait blocks the host on the request's
- * done event (polling NCCL's async error so a dead peer is an error, not a hang) and orders a
- * received buffer before later compute. All-reduces of gradients run on `compute`; host
- * scalars (loss, norm) use MPI.
+ * stream, so the next micro-batch's compute overlaps the transfer. gt_comm_wait blocks the host
+ * on the request's done event (polling NCCL's async error so a dead peer is an error, not a
+ * hang) and orders a received buffer before later compute. All-reduces of gradients run on
+ * `compute`; host scalars (loss, norm) use MPI.
  *
  * Overlapped data-parallel buckets (dp > 1, GANTRY_DP_OVERLAP=1): their own communicator
  * (split from dp with maxCTAs = GANTRY_DP_MAX_CTAS, default 8, so the all-reduce kernels

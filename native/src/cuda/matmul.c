@@ -7,9 +7,10 @@
  * first call the heuristic's candidates (GANTRY_GEMM_CANDIDATES, default 8, at most
  * GT_TUNE_MAX_CANDIDATES) are timed on the call's own A and B with D (and a written epilogue
  * aux) redirected to a scratch buffer, so the tuning launches change nothing the caller can see;
- * the least median time over interleaved rounds wins. GANTRY_GEMM_TUNE_LOG=1 prints one `gantry-gemm-tune {json}` line per tuned
- * shape to stderr (the shape, every candidate's time, the choice and its TFLOP/s). The choice is kept per process
- * and shape, so every stage of a process runs the same algorithm for the same shape (split and
+ * the least median time over interleaved rounds wins. GANTRY_GEMM_TUNE_LOG=1 prints one
+ * `gantry-gemm-tune {json}` line per tuned shape to stderr (the CUDA device, the shape, every
+ * candidate's median time, the choice and its TFLOP/s). The choice is kept per process and
+ * shape, so every stage of a process runs the same algorithm for the same shape (split and
  * full backward stay bit-identical). Every cuBLASLt call is checked (CUBLAS_CHECK carries the
  * status name and file:line).
  */
@@ -108,8 +109,8 @@ static int tune_log_enabled(void) {
     return env != NULL && env[0] != '\0' && strcmp(env, "0") != 0;
 }
 
-/* One line per tuned shape: the CUDA device, the key, each candidate's median ms (-1: failed to launch), the
- * chosen index and its TFLOP/s. */
+/* One line per tuned shape: the CUDA device, the key, each candidate's median ms (-1: failed
+ * to launch), the chosen index and its TFLOP/s. */
 static void tune_log(const gt_lt_key *k, const float *ms, int n, int best) {
     double flop = 2.0 * k->m * (double)k->n * k->k * (k->batch > 1 ? k->batch : 1);
     int device = -1;
