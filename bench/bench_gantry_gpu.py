@@ -204,7 +204,7 @@ def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
     return {
         "ranks": [{k: round(r[k] * 1e3, 2) for k in
                    ("compute_s", "send_s", "recv_s", "bubble_s", "sync_s", "tied_s", "norm_s",
-                    "total_s") if k in r}
+                    "total_s")}
                   for r in ranks],
         "bubble_measured": round(measured, 4),
         "bubble_theory_unit": round(simulate(table).bubble_fraction, 4),

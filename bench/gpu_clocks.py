@@ -29,6 +29,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from launcher.preflight.nvsmi_parse import CLOCK_EVENT_BITS, to_float, to_int
 from launcher.preflight.tools import tool_path
 
 QUERY = "index,utilization.gpu,clocks.sm,power.draw,clocks_event_reasons.active"
@@ -37,18 +38,11 @@ QUERY = "index,utilization.gpu,clocks.sm,power.draw,clocks_event_reasons.active"
 BUSY_UTILIZATION = 90
 """Samples below this GPU utilization (%) are start-up, tuning or idle: left out."""
 
-POWER_CAP_BITS = 0x4 | 0x80
-"""clocks_event_reasons: SW power cap, HW power brake slowdown."""
+POWER_CAP_BITS = CLOCK_EVENT_BITS["sw_power_cap"] | CLOCK_EVENT_BITS["hw_power_brake_slowdown"]
+"""clocks_event_reasons bits that mean the power limit holds the clock down."""
 
-THERMAL_BITS = 0x20 | 0x40
-"""clocks_event_reasons: SW thermal slowdown, HW thermal slowdown."""
-
-
-def _number(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None  # "[N/A]", "[Not Supported]"
+THERMAL_BITS = CLOCK_EVENT_BITS["sw_thermal_slowdown"] | CLOCK_EVENT_BITS["hw_thermal_slowdown"]
+"""clocks_event_reasons bits of a thermal slowdown."""
 
 
 def summarize(lines: Sequence[str]) -> list[dict[str, Any]]:
@@ -60,12 +54,10 @@ def summarize(lines: Sequence[str]) -> list[dict[str, Any]]:
         fields = [f.strip() for f in line.split(",")]
         if len(fields) != 5 or not fields[0].isdigit():
             continue
-        util, clock, power = (_number(f) for f in fields[1:4])
-        try:
-            reasons = int(fields[4], 16)
-        except ValueError:
-            continue
-        if util is None or clock is None or power is None or util < BUSY_UTILIZATION:
+        util, clock, power = (to_float(f) for f in fields[1:4])  # "[N/A]" -> None
+        reasons = to_int(fields[4])
+        if (util is None or clock is None or power is None or reasons is None
+                or util < BUSY_UTILIZATION):
             continue
         busy.setdefault(int(fields[0]), []).append((clock, power, reasons))
     return [{"index": index, "busy_samples": len(rows),

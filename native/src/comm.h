@@ -82,7 +82,9 @@ int gt_comm_wait(gt_comm *comm, int req, int *was_ready);
  * gradients and optimizer state, never an activation buffer): receives posted between
  * gt_comm_update_begin and gt_comm_update_end wait only for the compute work enqueued before
  * the begin, so a step's first receives start while the previous step's update still runs.
- * Sends always wait for everything enqueued so far. No-ops on the MPI build. */
+ * Sends always wait for everything enqueued so far. gt_comm_update_end may be called when no
+ * update is open (the executor calls it before every compute action). No-ops on the MPI
+ * build. */
 int gt_comm_update_begin(gt_comm *comm);
 int gt_comm_update_end(gt_comm *comm);
 

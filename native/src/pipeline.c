@@ -70,8 +70,6 @@ struct gt_pipeline {
     gt_chunk *armed_chunk;  /* chunk of the armed action */
     gt_step_args step_args; /* this step's optimizer settings, for the hook */
     double lr_now;          /* this step's learning rate */
-    int update_open;        /* the last update is bracketed (gt_comm_update_begin) until the
-                               next compute action is enqueued */
 };
 
 static double now_s(void) {
@@ -280,10 +278,8 @@ static int run_table(gt_pipeline *p, const int32_t *actions, int n, const int32_
         gt_chunk *ch = NULL;
         double t0 = now_s();
         int ready = 0;
-        if (op <= GT_OP_WEIGHT && p->update_open) { /* compute after the update again */
+        if (op <= GT_OP_WEIGHT) /* compute again: a bracketed update (if any) is behind it */
             GT_CHECK(gt_comm_update_end(p->comm));
-            p->update_open = 0;
-        }
         if (op != GT_OP_WAIT) {
             GT_CHECK(chunk_of(p, s, &ch));
             if (mb < 0 || mb >= p->m || slot < 0 || slot >= ch->n_slots)
@@ -397,7 +393,6 @@ static int sync_and_update(gt_pipeline *p, const gt_step_args *args, double *los
     float scale = args->grad_clip > 0.0f ? gt_clip_coef(r->grad_norm, args->grad_clip) : 1.0f;
     r->lr = p->lr_now;
     GT_CHECK(gt_comm_update_begin(p->comm)); /* the next step's first receives need not wait */
-    p->update_open = 1;
     for (int c = 0; c < p->v; c++) {
         gt_chunk *ch = &p->chunks[c];
         size_t off = 0, count = 0;

@@ -19,11 +19,10 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import gpu_clocks  # noqa: E402
 
-from tests.fake_nvidia_smi import write_fake_nvidia_smi  # noqa: E402
+from tests.fake_nvidia_smi import BUSY_ROWS, write_fake_nvidia_smi  # noqa: E402
 
 ROWS = [
-    "0, 100, 1700, 650.5, 0x0000000000000004",
-    "0, 95, 1800, 600.0, 0x0000000000000000",
+    *BUSY_ROWS,  # GPU 0 busy: 1,700 MHz power-capped, 1,800 MHz free
     "0, 10, 1980, 100.0, 0x0000000000000000",  # idle: left out
     "0, 100, 1600, 690.0, 0x0000000000000080",  # HW power brake
     "1, 50, 1980, 300.0, 0x0000000000000004",  # never busy: no entry

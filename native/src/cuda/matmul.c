@@ -39,7 +39,7 @@ typedef struct {
 
 #define GT_TUNE_CANDIDATES 8      /* default */
 #define GT_TUNE_MAX_CANDIDATES 32
-#define GT_TUNE_ROUNDS 7 /* timed launches of each candidate; the median counts */
+#define GT_TUNE_ROUNDS 7 /* timed launches of each candidate (odd); the median counts */
 #define GT_TUNE_MAX_SCRATCH ((size_t)1 << 30) /* larger outputs keep the heuristic's choice */
 #define GT_PREF_ALIGNMENT 16u /* every operand gantry passes is 16-byte aligned (C % 8 == 0) */
 
@@ -313,16 +313,16 @@ static int run_candidate(gt_lt *lt, gt_lt_plan *p, const gt_matmul_args *a, int 
                           lt->workspace, lt->workspace_size, stream) == CUBLAS_STATUS_SUCCESS;
 }
 
-/* Median of n floats (n <= GT_TUNE_ROUNDS; sorts a copy). */
-static float median_ms(const float *v, int n) {
+/* Median of one candidate's GT_TUNE_ROUNDS times (an odd count; sorts a copy). */
+static float median_ms(const float v[GT_TUNE_ROUNDS]) {
     float s[GT_TUNE_ROUNDS];
-    memcpy(s, v, (size_t)n * sizeof(float));
-    for (int i = 1; i < n; i++)
+    memcpy(s, v, sizeof(s));
+    for (int i = 1; i < GT_TUNE_ROUNDS; i++)
         for (int j = i; j > 0 && s[j - 1] > s[j]; j--) {
             float t = s[j];
             s[j] = s[j - 1], s[j - 1] = t;
         }
-    return n % 2 ? s[n / 2] : 0.5f * (s[n / 2 - 1] + s[n / 2]);
+    return s[GT_TUNE_ROUNDS / 2];
 }
 
 /* Times the plan's candidates on the call's operands with D (and a written aux) in scratch;
@@ -381,7 +381,7 @@ static int tune(gt_lt *lt, gt_lt_plan *p, const gt_matmul_args *a, cudaStream_t 
     }
     CUDA_CHECK(cudaGetLastError());
     for (int c = 0; c < n; c++) {
-        cand_ms[c] = ok[c] ? median_ms(round_ms[c], GT_TUNE_ROUNDS) : -1.0f;
+        cand_ms[c] = ok[c] ? median_ms(round_ms[c]) : -1.0f;
         if (ok[c] && (best < 0 || cand_ms[c] < cand_ms[best])) best = c;
     }
     if (best >= 0) p->algo = p->candidates[best];
