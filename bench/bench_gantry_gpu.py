@@ -78,7 +78,7 @@ def write_job(a: argparse.Namespace, work: Path) -> Path:
                   "vocab_size": a.vocab, "seq_len": a.seq},
         "parallelism": {"pp": a.pp, "dp": a.dp, "schedule": schedule,
                         "micro_batches": a.nmb, "micro_batch_size": a.mbs,
-                        "virtual_stages": 2 if schedule in CHUNKED else 1},
+                        "virtual_stages": a.v if schedule in CHUNKED else 1},
         "train": {"steps": a.warmup + a.steps, "lr": 1.0e-4, "lr_schedule": "constant",
                   "warmup_steps": 0, "weight_decay": 0.1, "grad_clip": a.grad_clip, "seed": 0},
     }
@@ -187,7 +187,7 @@ def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
     makespan = max(table_times)
     busy = sum(r["compute_s"] for r in ranks)
     measured = 1.0 - busy / (makespan * len(ranks))
-    v = 2 if a.schedule in CHUNKED else 1
+    v = a.v if a.schedule in CHUNKED else 1
     table = generate(a.schedule, a.pp, a.nmb, v)
     costs = op_costs(trace, last["step"] - 1, v)
     full = _with_unit_defaults(costs)
@@ -223,6 +223,9 @@ def main() -> int:
                    "replica runs the whole micro-batch set, so a step trains dp times the tokens")
     p.add_argument("--schedule", choices=SCHEDULES,
                    default="1f1b")
+    p.add_argument("--virtual-stages", dest="v", type=int, default=2,
+                   help="model chunks per rank of the chunked schedules (interleaved, "
+                   "zb-interleaved; default 2); the others run one")
     p.add_argument("--lib", required=True, help="CUDA libgantry_native.so (built with NCCL)")
     p.add_argument("--work", type=Path, required=True, help="directory for job, metrics, trace")
     p.add_argument("--layers", type=int, default=24)
@@ -245,6 +248,8 @@ def main() -> int:
         a.pp, a.dp = parse_layout(a.layout)
     except argparse.ArgumentTypeError as err:
         p.error(str(err))
+    if a.v < 1:
+        p.error(f"--virtual-stages {a.v}: expected at least 1")
     a.work.mkdir(parents=True, exist_ok=True)
     job = write_job(a, a.work)
     with ClockSampler() as clocks:
@@ -252,6 +257,8 @@ def main() -> int:
     (a.work / "train.log").write_text(done.stdout + done.stderr)
     base = {"impl": "gantry", "mode": a.layout, "schedule": a.schedule if a.pp > 1 else "-",
             "layers": a.layers, "d": a.d, "mbs": a.mbs, "nmb": a.nmb, "grad_clip": a.grad_clip}
+    if a.pp > 1 and a.schedule in CHUNKED:
+        base["virtual_stages"] = a.v
     if a.variant:
         base["variant"] = a.variant
     metrics_path = a.work / "run" / "metrics.jsonl"

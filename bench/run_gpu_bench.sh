@@ -13,6 +13,8 @@
 #                                     prefill (per-op times with the host's launch gaps removed)
 #                                     gemm (1.5B single with the tuner's log, 8 and 32 cuBLASLt
 #                                     candidates; PyTorch's matmul on the same shapes)
+#                                     chunks (1.5B PP=2 zb-interleaved with 3 and 4 model chunks
+#                                     per rank instead of 2: a shorter fill, more transfers)
 #                                     cudnnlib (1.5B single with the torch wheel's cuDNN; with the
 #                                     heuristic's attention plan instead of the tuned one)
 #                                     kernels (gantry-kernel-bench: LayerNorm/column-sum variants,
@@ -161,6 +163,12 @@ if has cudnnlib; then  # the same library against the newer cuDNN of the torch w
   fi
   GANTRY_ATTN_AUTOTUNE=0 gantry single15-attn-heuristic 150 --layout single \
     --variant "cuDNN heuristic's attention plan" "${m15[@]}"
+fi
+if has chunks && two_gpus chunks; then  # the simulator: 1.5B fill shorter with more chunks
+  for v in 3 4; do
+    gantry "pp15-zb-interleaved-v$v" 150 --layout pp2 --schedule zb-interleaved \
+      --virtual-stages "$v" --variant "$v chunks per rank" "${m15[@]}"
+  done
 fi
 if has ctas && two_gpus ctas; then  # SMs held by NCCL's p2p kernels: NCCL's own CTA count vs the cap
   GANTRY_P2P_MAX_CTAS=0 gantry pp350-1f1b-nccl-ctas 90 --layout pp2 --schedule 1f1b \

@@ -123,6 +123,31 @@ def test_pp2_reports_timeline_and_bubble(tmp_path: Path, native_lib_path: Path) 
     assert result["opt_ranges"][0] > 0 and result["opt_ranges"][1] == 0
 
 
+def test_virtual_stages_of_a_chunked_schedule(tmp_path: Path, native_lib_path: Path) -> None:
+    """--virtual-stages 3: zb-interleaved with three chunks per rank (six stages of one layer
+    each): the job asks for them, the trace's compute spans name all six stages, and the
+    timeline's theory comes from the same table."""
+    result = _bench(tmp_path, native_lib_path, "--layout", "pp2", "--schedule", "zb-interleaved",
+                    "--virtual-stages", "3", "--layers", "6")
+    assert (result["schedule"], result["virtual_stages"]) == ("zb-interleaved", 3)
+    _check_rate(result, 1)
+    job = (tmp_path / "work" / "job.yaml").read_text()
+    assert "virtual_stages: 3" in job
+    trace = json.loads((tmp_path / "work" / "run" / "trace.json").read_text())
+    stages = {e["args"].get("stage") for e in trace["traceEvents"]
+              if e.get("ph") == "X" and e.get("cat") == "compute"}
+    assert stages == set(range(6)), stages
+    assert 0.0 < result["timeline"]["bubble_theory_unit"] < 1.0
+
+
+def test_bad_virtual_stages_are_one_line_errors(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "bench/bench_gantry_gpu.py", "--lib", "x", "--work",
+                           str(tmp_path), "--virtual-stages", "0"], cwd=REPO,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "error: --virtual-stages 0: expected at least 1" in done.stderr.splitlines()[-1]
+
+
 def test_clipping_updates_after_the_table(tmp_path: Path, native_lib_path: Path) -> None:
     result = _bench(tmp_path, native_lib_path, "--layout", "pp2", "--schedule", "1f1b",
                     "--grad-clip", "1.0")
