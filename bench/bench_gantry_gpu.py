@@ -78,7 +78,7 @@ def write_job(a: argparse.Namespace, work: Path) -> Path:
                   "vocab_size": a.vocab, "seq_len": a.seq},
         "parallelism": {"pp": a.pp, "dp": a.dp, "schedule": schedule,
                         "micro_batches": a.nmb, "micro_batch_size": a.mbs,
-                        "virtual_stages": a.v if schedule in CHUNKED else 1},
+                        "virtual_stages": a.v},
         "train": {"steps": a.warmup + a.steps, "lr": 1.0e-4, "lr_schedule": "constant",
                   "warmup_steps": 0, "weight_decay": 0.1, "grad_clip": a.grad_clip, "seed": 0},
     }
@@ -187,7 +187,7 @@ def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
     makespan = max(table_times)
     busy = sum(r["compute_s"] for r in ranks)
     measured = 1.0 - busy / (makespan * len(ranks))
-    v = a.v if a.schedule in CHUNKED else 1
+    v = a.v
     table = generate(a.schedule, a.pp, a.nmb, v)
     costs = op_costs(trace, last["step"] - 1, v)
     full = _with_unit_defaults(costs)
@@ -250,6 +250,8 @@ def main() -> int:
         p.error(str(err))
     if a.v < 1:
         p.error(f"--virtual-stages {a.v}: expected at least 1")
+    chunked = a.pp > 1 and a.schedule in CHUNKED
+    a.v = a.v if chunked else 1  # the chunks per rank this run has, from here on
     a.work.mkdir(parents=True, exist_ok=True)
     job = write_job(a, a.work)
     with ClockSampler() as clocks:
@@ -257,7 +259,7 @@ def main() -> int:
     (a.work / "train.log").write_text(done.stdout + done.stderr)
     base = {"impl": "gantry", "mode": a.layout, "schedule": a.schedule if a.pp > 1 else "-",
             "layers": a.layers, "d": a.d, "mbs": a.mbs, "nmb": a.nmb, "grad_clip": a.grad_clip}
-    if a.pp > 1 and a.schedule in CHUNKED:
+    if chunked:
         base["virtual_stages"] = a.v
     if a.variant:
         base["variant"] = a.variant

@@ -632,17 +632,14 @@ int main(int argc, char **argv) {
         CK(time_case(&t, launch_sq_sum, &c, &us, &us_mean));
         print_case("sq_sum", 1, (int)ADAMW_N, 1, 0, 0, 4.0 * ADAMW_N, us, us_mean, flush);
 
-        /* device-to-device copy, the bandwidth anchor: read + write, 2 * COPY_BYTES */
-        c.copy_bytes = COPY_BYTES;
-        CK(time_case(&t, launch_copy, &c, &us, &us_mean));
-        print_case("memcpy_d2d", 0, (int)(COPY_BYTES >> 20), 1, 0, 0, 2.0 * COPY_BYTES, us, us_mean,
-                   flush);
-        /* copies that move what a LayerNorm forward / backward moves (N C / 2 N C bf16 bytes read
-         * and written): the bandwidth such short kernels can reach at all (2.3 / 2.8 TB/s on an
-         * H200 against 3.6 for 64 MiB). "N": the MiB copied, rounded down. */
-        for (int mult = 1; mult <= 2; mult++) {
-            c.copy_bytes = (size_t)mult * NC * sizeof(gt_bf16);
-            if (c.copy_bytes > COPY_BYTES) continue;
+        /* device-to-device copies, the bandwidth anchors (read + write, 2 x the bytes copied):
+         * 64 MiB, and what a LayerNorm forward / backward moves (N C / 2 N C bf16 bytes read and
+         * written): the bandwidth such short kernels can reach at all (2.3 / 2.8 TB/s on an H200
+         * against 3.6 for 64 MiB). "N": the MiB copied, rounded down. */
+        const size_t copies[3] = {COPY_BYTES, NC * sizeof(gt_bf16), 2 * NC * sizeof(gt_bf16)};
+        for (int k = 0; k < 3; k++) {
+            if (copies[k] > COPY_BYTES) continue;
+            c.copy_bytes = copies[k];
             CK(time_case(&t, launch_copy, &c, &us, &us_mean));
             print_case("memcpy_d2d", 0, (int)(c.copy_bytes >> 20), 1, 0, 0,
                        2.0 * (double)c.copy_bytes, us, us_mean, flush);
