@@ -185,7 +185,8 @@ typedef struct {
 
 static cudaError_t launch_ln_fwd(void *p) {
     bench_ctx *c = (bench_ctx *)p;
-    return gt_cu_layernorm_forward(c->ln_out, c->mean, c->rstd, c->inp, c->w, c->b, c->N, c->C, 0);
+    return gt_cu_layernorm_forward(c->ln_out, c->C, c->mean, c->rstd, c->inp, c->w, c->b, c->N,
+                                   c->C, 0);
 }
 static cudaError_t launch_ln_bwd(void *p) {
     bench_ctx *c = (bench_ctx *)p;

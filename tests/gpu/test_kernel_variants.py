@@ -1,5 +1,7 @@
 """The LayerNorm backward variants (GANTRY_LN_BWD_IMPL 1 = warp per row, 2 = block-cooperative,
-each with GANTRY_LN_BIAS_SUMS off and on) give the same gradients as the session-4 kernels, and
+each with GANTRY_LN_BIAS_SUMS off and on), the c_attn / c_fc bias gradients from their weight
+products (GANTRY_BIAS_GEMM) and the loss with its logit gradients in one pass (GANTRY_CE_FUSED)
+give the same gradients as the session-4 kernels, and
 every one of them matches the fp32 PyTorch reference at bf16 tolerances — at a width and row
 count that use several vectors per lane, partial last lanes and many blocks (the parity tests'
 toy model fits in one block)."""
@@ -33,8 +35,9 @@ BF16_VARIANT_TOL = 1e-2
 LayerNorm backward: a flipped rounding propagates through every layer below; measured on H200:
 1.7e-3 on layer 0's ln_1.weight). Each kernel alone is checked element-wise against an fp64
 host reference by gantry-kernel-bench."""
-KNOBS = ("GANTRY_LN_BWD_IMPL", "GANTRY_LN_BIAS_SUMS")
-SESSION4 = {"GANTRY_LN_BWD_IMPL": "1", "GANTRY_LN_BIAS_SUMS": "0"}
+KNOBS = ("GANTRY_LN_BWD_IMPL", "GANTRY_LN_BIAS_SUMS", "GANTRY_BIAS_GEMM", "GANTRY_CE_FUSED")
+SESSION4 = {"GANTRY_LN_BWD_IMPL": "1", "GANTRY_LN_BIAS_SUMS": "0", "GANTRY_BIAS_GEMM": "0",
+            "GANTRY_CE_FUSED": "0"}
 # ln1 is the session-4 configuration itself (against torch; a non-zero difference from the
 # baseline would mean the kernels are not deterministic)
 VARIANTS = {
@@ -42,6 +45,13 @@ VARIANTS = {
     "ln1-sums": {**SESSION4, "GANTRY_LN_BIAS_SUMS": "1"},
     "ln2": {**SESSION4, "GANTRY_LN_BWD_IMPL": "2"},
     "ln2-sums": {**SESSION4, "GANTRY_LN_BWD_IMPL": "2", "GANTRY_LN_BIAS_SUMS": "1"},
+    # the bias gradients of c_attn / c_fc from the products: fp32 sums in another order
+    "ln1-gemm": {**SESSION4, "GANTRY_BIAS_GEMM": "1"},
+    # unscaled logit gradients in bf16, scaled by the head's products
+    "ln1-ce": {**SESSION4, "GANTRY_CE_FUSED": "1"},
+    # the defaults
+    "defaults": {"GANTRY_LN_BWD_IMPL": "2", "GANTRY_LN_BIAS_SUMS": "1", "GANTRY_BIAS_GEMM": "1",
+                 "GANTRY_CE_FUSED": "1"},
 }
 
 
@@ -84,10 +94,13 @@ def test_kernel_variant_matches_session4_kernels_and_torch(
     assert sorted(grads) == sorted(base) == sorted(ref_grads)
     diffs = {name: rel_err(grads[name], base[name]) for name in base}
     worst = max(diffs, key=lambda n: diffs[n])
-    tol = VARIANT_TOL if VARIANTS[variant]["GANTRY_LN_BWD_IMPL"] == "1" else BF16_VARIANT_TOL
+    knobs = VARIANTS[variant]
+    same_bf16 = knobs["GANTRY_LN_BWD_IMPL"] == "1" and knobs["GANTRY_CE_FUSED"] == "0"
+    tol = VARIANT_TOL if same_bf16 else BF16_VARIANT_TOL
     assert diffs[worst] <= tol, f"{worst}: {diffs[worst]:.2e} from the session-4 kernels"
     errors = {name: rel_err(grads[name], ref_grads[name].numpy()) for name in ref_grads}
     worst = max(errors, key=lambda n: errors[n])
     assert errors[worst] <= GRAD_TOL, f"{worst}: relative error {errors[worst]:.2e} against torch"
-    biases = [n for n in grads if n.endswith(("attn.c_proj.bias", "mlp.c_proj.bias"))]
-    assert len(biases) == 2 * CONFIG.n_layer and all(np.abs(grads[n]).max() > 0 for n in biases)
+    biases = [n for n in grads if n.endswith(("attn.c_proj.bias", "mlp.c_proj.bias",
+                                              "attn.c_attn.bias", "mlp.c_fc.bias"))]
+    assert len(biases) == 4 * CONFIG.n_layer and all(np.abs(grads[n]).max() > 0 for n in biases)

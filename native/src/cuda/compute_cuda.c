@@ -42,15 +42,21 @@ static void *take(gt_arena *a, size_t bytes) {
     return a->base ? a->base + off : NULL;
 }
 
+/* Row stride of the LayerNorm 1 / 2 outputs: C columns, then a constant 1 (column C) that turns
+ * the weight-gradient product of c_attn / c_fc into the bias gradient's too (see
+ * linear_backward_weight), then zeros (set once per slot, never written again). */
+static int ln_ld(const gt_stage *s) { return s->layout.cfg.n_embd + GT_CU_LN_PAD; }
+
 static void layout_slot(const gt_stage *s, gt_cu_slot *t, gt_arena *a) {
     size_t N = (size_t)s->layout.B * s->layout.T, C = (size_t)s->layout.cfg.n_embd;
+    size_t LD = (size_t)ln_ld(s);
     size_t V = (size_t)s->layout.cfg.vocab_size;
     size_t bh = (size_t)s->layout.B * s->layout.cfg.n_head, bf = sizeof(gt_bf16);
     size_t f = sizeof(float);
     t->x0 = take(a, N * C * bf);
     for (int l = 0; l < s->layout.nl; l++) {
         gt_cu_layer *L = &t->layers[l];
-        L->ln1 = take(a, N * C * bf);
+        L->ln1 = take(a, N * LD * bf);
         L->ln1_mean = take(a, N * f);
         L->ln1_rstd = take(a, N * f);
         L->qkv = take(a, 3 * N * C * bf);
@@ -58,7 +64,7 @@ static void layout_slot(const gt_stage *s, gt_cu_slot *t, gt_arena *a) {
         if (s->cudnn != NULL) L->stats = take(a, bh * s->layout.T * f);
         else L->att = take(a, bh * s->layout.T * s->layout.T * bf);
         L->res2 = take(a, N * C * bf);
-        L->ln2 = take(a, N * C * bf);
+        L->ln2 = take(a, N * LD * bf);
         L->ln2_mean = take(a, N * f);
         L->ln2_rstd = take(a, N * f);
         L->fch = take(a, 4 * N * C * bf);
@@ -88,6 +94,13 @@ int gt_cu_alloc_slot(gt_stage *s, gt_cu_slot *slot) {
     a.base = slot->block;
     a.used = 0;
     layout_slot(s, slot, &a);
+    for (int l = 0; l < s->layout.nl; l++) { /* the constant columns of the LayerNorm outputs */
+        CUDA_CHECK(gt_cu_set_ones_column(slot->layers[l].ln1, (int)N, ln_ld(s),
+                                         s->layout.cfg.n_embd, s->stream));
+        CUDA_CHECK(gt_cu_set_ones_column(slot->layers[l].ln2, (int)N, ln_ld(s),
+                                         s->layout.cfg.n_embd, s->stream));
+    }
+    CUDA_CHECK(cudaStreamSynchronize(s->stream)); /* before any other stream touches the slot */
     CUDA_CHECK(cudaMallocHost((void **)&slot->staging, (5 * N + 2) * sizeof(int32_t)));
     CUDA_CHECK(cudaEventCreateWithFlags(&slot->uploaded, cudaEventDisableTiming));
 cleanup:
@@ -144,23 +157,25 @@ void gt_cu_release_grads(gt_cu_grads *g) {
 /* ------------------------------------------------------------------------------------------ */
 /* products                                                                                    */
 
-/* y (N,OC) = x (N,IC) @ W (IC,OC) [+ b] [+ resid]; bf16 */
-static int linear_forward(gt_stage *s, gt_bf16 *y, const gt_bf16 *x, const gt_bf16 *W,
+/* y (N,OC) = x (N,IC; rows x_ld apart) @ W (IC,OC) [+ b] [+ resid]; bf16 */
+static int linear_forward(gt_stage *s, gt_bf16 *y, const gt_bf16 *x, int x_ld, const gt_bf16 *W,
                           const gt_bf16 *b, const gt_bf16 *resid, int N, int IC, int OC) {
     gt_matmul_args m;
     memset(&m, 0, sizeof(m));
     m.D = y, m.A = W, m.B = x;
     m.m = OC, m.n = N, m.k = IC;
-    m.lda = OC, m.ldb = IC, m.ldd = OC;
+    m.lda = OC, m.ldb = x_ld, m.ldd = OC;
     m.Cin = resid, m.beta = 1.0f;
     m.epilogue = b ? GT_EPI_BIAS : GT_EPI_NONE;
     m.bias = b;
     return gt_matmul(&s->lt, &m, s->stream, NULL);
 }
 
-/* out (N,OC) = gelu(pre), pre = x @ W + b kept for backward (fused epilogue or a kernel) */
+/* out (N,OC) = gelu(pre), pre = x @ W + b kept for backward (fused epilogue or a kernel);
+ * x rows x_ld apart */
 static int linear_gelu_forward(gt_stage *s, gt_bf16 *out, gt_bf16 *pre, const gt_bf16 *x,
-                               const gt_bf16 *W, const gt_bf16 *b, int N, int IC, int OC) {
+                               int x_ld, const gt_bf16 *W, const gt_bf16 *b, int N, int IC,
+                               int OC) {
     int rc = GT_OK;
     if (s->gelu_fused) {
         gt_matmul_args m;
@@ -168,7 +183,7 @@ static int linear_gelu_forward(gt_stage *s, gt_bf16 *out, gt_bf16 *pre, const gt
         memset(&m, 0, sizeof(m));
         m.D = out, m.A = W, m.B = x;
         m.m = OC, m.n = N, m.k = IC;
-        m.lda = OC, m.ldb = IC, m.ldd = OC;
+        m.lda = OC, m.ldb = x_ld, m.ldd = OC;
         m.epilogue = GT_EPI_GELU_BIAS;
         m.bias = b;
         m.aux = pre;
@@ -178,7 +193,7 @@ static int linear_gelu_forward(gt_stage *s, gt_bf16 *out, gt_bf16 *pre, const gt
         s->gelu_fused = 0; /* fall back from now on */
         rc = GT_OK;
     }
-    GT_CHECK(linear_forward(s, pre, x, W, b, NULL, N, IC, OC));
+    GT_CHECK(linear_forward(s, pre, x, x_ld, W, b, NULL, N, IC, OC));
     CUDA_CHECK(gt_cu_gelu_forward(out, pre, (size_t)N * OC, s->stream));
 cleanup:
     return rc;
@@ -211,19 +226,30 @@ cleanup:
     return rc;
 }
 
-/* dW (IC,OC) += x^T (IC,N) @ dy (N,OC) in fp32; db (OC) += colsum(dy) if db */
+/* dW (IC,OC) += x^T (IC,N) @ dy (N,OC) in fp32; db (OC) += colsum(dy) if db. x has rows x_ld
+ * apart.
+ * Bias in the product (GANTRY_BIAS_GEMM, default on): when x is a LayerNorm output (x_ld = IC +
+ * GT_CU_LN_PAD: column IC all ones, the rest zeros, see ln_ld) and db directly follows dW in
+ * the gradient buffer, the product over all x_ld columns computes db = dy^T 1 as dW's column IC
+ * too, with no column-sum pass over dy. (With IC + 1 columns cuBLASLt falls back to kernels 40-70%
+ * slower; a multiple of 8 keeps its fast ones.) Its last GT_CU_LN_PAD - 1 columns land on the
+ * `spill` floats after db, which must belong to this layer's next tensor (only written by this
+ * stream, earlier): they get + 0 (x's zeros times finite dy), i.e. are left as they were. */
 static int linear_backward_weight(gt_stage *s, float *dW, float *db, const gt_bf16 *dy,
-                                  const gt_bf16 *x, int N, int IC, int OC) {
+                                  const gt_bf16 *x, int x_ld, size_t spill, int N, int IC,
+                                  int OC) {
     int rc = GT_OK;
     gt_matmul_args m;
+    int fold = db != NULL && s->bias_in_gemm && x_ld == IC + GT_CU_LN_PAD &&
+               db == dW + (size_t)IC * OC && spill >= (size_t)(GT_CU_LN_PAD - 1) * OC;
     memset(&m, 0, sizeof(m));
     m.D = dW, m.Cin = dW, m.beta = 1.0f, m.d_fp32 = 1;
     m.A = dy, m.B = x;
-    m.m = OC, m.n = IC, m.k = N;
+    m.m = OC, m.n = fold ? x_ld : IC, m.k = N;
     m.transb = 1;
-    m.lda = OC, m.ldb = IC, m.ldd = OC;
+    m.lda = OC, m.ldb = x_ld, m.ldd = OC;
     GT_CHECK(gt_matmul(&s->lt, &m, s->stream, NULL));
-    if (db != NULL) CUDA_CHECK(gt_cu_bias_backward(db, dy, N, OC, s->colsum, s->stream));
+    if (db != NULL && !fold) CUDA_CHECK(gt_cu_bias_backward(db, dy, N, OC, s->colsum, s->stream));
 cleanup:
     return rc;
 }
@@ -391,24 +417,25 @@ static int forward_body(void *arg) {
         const gt_bf16 *x = l == 0 ? a->x0 : a->layers[l - 1].res3;
 #define W(k) (P + gt_layer_tensor_offset(&s->layout, l, (k)))
         MARK(GT_P_LN);
-        CUDA_CHECK(gt_cu_layernorm_forward(L->ln1, L->ln1_mean, L->ln1_rstd, x, W(GT_LN1_W),
-                                           W(GT_LN1_B), n, C, st));
+        CUDA_CHECK(gt_cu_layernorm_forward(L->ln1, ln_ld(s), L->ln1_mean, L->ln1_rstd, x,
+                                           W(GT_LN1_W), W(GT_LN1_B), n, C, st));
         MARK(GT_P_QKV);
-        GT_CHECK(linear_forward(s, L->qkv, L->ln1, W(GT_QKV_W), W(GT_QKV_B), NULL, n, C, 3 * C));
+        GT_CHECK(linear_forward(s, L->qkv, L->ln1, ln_ld(s), W(GT_QKV_W), W(GT_QKV_B), NULL, n, C,
+                                3 * C));
         MARK(GT_P_ATTN);
         GT_CHECK(attention_forward(s, L));
         MARK(GT_P_ATTPROJ);
-        GT_CHECK(linear_forward(s, L->res2, L->atty, W(GT_ATTPROJ_W), W(GT_ATTPROJ_B), x, n, C,
-                                C));
+        GT_CHECK(linear_forward(s, L->res2, L->atty, C, W(GT_ATTPROJ_W), W(GT_ATTPROJ_B), x, n,
+                                C, C));
         MARK(GT_P_LN);
-        CUDA_CHECK(gt_cu_layernorm_forward(L->ln2, L->ln2_mean, L->ln2_rstd, L->res2,
+        CUDA_CHECK(gt_cu_layernorm_forward(L->ln2, ln_ld(s), L->ln2_mean, L->ln2_rstd, L->res2,
                                            W(GT_LN2_W), W(GT_LN2_B), n, C, st));
         MARK(GT_P_FC);
-        GT_CHECK(linear_gelu_forward(s, L->fch_gelu, L->fch, L->ln2, W(GT_FC_W), W(GT_FC_B), n, C,
-                                     4 * C));
+        GT_CHECK(linear_gelu_forward(s, L->fch_gelu, L->fch, L->ln2, ln_ld(s), W(GT_FC_W),
+                                     W(GT_FC_B), n, C, 4 * C));
         MARK(GT_P_FCPROJ);
-        GT_CHECK(linear_forward(s, L->res3, L->fch_gelu, W(GT_FCPROJ_W), W(GT_FCPROJ_B), L->res2,
-                                n, 4 * C, C));
+        GT_CHECK(linear_forward(s, L->res3, L->fch_gelu, 4 * C, W(GT_FCPROJ_W), W(GT_FCPROJ_B),
+                                L->res2, n, 4 * C, C));
 #undef W
     }
     const gt_bf16 *out = s->layout.nl > 0 ? a->layers[s->layout.nl - 1].res3 : a->x0;
@@ -418,8 +445,8 @@ static int forward_body(void *arg) {
         const gt_bf16 *lnfb = P + s->layout.tensors[s->layout.num_tensors - 1].offset;
         gt_matmul_args m;
         MARK(GT_P_LN);
-        CUDA_CHECK(gt_cu_layernorm_forward(a->lnf, a->lnf_mean, a->lnf_rstd, out, lnfw, lnfb, n,
-                                           C, st));
+        CUDA_CHECK(gt_cu_layernorm_forward(a->lnf, C, a->lnf_mean, a->lnf_rstd, out, lnfw, lnfb,
+                                           n, C, st));
         /* logits (N,V) = lnf @ wte^T: col-major (V,N) = wte^T (V,C) @ lnf (C,N) */
         memset(&m, 0, sizeof(m));
         m.D = a->logits, m.A = wte, m.B = a->lnf;
@@ -429,7 +456,11 @@ static int forward_body(void *arg) {
         MARK(GT_P_HEAD);
         GT_CHECK(gt_matmul(&s->lt, &m, st, NULL));
         MARK(GT_P_CE);
-        CUDA_CHECK(gt_cu_crossentropy_forward(a->lse, a->losses, a->logits, a->targets, n, V, st));
+        if (s->ce_fused) /* the loss and the unscaled logit gradients in one pass */
+            CUDA_CHECK(gt_cu_crossentropy_fused(a->losses, a->logits, a->targets, n, V, st));
+        else
+            CUDA_CHECK(gt_cu_crossentropy_forward(a->lse, a->losses, a->logits, a->targets, n, V,
+                                                  st));
         CUDA_CHECK(gt_cu_mean(s->loss, a->losses, n, st));
         CUDA_CHECK(cudaMemcpyAsync(s->host_loss, s->loss, sizeof(float), cudaMemcpyDeviceToHost,
                                    st));
@@ -562,14 +593,16 @@ static int layer_backward_weight(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int
     MARK(GT_P_W_FCPROJ);
     /* with ln_bias_sums the two bias gradients beside LayerNorm 2 came with its backward */
     GT_CHECK(linear_backward_weight(s, DW(GT_FCPROJ_W), s->ln_bias_sums ? NULL : DW(GT_FCPROJ_B),
-                                    dout, L->fch_gelu, n, 4 * C, C));
-    MARK(GT_P_W_FC);
-    GT_CHECK(linear_backward_weight(s, DW(GT_FC_W), DW(GT_FC_B), G->dfch, L->ln2, n, C, 4 * C));
+                                    dout, L->fch_gelu, 4 * C, 0, n, 4 * C, C));
+    MARK(GT_P_W_FC); /* spills onto c_proj's weight gradient, complete by now */
+    GT_CHECK(linear_backward_weight(s, DW(GT_FC_W), DW(GT_FC_B), G->dfch, L->ln2, ln_ld(s),
+                                    (size_t)4 * C * C, n, C, 4 * C));
     MARK(GT_P_W_ATTPROJ);
     GT_CHECK(linear_backward_weight(s, DW(GT_ATTPROJ_W), s->ln_bias_sums ? NULL : DW(GT_ATTPROJ_B),
-                                    G->dres2, L->atty, n, C, C));
-    MARK(GT_P_W_QKV);
-    GT_CHECK(linear_backward_weight(s, DW(GT_QKV_W), DW(GT_QKV_B), G->dqkv, L->ln1, n, C, 3 * C));
+                                    G->dres2, L->atty, C, 0, n, C, C));
+    MARK(GT_P_W_QKV); /* spills onto the attention projection's weight gradient, complete too */
+    GT_CHECK(linear_backward_weight(s, DW(GT_QKV_W), DW(GT_QKV_B), G->dqkv, L->ln1, ln_ld(s),
+                                    (size_t)C * C, n, C, 3 * C));
     GT_CHECK(gt_stage_report_layer(&s->layout, l)); /* an armed hook: the layer is enqueued */
 #undef DW
 cleanup:
@@ -584,11 +617,14 @@ static int head_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, float
     float *Gb = s->buffers[GT_BUF_GRADS];
     const gt_bf16 *out = nl > 0 ? a->layers[nl - 1].res3 : a->x0;
     gt_matmul_args m;
-    MARK(GT_P_D_CE);
-    CUDA_CHECK(gt_cu_crossentropy_backward(a->logits, a->lse, a->targets, loss_scale / (float)n,
-                                           n, V, s->stream));
-    /* dlnf (N,C) = dlogits (N,V) @ wte (V,C): col-major (C,N) = wte (C,V) @ dl (V,N) */
     memset(&m, 0, sizeof(m));
+    m.alpha = a->dlogits_scale; /* fused: the forward left softmax - onehot, scaled here */
+    if (!s->ce_fused) {
+        MARK(GT_P_D_CE);
+        CUDA_CHECK(gt_cu_crossentropy_backward(a->logits, a->lse, a->targets,
+                                               loss_scale / (float)n, n, V, s->stream));
+    }
+    /* dlnf (N,C) = dlogits (N,V) @ wte (V,C): col-major (C,N) = wte (C,V) @ dl (V,N) */
     m.D = g->dlnf, m.A = P + s->layout.tensors[0].offset, m.B = a->logits;
     m.m = C, m.n = n, m.k = V;
     m.lda = C, m.ldb = V, m.ldd = C;
@@ -613,6 +649,7 @@ static int head_backward_weight(gt_stage *s, gt_cu_slot *a) {
     gt_matmul_args m;
     /* dwte (V,C) += dlogits^T lnf: col-major (C,V) = lnf (C,N) @ dl^T (N,V) */
     memset(&m, 0, sizeof(m));
+    m.alpha = a->dlogits_scale;
     m.D = Gb + s->layout.tensors[0].offset, m.Cin = m.D, m.beta = 1.0f, m.d_fp32 = 1;
     m.A = a->lnf, m.B = a->logits;
     m.m = C, m.n = V, m.k = n;
@@ -713,6 +750,9 @@ static int run_backward(gt_stage *s, int slot, gt_cu_grads *g, const float *dx_o
     gt_cu_slot *a = &s->slots[slot];
     gt_bwd_ctx ctx = {s, a, g, dx_out, dx_in, loss_scale, do_weight};
     int kind = do_weight ? GT_GRAPH_BACKWARD : GT_GRAPH_BACKWARD_INPUT;
+    /* the head products' alpha, here and in the weight half (host side: a replayed graph runs
+     * no body) */
+    a->dlogits_scale = s->ce_fused ? loss_scale / (float)(s->layout.B * s->layout.T) : 1.0f;
     gt_graph_key key = graph_key(s, kind, dx_out, dx_in, loss_scale);
     gt_prof_prefill(&s->prof, s->stream);
     if (!do_weight) /* input gradients report nothing: graphs as always */
@@ -758,7 +798,8 @@ int gt_stage_backward_weight(gt_stage *s, int slot) {
     {
         gt_cu_slot *a = &s->slots[slot];
         gt_bwd_ctx ctx = {s, a, s->slot_grads[slot], NULL, NULL, 0.0f, 1};
-        gt_graph_key key = graph_key(s, GT_GRAPH_WEIGHT, NULL, NULL, 0.0f);
+        /* a captured head product bakes in the logit gradients' scale */
+        gt_graph_key key = graph_key(s, GT_GRAPH_WEIGHT, NULL, NULL, a->dlogits_scale);
         gt_prof_prefill(&s->prof, s->stream);
         GT_CHECK(run_weight_action(s, &a->graphs[GT_GRAPH_WEIGHT], &key, weight_body, &ctx));
     }

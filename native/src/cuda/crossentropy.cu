@@ -99,6 +99,47 @@ __global__ void __launch_bounds__(CE_THREADS)
     }
 }
 
+/* block (CE_THREADS) per row, both of the above in one kernel: the loss, then the row rewritten
+ * in place as softmax - onehot (unscaled: the head's products apply dloss as their alpha). The
+ * second pass re-reads the row this block just read (100 KB for GPT-2's vocabulary): from L2,
+ * so the logits cross DRAM once each way instead of twice in and once out. */
+__global__ void __launch_bounds__(CE_THREADS)
+    crossentropy_fused_vec_kernel(bf16 *logits, float *losses, const int32_t *targets, int V) {
+    size_t row = blockIdx.x;
+    uint4 *x = reinterpret_cast<uint4 *>(logits + row * (size_t)V);
+    int tgt = targets[row];
+    float target_logit = __bfloat162float(logits[row * (size_t)V + tgt]); /* before any write */
+    MaxSum acc = {-FLT_MAX, 0.0f};
+    for (int j = threadIdx.x; j < V / 8; j += CE_THREADS) {
+        uint4 raw = x[j];
+        const bf16 *v = reinterpret_cast<const bf16 *>(&raw);
+        float f[8], vmax = -FLT_MAX;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            f[i] = __bfloat162float(v[i]);
+            vmax = fmaxf(vmax, f[i]);
+        }
+        float m = fmaxf(acc.m, vmax), s = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 8; i++) s += expf(f[i] - m);
+        acc.s = (acc.m == -FLT_MAX ? 0.0f : acc.s * expf(acc.m - m)) + s;
+        acc.m = m;
+    }
+    acc = block_merge(acc); /* ends with every thread past the block's barrier: reads done */
+    float l = acc.m + logf(acc.s);
+    if (threadIdx.x == 0) losses[row] = l - target_logit;
+    for (int j = threadIdx.x; j < V / 8; j += CE_THREADS) {
+        uint4 raw = x[j];
+        bf16 *v = reinterpret_cast<bf16 *>(&raw);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float p = expf(__bfloat162float(v[i]) - l);
+            v[i] = __float2bfloat16(p - (8 * j + i == tgt ? 1.0f : 0.0f));
+        }
+        x[j] = raw;
+    }
+}
+
 /* one block: mean of n floats */
 __global__ void mean_kernel(float *out, const float *x, int n) {
     __shared__ float shared[32];
@@ -129,6 +170,15 @@ extern "C" cudaError_t gt_cu_crossentropy_backward(gt_bf16 *logits, const float 
     if (V % 8 != 0) return cudaErrorInvalidValue;
     crossentropy_backward_vec_kernel<<<N, CE_THREADS, 0, stream>>>((bf16 *)logits, lse, targets,
                                                                    dloss, V);
+    return cudaGetLastError();
+}
+
+extern "C" cudaError_t gt_cu_crossentropy_fused(float *losses, gt_bf16 *logits,
+                                                const int32_t *targets, int N, int V,
+                                                cudaStream_t stream) {
+    if (V % 8 != 0) return cudaErrorInvalidValue;
+    crossentropy_fused_vec_kernel<<<N, CE_THREADS, 0, stream>>>((bf16 *)logits, losses, targets,
+                                                                V);
     return cudaGetLastError();
 }
 

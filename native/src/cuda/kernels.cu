@@ -128,8 +128,9 @@ extern "C" cudaError_t gt_cu_encoder_backward(float *dwte, float *dwpe, const gt
 
 /* Scalar fallback (misaligned pointers, C % 8 != 0 or C > 32 * 8 * LN_MAX_VEC): one warp per
  * row, lane handles columns lane, lane + 32, ...; the row is read from global memory per pass. */
-__global__ void layernorm_forward_kernel(bf16 *out, float *mean, float *rstd, const bf16 *inp,
-                                         const bf16 *w, const bf16 *b, int N, int C) {
+__global__ void layernorm_forward_kernel(bf16 *out, int out_ld, float *mean, float *rstd,
+                                         const bf16 *inp, const bf16 *w, const bf16 *b, int N,
+                                         int C) {
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     int lane = threadIdx.x % WARP;
     if (row >= N) return;
@@ -143,7 +144,7 @@ __global__ void layernorm_forward_kernel(bf16 *out, float *mean, float *rstd, co
         var += d * d;
     }
     float s = rsqrtf(warp_sum(var) / C + 1e-5f);
-    bf16 *o = out + (size_t)row * C;
+    bf16 *o = out + (size_t)row * out_ld;
     for (int c = lane; c < C; c += WARP) {
         float n = (__bfloat162float(x[c]) - m) * s;
         o[c] = __float2bfloat16(n * __bfloat162float(w[c]) + __bfloat162float(b[c]));
@@ -209,8 +210,8 @@ __device__ __forceinline__ uint4 bf16x8_pack(const float f[8]) {
  * row, held in registers across the mean, variance and output passes (each element read once) */
 template <int K>
 __global__ void __launch_bounds__(256)
-    layernorm_forward_vec_kernel(bf16 *out, float *mean, float *rstd, const bf16 *inp,
-                                 const bf16 *w, const bf16 *b, int N, int C) {
+    layernorm_forward_vec_kernel(bf16 *out, int out_ld, float *mean, float *rstd,
+                                 const bf16 *inp, const bf16 *w, const bf16 *b, int N, int C) {
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     int lane = threadIdx.x % WARP;
     if (row >= N) return;
@@ -249,7 +250,7 @@ __global__ void __launch_bounds__(256)
     float s = rsqrtf(warp_sum(var) / C + 1e-5f);
     const uint4 *wv = reinterpret_cast<const uint4 *>(w);
     const uint4 *bv = reinterpret_cast<const uint4 *>(b);
-    uint4 *o = reinterpret_cast<uint4 *>(out + (size_t)row * C);
+    uint4 *o = reinterpret_cast<uint4 *>(out + (size_t)row * out_ld);
 #pragma unroll
     for (int k = 0; k < K; k++) {
         int v = lane + k * WARP;
@@ -595,18 +596,38 @@ static int ln_vec_per_lane(int C) {
     default: KERNEL<8><<<GRID, 256, 0, STREAM>>>(__VA_ARGS__); break;                              \
     }
 
-extern "C" cudaError_t gt_cu_layernorm_forward(gt_bf16 *out, float *mean, float *rstd,
-                                               const gt_bf16 *inp, const gt_bf16 *w,
+extern "C" cudaError_t gt_cu_layernorm_forward(gt_bf16 *out, int out_ld, float *mean,
+                                               float *rstd, const gt_bf16 *inp, const gt_bf16 *w,
                                                const gt_bf16 *b, int N, int C,
                                                cudaStream_t stream) {
+    if (out_ld < C) return cudaErrorInvalidValue;
     int K = ln_vec_per_lane(C);
-    if (K > 0 && aligned16(out) && aligned16(inp) && aligned16(w) && aligned16(b)) {
-        LN_DISPATCH(K, layernorm_forward_vec_kernel, ceil_div(N, 8), stream, (bf16 *)out, mean,
-                    rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)b, N, C);
+    if (K > 0 && out_ld % LN_VEC == 0 && aligned16(out) && aligned16(inp) && aligned16(w) &&
+        aligned16(b)) {
+        LN_DISPATCH(K, layernorm_forward_vec_kernel, ceil_div(N, 8), stream, (bf16 *)out,
+                    out_ld, mean, rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)b, N,
+                    C);
     } else {
         layernorm_forward_kernel<<<ceil_div(N, 8), 256, 0, stream>>>(
-            (bf16 *)out, mean, rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)b, N, C);
+            (bf16 *)out, out_ld, mean, rstd, (const bf16 *)inp, (const bf16 *)w,
+            (const bf16 *)b, N, C);
     }
+    return cudaGetLastError();
+}
+
+/* one thread per row: x[row * ld + col] = 1, then zeros up to the row's end */
+__global__ void set_ones_column_kernel(bf16 *x, int rows, int ld, int col) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    bf16 *r = x + (size_t)row * ld;
+    r[col] = __float2bfloat16(1.0f);
+    for (int c = col + 1; c < ld; c++) r[c] = __float2bfloat16(0.0f);
+}
+
+extern "C" cudaError_t gt_cu_set_ones_column(gt_bf16 *x, int rows, int ld, int col,
+                                             cudaStream_t stream) {
+    if (rows < 1 || col < 0 || col >= ld) return cudaErrorInvalidValue;
+    set_ones_column_kernel<<<ceil_div(rows, 256), 256, 0, stream>>>((bf16 *)x, rows, ld, col);
     return cudaGetLastError();
 }
 

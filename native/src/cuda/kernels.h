@@ -51,10 +51,18 @@ cudaError_t gt_cu_encoder_backward(float *dwte, float *dwpe, const gt_bf16 *dout
                                    const int32_t *group_pos, const int32_t *n_groups,
                                    int max_groups, int B, int T, int C, cudaStream_t stream);
 
-/* out (N,C) = (inp - mean) * rstd * w + b; mean, rstd (N) fp32 saved for backward */
-cudaError_t gt_cu_layernorm_forward(gt_bf16 *out, float *mean, float *rstd, const gt_bf16 *inp,
-                                    const gt_bf16 *w, const gt_bf16 *b, int N, int C,
-                                    cudaStream_t stream);
+/* Extra columns of the layers' LayerNorm outputs: a constant 1 (column C), then zeros that keep
+ * rows 16-byte aligned and the weight-gradient products' column count a multiple of 8
+ * (compute_cuda.c). */
+#define GT_CU_LN_PAD 8
+
+/* out (N,C) = (inp - mean) * rstd * w + b; mean, rstd (N) fp32 saved for backward. out has
+ * rows of out_ld >= C elements (columns C.. untouched: room for a constant column). */
+cudaError_t gt_cu_layernorm_forward(gt_bf16 *out, int out_ld, float *mean, float *rstd,
+                                    const gt_bf16 *inp, const gt_bf16 *w, const gt_bf16 *b, int N,
+                                    int C, cudaStream_t stream);
+/* For rows r < rows (bf16): x[r * ld + col] = 1 and x[r * ld + col + 1 .. r * ld + ld) = 0 */
+cudaError_t gt_cu_set_ones_column(gt_bf16 *x, int rows, int ld, int col, cudaStream_t stream);
 /* dinp (N,C) = dresid (N,C) + d LN/d inp given dout (N,C); dinp may alias dresid */
 cudaError_t gt_cu_layernorm_backward_input(gt_bf16 *dinp, const gt_bf16 *dresid,
                                            const gt_bf16 *dout, const gt_bf16 *inp,
@@ -126,6 +134,10 @@ cudaError_t gt_cu_crossentropy_forward(float *lse, float *losses, const gt_bf16 
 /* In place: logits (N,V) -> dlogits = (softmax - onehot(target)) * dloss */
 cudaError_t gt_cu_crossentropy_backward(gt_bf16 *logits, const float *lse, const int32_t *targets,
                                         float dloss, int N, int V, cudaStream_t stream);
+/* Both in one pass (training): losses (N) as gt_cu_crossentropy_forward, and in place logits ->
+ * softmax - onehot(target), NOT scaled (the consumers scale by dloss) */
+cudaError_t gt_cu_crossentropy_fused(float *losses, gt_bf16 *logits, const int32_t *targets,
+                                     int N, int V, cudaStream_t stream);
 /* out (1) = sum of x (n) / n, fixed order (one block) */
 cudaError_t gt_cu_mean(float *out, const float *x, int n, cudaStream_t stream);
 

@@ -1,7 +1,7 @@
 /*
  * matmul.h — bf16 matrix products through cuBLASLt with fused epilogues (CUDA backend).
  *
- * Column-major, as cuBLAS: D (m,n) = op(A) (m,k) @ op(B) (k,n) + beta * Cin, optionally batched
+ * Column-major, as cuBLAS: D (m,n) = alpha * op(A) (m,k) @ op(B) (k,n) + beta * Cin, optionally batched
  * with strides. A and B are bf16; Cin/D are bf16 or fp32 (fp32 for accumulating weight
  * gradients into the master-precision gradient buffer with beta = 1). Epilogues: bias (bf16,
  * length m, added to every column), bias + tanh-GELU with the pre-activation written to aux,
@@ -49,6 +49,7 @@ typedef struct {
     int lda, ldb, ldd;
     int d_fp32;        /* D and Cin are fp32 (else bf16) */
     float beta;
+    float alpha;       /* 0: 1 (so a zeroed struct is a plain product); any other value scales AB */
     gt_epilogue epilogue;
     const void *bias;  /* bf16 (m) */
     void *aux;         /* bf16 (m,n), ld = ldd */

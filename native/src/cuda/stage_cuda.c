@@ -96,15 +96,21 @@ cleanup:
 
 /* Kernel tuning knobs: GANTRY_LN_BWD_IMPL (the LayerNorm backward: 1 = one warp per row, the
  * session-3 kernel kept as the reference; 2 = block-cooperative rows, default),
- * GANTRY_LN_BWD_BLOCKS (impl 1's block count; default 512) and GANTRY_LN_BIAS_SUMS (default 1:
+ * GANTRY_LN_BWD_BLOCKS (impl 1's block count; default 512), GANTRY_LN_BIAS_SUMS (default 1:
  * LayerNorm 2's backward also sums the two bias gradients of the products around it, so the
- * weight half skips those column passes). */
+ * weight half skips those column passes) and GANTRY_BIAS_GEMM (default 1: the c_attn / c_fc
+ * weight-gradient products compute their bias gradients too, through the LayerNorm outputs'
+ * constant column; 0 = a column-sum pass each) and GANTRY_CE_FUSED (default 1: the last stage's
+ * forward leaves softmax - onehot in the logits and the head's backward products scale it; 0 =
+ * a separate cross-entropy backward pass). */
 static int set_kernel_knobs(gt_stage *s) {
     int rc = GT_OK, blocks = GT_CU_LN_BWD_BLOCKS, ln_impl = 2;
     GT_CHECK(gt_env_int("GANTRY_LN_BWD_BLOCKS", 64, GT_CU_LN_BWD_MAX_BLOCKS, GT_CU_LN_BWD_BLOCKS,
                         NULL, &blocks));
     GT_CHECK(gt_env_int("GANTRY_LN_BWD_IMPL", 1, 2, 2, NULL, &ln_impl));
     GT_CHECK(gt_env_flag("GANTRY_LN_BIAS_SUMS", 1, &s->ln_bias_sums));
+    GT_CHECK(gt_env_flag("GANTRY_BIAS_GEMM", 1, &s->bias_in_gemm));
+    GT_CHECK(gt_env_flag("GANTRY_CE_FUSED", 1, &s->ce_fused));
     gt_cu_set_ln_bwd_blocks(blocks);
     gt_cu_set_ln_bwd_impl(ln_impl);
 cleanup:

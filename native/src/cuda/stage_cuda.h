@@ -29,14 +29,14 @@ enum { GT_GRAPH_FORWARD = 0, GT_GRAPH_BACKWARD = 1, GT_GRAPH_BACKWARD_INPUT = 2,
 
 /* Forward activations of one local layer (N = B*T). */
 typedef struct {
-    gt_bf16 *ln1;              /* (N,C) */
+    gt_bf16 *ln1;              /* (N,C), rows C + GT_CU_LN_PAD apart, column C all ones */
     float *ln1_mean, *ln1_rstd; /* (N) */
     gt_bf16 *qkv;              /* (N,3C) = (B,T,3,NH,hs) */
     gt_bf16 *atty;             /* (N,C) attention output before c_proj */
     float *stats;              /* cuDNN: (B,NH,T) log-sum-exp */
     gt_bf16 *att;              /* reference attention: (B,NH,T,T) probabilities */
     gt_bf16 *res2;             /* (N,C) */
-    gt_bf16 *ln2;              /* (N,C) */
+    gt_bf16 *ln2;              /* (N,C), as ln1 */
     float *ln2_mean, *ln2_rstd; /* (N) */
     gt_bf16 *fch;              /* (N,4C) pre-GELU */
     gt_bf16 *fch_gelu;         /* (N,4C) */
@@ -48,7 +48,9 @@ typedef struct {
     gt_bf16 *x0;               /* (N,C) stage input */
     gt_bf16 *lnf;              /* last: (N,C) */
     float *lnf_mean, *lnf_rstd; /* last: (N) */
-    gt_bf16 *logits;           /* last: (N,V); dlogits after backward_input */
+    gt_bf16 *logits;           /* last: (N,V); softmax - onehot after a fused forward (ce_fused),
+                                  dlogits after backward_input otherwise */
+    float dlogits_scale;       /* last: alpha of the head's backward products (dloss if fused) */
     float *lse, *losses;       /* last: (N) */
     int32_t *tokens, *targets; /* device (N) */
     int32_t *groups;           /* first: device [3N+2]: token (N), start (N+1), pos (N) of the
@@ -94,6 +96,8 @@ struct gt_stage {
     gt_cudnn_attn *cudnn;      /* NULL: reference attention */
     int gelu_fused, dgelu_fused;
     int ln_bias_sums;          /* GANTRY_LN_BIAS_SUMS: LayerNorm 2 sums two bias gradients */
+    int bias_in_gemm;          /* GANTRY_BIAS_GEMM: c_attn / c_fc bias gradients in the product */
+    int ce_fused;              /* GANTRY_CE_FUSED: the loss and its logit gradients in one pass */
     char info[512];
 
     gt_cu_slot *slots;
