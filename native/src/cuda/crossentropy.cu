@@ -49,12 +49,9 @@ __device__ MaxSum block_merge(MaxSum v) {
     return v;
 }
 
-/* block (CE_THREADS) per row; thread t reads vectors t, t + CE_THREADS, ... of the row */
-__global__ void __launch_bounds__(CE_THREADS)
-    crossentropy_forward_vec_kernel(float *lse, float *losses, const bf16 *logits,
-                                    const int32_t *targets, int V) {
-    size_t row = blockIdx.x;
-    const uint4 *x = reinterpret_cast<const uint4 *>(logits + row * (size_t)V);
+/* The row's softmax partial over the block: thread t reads vectors t, t + CE_THREADS, ... of
+ * the row (V / 8 of them); result in every thread, after a block barrier (every read done). */
+__device__ MaxSum row_max_sum(const uint4 *x, int V) {
     MaxSum acc = {-FLT_MAX, 0.0f};
     for (int j = threadIdx.x; j < V / 8; j += CE_THREADS) {
         uint4 raw = x[j];
@@ -71,7 +68,29 @@ __global__ void __launch_bounds__(CE_THREADS)
         acc.s = (acc.m == -FLT_MAX ? 0.0f : acc.s * expf(acc.m - m)) + s;
         acc.m = m;
     }
-    acc = block_merge(acc);
+    return block_merge(acc);
+}
+
+/* In place, the block's row: x = scale * (exp(x - lse) - [j == target]) */
+__device__ void row_softmax_grad(uint4 *x, int V, float lse, int tgt, float scale) {
+    for (int j = threadIdx.x; j < V / 8; j += CE_THREADS) {
+        uint4 raw = x[j];
+        bf16 *v = reinterpret_cast<bf16 *>(&raw);
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+            float p = expf(__bfloat162float(v[i]) - lse);
+            v[i] = __float2bfloat16((p - (8 * j + i == tgt ? 1.0f : 0.0f)) * scale);
+        }
+        x[j] = raw;
+    }
+}
+
+/* block (CE_THREADS) per row */
+__global__ void __launch_bounds__(CE_THREADS)
+    crossentropy_forward_vec_kernel(float *lse, float *losses, const bf16 *logits,
+                                    const int32_t *targets, int V) {
+    size_t row = blockIdx.x;
+    MaxSum acc = row_max_sum(reinterpret_cast<const uint4 *>(logits + row * (size_t)V), V);
     if (threadIdx.x == 0) {
         float l = acc.m + logf(acc.s);
         lse[row] = l;
@@ -84,19 +103,8 @@ __global__ void __launch_bounds__(CE_THREADS)
     crossentropy_backward_vec_kernel(bf16 *logits, const float *lse, const int32_t *targets,
                                      float dloss, int V) {
     size_t row = blockIdx.x;
-    uint4 *x = reinterpret_cast<uint4 *>(logits + row * (size_t)V);
-    float l = lse[row];
-    int tgt = targets[row];
-    for (int j = threadIdx.x; j < V / 8; j += CE_THREADS) {
-        uint4 raw = x[j];
-        bf16 *v = reinterpret_cast<bf16 *>(&raw);
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            float p = expf(__bfloat162float(v[i]) - l);
-            v[i] = __float2bfloat16((p - (8 * j + i == tgt ? 1.0f : 0.0f)) * dloss);
-        }
-        x[j] = raw;
-    }
+    row_softmax_grad(reinterpret_cast<uint4 *>(logits + row * (size_t)V), V, lse[row],
+                     targets[row], dloss);
 }
 
 /* block (CE_THREADS) per row, both of the above in one kernel: the loss, then the row rewritten
@@ -109,35 +117,10 @@ __global__ void __launch_bounds__(CE_THREADS)
     uint4 *x = reinterpret_cast<uint4 *>(logits + row * (size_t)V);
     int tgt = targets[row];
     float target_logit = __bfloat162float(logits[row * (size_t)V + tgt]); /* before any write */
-    MaxSum acc = {-FLT_MAX, 0.0f};
-    for (int j = threadIdx.x; j < V / 8; j += CE_THREADS) {
-        uint4 raw = x[j];
-        const bf16 *v = reinterpret_cast<const bf16 *>(&raw);
-        float f[8], vmax = -FLT_MAX;
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            f[i] = __bfloat162float(v[i]);
-            vmax = fmaxf(vmax, f[i]);
-        }
-        float m = fmaxf(acc.m, vmax), s = 0.0f;
-#pragma unroll
-        for (int i = 0; i < 8; i++) s += expf(f[i] - m);
-        acc.s = (acc.m == -FLT_MAX ? 0.0f : acc.s * expf(acc.m - m)) + s;
-        acc.m = m;
-    }
-    acc = block_merge(acc); /* ends with every thread past the block's barrier: reads done */
+    MaxSum acc = row_max_sum(x, V); /* ends past a block barrier: no write races a read */
     float l = acc.m + logf(acc.s);
     if (threadIdx.x == 0) losses[row] = l - target_logit;
-    for (int j = threadIdx.x; j < V / 8; j += CE_THREADS) {
-        uint4 raw = x[j];
-        bf16 *v = reinterpret_cast<bf16 *>(&raw);
-#pragma unroll
-        for (int i = 0; i < 8; i++) {
-            float p = expf(__bfloat162float(v[i]) - l);
-            v[i] = __float2bfloat16(p - (8 * j + i == tgt ? 1.0f : 0.0f));
-        }
-        x[j] = raw;
-    }
+    row_softmax_grad(x, V, l, tgt, 1.0f);
 }
 
 /* one block: mean of n floats */
