@@ -19,9 +19,13 @@ import gpu_bench_table  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 FINAL = RESULTS / "gpu-bench-h200x2-2026-11-30-s3-call4.jsonl"
-CURRENT = {"350M": RESULTS / "gpu-bench-h200x2-2026-11-30-s4-call4.jsonl",
-           "1.5B": RESULTS / "gpu-bench-h200x2-2026-12-01-s6-call4.jsonl"}
-"""The calls docs/BENCHMARKS.md's current GPU section reports, per model (one build)."""
+ONE_GPU = RESULTS / "gpu-bench-h200x1-2026-12-01-s8-call3.jsonl"
+CURRENT = {("350M", "1 GPU"): ONE_GPU,
+           ("350M", "PP=2"): RESULTS / "gpu-bench-h200x2-2026-11-30-s4-call4.jsonl",
+           ("1.5B", "1 GPU"): ONE_GPU,
+           ("1.5B", "PP=2"): RESULTS / "gpu-bench-h200x2-2026-12-01-s6-call4.jsonl"}
+"""The calls docs/BENCHMARKS.md's current GPU section reports, per model and layout (one build
+each)."""
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
@@ -106,7 +110,7 @@ def test_clock_table_lists_each_run_that_recorded_its_clocks() -> None:
 ])
 def test_benchmarks_doc_states_what_the_recorded_call_gives(
         key: tuple[str, str, str]) -> None:
-    cells = _table_rows(gpu_bench_table.tables(_rows(CURRENT[key[0]])))[key]
+    cells = _table_rows(gpu_bench_table.tables(_rows(CURRENT[key[0], key[1]])))[key]
     tokens, ratio = cells[3], cells[8]
     doc = (REPO / "docs" / "BENCHMARKS.md").read_text()
     current = doc.split("## GPU: gantry vs PyTorch on 2x H200")[1].split("\n### ")[0]
