@@ -104,3 +104,24 @@ def test_kernel_variant_matches_session4_kernels_and_torch(
     biases = [n for n in grads if n.endswith(("attn.c_proj.bias", "mlp.c_proj.bias",
                                               "attn.c_attn.bias", "mlp.c_fc.bias"))]
     assert len(biases) == 4 * CONFIG.n_layer and all(np.abs(grads[n]).max() > 0 for n in biases)
+
+
+@pytest.mark.parametrize("fused", ["0", "1"])
+@pytest.mark.parametrize("split", [False, True])
+def test_zero_loss_scale_gives_zero_gradients(
+    cuda_lib: NativeLibrary, tmp_path: Path, clean_knobs: None, fused: str, split: bool,
+) -> None:
+    """loss_scale 0 scales every gradient to 0, also where the fused cross-entropy leaves the
+    scaling to the head's products (their alpha: a scale of 0 is not 'no scale')."""
+    model = ref.make_model(CONFIG, seed=7, randomize_all=True)
+    weights = tmp_path / "w.safetensors"
+    ref.save_weights(model, weights)
+    tokens, targets = make_batch(CONFIG, BATCH, SEQ, seed=8)
+    os.environ["GANTRY_CE_FUSED"] = fused
+    stages = make_chain(cuda_lib, CONFIG, [(0, 1), (1, 2)], BATCH, SEQ, weights,
+                        stage_class=CudaStage)
+    loss = chain_step(stages, tokens, targets, split=split, loss_scale=0.0)
+    assert np.isfinite(loss) and loss > 0
+    grads = gradients(stages)
+    nonzero = [name for name, grad in grads.items() if np.any(grad != 0)]
+    assert not nonzero, f"loss_scale 0 left gradients in {nonzero}"

@@ -618,7 +618,7 @@ static int head_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, float
     const gt_bf16 *out = nl > 0 ? a->layers[nl - 1].res3 : a->x0;
     gt_matmul_args m;
     memset(&m, 0, sizeof(m));
-    m.alpha = a->dlogits_scale; /* fused: the forward left softmax - onehot, scaled here */
+    m.scaled = 1, m.alpha = a->dlogits_scale; /* fused: the forward left softmax - onehot */
     if (!s->ce_fused) {
         MARK(GT_P_D_CE);
         CUDA_CHECK(gt_cu_crossentropy_backward(a->logits, a->lse, a->targets,
@@ -649,7 +649,7 @@ static int head_backward_weight(gt_stage *s, gt_cu_slot *a) {
     gt_matmul_args m;
     /* dwte (V,C) += dlogits^T lnf: col-major (C,V) = lnf (C,N) @ dl^T (N,V) */
     memset(&m, 0, sizeof(m));
-    m.alpha = a->dlogits_scale;
+    m.scaled = 1, m.alpha = a->dlogits_scale;
     m.D = Gb + s->layout.tensors[0].offset, m.Cin = m.D, m.beta = 1.0f, m.d_fp32 = 1;
     m.A = a->lnf, m.B = a->logits;
     m.m = C, m.n = V, m.k = n;

@@ -412,7 +412,7 @@ int gt_matmul(gt_lt *lt, const gt_matmul_args *a, cudaStream_t stream, int *unsu
                 p->op, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &a->aux, sizeof(a->aux)));
     }
     {
-        const float alpha = a->alpha != 0.0f ? a->alpha : 1.0f;
+        const float alpha = a->scaled ? a->alpha : 1.0f;
         const float beta = p->key.beta;
         const void *cin = a->Cin != NULL ? a->Cin : a->D;
         CUBLAS_CHECK(cublasLtMatmul(lt->handle, p->op, &alpha, a->A, p->la, a->B, p->lb, &beta,

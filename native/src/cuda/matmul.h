@@ -49,7 +49,8 @@ typedef struct {
     int lda, ldb, ldd;
     int d_fp32;        /* D and Cin are fp32 (else bf16) */
     float beta;
-    float alpha;       /* 0: 1 (so a zeroed struct is a plain product); any other value scales AB */
+    int scaled;        /* 0: alpha is 1 (a zeroed struct is a plain product); 1: alpha below */
+    float alpha;
     gt_epilogue epilogue;
     const void *bias;  /* bf16 (m) */
     void *aux;         /* bf16 (m,n), ld = ldd */
