@@ -582,6 +582,11 @@ cleanup:
     return rc;
 }
 
+/* Elements of tensor k (GT_LN1_W..) of local layer l. */
+static size_t layer_tensor_numel(const gt_stage *s, int l, int k) {
+    return s->layout.tensors[s->layout.layer_tensor0 + l * GT_TENSORS_PER_LAYER + k].numel;
+}
+
 static int layer_backward_weight(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int l) {
     int rc = GT_OK;
     int n = s->layout.B * s->layout.T, C = s->layout.cfg.n_embd;
@@ -596,13 +601,13 @@ static int layer_backward_weight(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int
                                     dout, L->fch_gelu, 4 * C, 0, n, 4 * C, C));
     MARK(GT_P_W_FC); /* spills onto c_proj's weight gradient, complete by now */
     GT_CHECK(linear_backward_weight(s, DW(GT_FC_W), DW(GT_FC_B), G->dfch, L->ln2, ln_ld(s),
-                                    (size_t)4 * C * C, n, C, 4 * C));
+                                    layer_tensor_numel(s, l, GT_FCPROJ_W), n, C, 4 * C));
     MARK(GT_P_W_ATTPROJ);
     GT_CHECK(linear_backward_weight(s, DW(GT_ATTPROJ_W), s->ln_bias_sums ? NULL : DW(GT_ATTPROJ_B),
                                     G->dres2, L->atty, C, 0, n, C, C));
     MARK(GT_P_W_QKV); /* spills onto the attention projection's weight gradient, complete too */
     GT_CHECK(linear_backward_weight(s, DW(GT_QKV_W), DW(GT_QKV_B), G->dqkv, L->ln1, ln_ld(s),
-                                    (size_t)C * C, n, C, 3 * C));
+                                    layer_tensor_numel(s, l, GT_ATTPROJ_W), n, C, 3 * C));
     GT_CHECK(gt_stage_report_layer(&s->layout, l)); /* an armed hook: the layer is enqueued */
 #undef DW
 cleanup:
@@ -752,7 +757,8 @@ static int run_backward(gt_stage *s, int slot, gt_cu_grads *g, const float *dx_o
     int kind = do_weight ? GT_GRAPH_BACKWARD : GT_GRAPH_BACKWARD_INPUT;
     /* the head products' alpha, here and in the weight half (host side: a replayed graph runs
      * no body) */
-    a->dlogits_scale = s->ce_fused ? loss_scale / (float)(s->layout.B * s->layout.T) : 1.0f;
+    a->dlogits_scale = s->ce_fused && s->layout.is_last
+                           ? loss_scale / (float)(s->layout.B * s->layout.T) : 1.0f;
     gt_graph_key key = graph_key(s, kind, dx_out, dx_in, loss_scale);
     gt_prof_prefill(&s->prof, s->stream);
     if (!do_weight) /* input gradients report nothing: graphs as always */
