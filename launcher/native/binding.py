@@ -138,6 +138,8 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
          ctypes.c_float, ctypes.c_float, ctypes.c_float, ctypes.c_int, ctypes.c_float],
     ),
     "gt_stage_join_optimizer": (ctypes.c_int, [ctypes.c_void_p]),
+    "gt_stage_norm_capture_begin": (ctypes.c_int, [ctypes.c_void_p]),
+    "gt_stage_norm_capture_end": (ctypes.c_int, [ctypes.c_void_p, _P(ctypes.c_double)]),
     "gt_clip_coef": (ctypes.c_float, [ctypes.c_double, ctypes.c_double]),
     "gt_lr_at": (
         ctypes.c_double,
@@ -466,6 +468,17 @@ class NativeStage(BaseStage):
 
     def join_optimizer(self) -> None:
         self.lib.check(self.lib.lib.gt_stage_join_optimizer(self.handle))
+
+    def norm_capture_begin(self) -> None:
+        """From now on every :meth:`adamw_range` also sums its raw gradients' squares (API
+        version 6); restarts a capture already running."""
+        self.lib.check(self.lib.lib.gt_stage_norm_capture_begin(self.handle))
+
+    def norm_capture_end(self) -> float:
+        """The captured sum of squares (waits for the ranges on a GPU stage)."""
+        out = ctypes.c_double()
+        self.lib.check(self.lib.lib.gt_stage_norm_capture_end(self.handle, ctypes.byref(out)))
+        return float(out.value)
 
     # I/O ------------------------------------------------------------------------------------
     def save(self, path: Path, which: Buffer = Buffer.PARAMS) -> None:

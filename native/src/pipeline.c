@@ -22,6 +22,11 @@
  * with the gradients-ready hook armed, feeding the bucketer (dp_buckets.h), whose full buckets
  * start their all-reduce at once. The hook sees the final gradients because no later action of
  * the step touches that chunk's gradient buffer.
+ *
+ * Gradient norm: where the hook runs AdamW per range (opt_now), the stage captures the sum of
+ * squares from those ranges (gt_stage_norm_capture_*; GANTRY_NORM_CAPTURE=0: not), so the norm
+ * needs no pass of its own over the gradients; the other chunks sum their squares after the
+ * table.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -66,6 +71,7 @@ struct gt_pipeline {
     int dp_buckets;         /* buckets started this step */
     int opt_overlap;        /* GANTRY_OPT_OVERLAP: 0 none, 1 every rank, 2 rank 0 (default) */
     int opt_now;            /* this step: AdamW per range from the hook (no clipping, dp 1) */
+    int norm_capture;       /* GANTRY_NORM_CAPTURE: such chunks' norm from their AdamW ranges */
     int opt_ranges;         /* ranges updated so this step */
     gt_chunk *armed_chunk;  /* chunk of the armed action */
     gt_step_args step_args; /* this step's optimizer settings, for the hook */
@@ -97,6 +103,9 @@ int gt_pipeline_create(const gt_config *cfg, gt_comm *comm, int v, int m, int B,
      * 2 on pipeline rank 0 only (the others update after the table, into the next step's fill) */
     GT_CHECK(gt_env_int("GANTRY_OPT_OVERLAP", 0, 2, 2,
                         "1 = every rank, 2 = pipeline rank 0 only, 0 = none", &p->opt_overlap));
+    GT_CHECK(gt_env_int("GANTRY_NORM_CAPTURE", 0, 1, 1,
+                        "1 = the norm from the AdamW ranges, 0 = a pass of its own",
+                        &p->norm_capture));
     p->overlap = p->overlap && p->dp > 1;
     GT_CALLOC(p->last_grad, v);
     GT_CALLOC(p->first_grad, v);
@@ -351,13 +360,43 @@ cleanup:
     return rc;
 }
 
+/* 1 if chunk c's AdamW runs from the gradients-ready hook this step (and its norm is captured
+ * from those ranges). */
+static int hook_updates(const gt_pipeline *p, int c) { return p->opt_now && p->last_grad[c] >= 0; }
+
+/* 1 if chunk c's norm comes from its AdamW ranges this step (GANTRY_NORM_CAPTURE). */
+static int captures_norm(const gt_pipeline *p, int c) {
+    return p->norm_capture && hook_updates(p, c);
+}
+
+/* Sum of squares of chunk c's gradients for the global norm (wte once per tied pair: the first
+ * stage counts it). A chunk updated by the hook: its tied wte copy is updated here (counted on
+ * the first stage, not on the last), then the capture of its ranges ends. */
+static int chunk_sq_sum(gt_pipeline *p, int c, double *out) {
+    int rc = GT_OK;
+    gt_chunk *ch = &p->chunks[c];
+    size_t off = 0, count = 0;
+    if (!captures_norm(p, c)) {
+        GT_CHECK(gt_stage_grad_sq_sum(ch->stage, !(ch->is_last && !ch->is_first), out));
+        goto cleanup;
+    }
+    int tied = tied_wte(ch, &off, &count);
+    if (tied && ch->is_first) GT_CHECK(update_range(p, ch, off, count, 1.0f));
+    GT_CHECK(gt_stage_norm_capture_end(ch->stage, out));
+    if (tied && !ch->is_first) GT_CHECK(update_range(p, ch, off, count, 1.0f));
+cleanup:
+    return rc;
+}
+
 /* Data-parallel all-reduce (waiting for the overlapped buckets, or whole buffers), tied wte
  * (of the dp-reduced gradients), global norm and the step's loss (*loss_sum: summed over the
- * world), clipping, AdamW (only of the tied wte copies when the hook already updated the rest);
+ * world), clipping, AdamW (none of a chunk whose ranges the hook updated: its tied wte copy
+ * was updated with its norm);
  * the stages' streams then wait for their optimizer's, but the host does not: a rank whose next
  * step starts with a receive (every pipeline rank but the first) runs its update during that
- * wait. The loss and norm are all-reduced before any update, so no rank waits for another's
- * optimizer either. */
+ * wait. The loss and norm are all-reduced before any update but a hook-updating chunk's own
+ * (its ranges and its tied wte copy, which its captured norm waits for), so no rank waits for
+ * another's optimizer either. */
 static int sync_and_update(gt_pipeline *p, const gt_step_args *args, double *loss_sum,
                            gt_step_result *r) {
     int rc = GT_OK;
@@ -381,9 +420,8 @@ static int sync_and_update(gt_pipeline *p, const gt_step_args *args, double *los
     double t_norm = now_s();
     r->tied_s = t_norm - t_tied;
     for (int c = 0; c < p->v; c++) {
-        gt_chunk *ch = &p->chunks[c];
         double part = 0.0;
-        GT_CHECK(gt_stage_grad_sq_sum(ch->stage, !(ch->is_last && !ch->is_first), &part));
+        GT_CHECK(chunk_sq_sum(p, c, &part));
         sq += part;
     }
     GT_CHECK(gt_comm_allreduce_pipe_double(p->comm, &sq));
@@ -396,10 +434,10 @@ static int sync_and_update(gt_pipeline *p, const gt_step_args *args, double *los
     for (int c = 0; c < p->v; c++) {
         gt_chunk *ch = &p->chunks[c];
         size_t off = 0, count = 0;
-        if (!p->opt_now || p->last_grad[c] < 0)
+        if (!hook_updates(p, c))
             GT_CHECK(gt_stage_adamw_step(ch->stage, (float)p->lr_now, args->beta1, args->beta2,
                                          args->eps, args->weight_decay, args->step + 1, scale));
-        else if (tied_wte(ch, &off, &count)) /* the hook updated the rest */
+        else if (!captures_norm(p, c) && tied_wte(ch, &off, &count)) /* the hook did the rest */
             GT_CHECK(update_range(p, ch, off, count, scale));
     }
     for (int c = 0; c < p->v; c++) GT_CHECK(gt_stage_join_optimizer(p->chunks[c].stage));
@@ -431,8 +469,11 @@ int gt_pipeline_step(gt_pipeline *p, const int32_t *actions, int n_actions,
                  p->dp == 1 && !(args->grad_clip > 0.0f);
     p->opt_ranges = 0;
     find_grad_actions(p, actions, n_actions);
-    for (int c = 0; c < p->v; c++) /* no gradient action this step: zero now */
-        if (p->first_grad[c] < 0) GT_CHECK(gt_stage_zero_grad(p->chunks[c].stage));
+    for (int c = 0; c < p->v; c++) {
+        if (p->first_grad[c] < 0) /* no gradient action this step: zero now */
+            GT_CHECK(gt_stage_zero_grad(p->chunks[c].stage));
+        if (captures_norm(p, c)) GT_CHECK(gt_stage_norm_capture_begin(p->chunks[c].stage));
+    }
     p->dp_buckets = 0;
     GT_CHECK(run_table(p, actions, n_actions, tokens, targets, &loss_sum, &r, t_start));
     double t_sync = now_s();

@@ -59,6 +59,9 @@ struct gt_stage {
     float *scratch_datty;    /* (N,C) */
     float *scratch_colsum;   /* GT_COLSUM_CHUNKS * 4C */
     float *scratch_att;      /* (T,T) attention backward */
+
+    int norm_capture;        /* gt_stage_norm_capture_begin .. _end */
+    double norm_sq;          /* the captured ranges' sum of squares */
 };
 
 _Static_assert(offsetof(struct gt_stage, layout) == 0, "gt_stage_layout_of needs layout first");

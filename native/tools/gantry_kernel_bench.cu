@@ -179,6 +179,8 @@ typedef struct {
     uint64_t *seg_end;
     uint8_t *seg_decay;
     double *sq;                /* 1 + GT_CU_SQ_BLOCKS: sq_sum's result and partials */
+    double *adamw_sq;          /* gt_cu_adamw_grid_blocks(ADAMW_N): the fused norm's partials */
+    int adamw_with_sq;         /* launch_adamw adds the squared gradients to adamw_sq */
     void *copy_src, *copy_dst; /* COPY_BYTES each */
     size_t copy_bytes;         /* of the timed copy (<= COPY_BYTES) */
 } bench_ctx;
@@ -216,7 +218,7 @@ static cudaError_t launch_adamw(void *p) {
     a.one_minus_beta1 = 1.0f - a.beta1;
     a.one_minus_beta2 = 1.0f - a.beta2;
     return gt_cu_adamw(c->params, c->params16, c->grads, c->m, c->v, 0, ADAMW_N, c->seg_end,
-                       c->seg_decay, 1, a, 0);
+                       c->seg_decay, 1, a, c->adamw_with_sq ? c->adamw_sq : NULL, 0);
 }
 /* the gradient norm's sum of squares over ADAMW_N - 3 grads from the 4th (16-byte aligned, an
  * odd tail) */
@@ -386,6 +388,7 @@ int main(int argc, char **argv) {
     CK(cudaMalloc((void **)&c.v, ADAMW_N * sizeof(float)));
     CK(cudaMalloc((void **)&c.params16, ADAMW_N * sizeof(gt_bf16)));
     CK(cudaMalloc((void **)&c.sq, (1 + GT_CU_SQ_BLOCKS) * sizeof(double)));
+    CK(cudaMalloc((void **)&c.adamw_sq, gt_cu_adamw_grid_blocks(ADAMW_N) * sizeof(double)));
     CK(cudaMalloc((void **)&c.seg_end, sizeof(uint64_t)));
     CK(cudaMalloc((void **)&c.seg_decay, 1));
     CK(cudaMalloc(&c.copy_src, COPY_BYTES));
@@ -579,6 +582,41 @@ int main(int argc, char **argv) {
         check_close("sq_sum vs host", &got_sq, &want, 1, 1e-9);
     }
 
+    { /* AdamW's fused sum of squares over two ranges cut inside a 4096-element block (as the
+       * executor's per-tensor ranges are) vs a host sum in double over the same grads */
+        const size_t cut = 12345679;
+        float *hg = (float *)malloc(ADAMW_N * sizeof(float));
+        double want = 0.0, got_sq = 0.0;
+        if (hg == NULL) {
+            fprintf(stderr, "error: out of host memory for the adamw sq check\n");
+            rc = 1;
+            goto cleanup;
+        }
+        cudaError_t err = cudaMemcpy(hg, c.grads, ADAMW_N * sizeof(float), cudaMemcpyDeviceToHost);
+        gt_cu_adamw_args a;
+        memset(&a, 0, sizeof(a));
+        a.beta2 = 1.0f;
+        a.bc2_sqrt = 1.0f;
+        a.eps = 1.0f;
+        a.grad_scale = 1.0f; /* lr, step size 0: the parameters stay */
+        if (err == cudaSuccess)
+            err = cudaMemset(c.adamw_sq, 0, gt_cu_adamw_grid_blocks(ADAMW_N) * sizeof(double));
+        if (err == cudaSuccess)
+            err = gt_cu_adamw(c.params, c.params16, c.grads, c.m, c.v, 0, cut, c.seg_end,
+                              c.seg_decay, 1, a, c.adamw_sq, 0);
+        if (err == cudaSuccess)
+            err = gt_cu_adamw(c.params, c.params16, c.grads, c.m, c.v, cut, ADAMW_N - cut,
+                              c.seg_end, c.seg_decay, 1, a, c.adamw_sq, 0);
+        if (err == cudaSuccess)
+            err = gt_cu_sum_doubles(c.sq, c.adamw_sq, gt_cu_adamw_grid_blocks(ADAMW_N), 0);
+        if (err == cudaSuccess)
+            err = cudaMemcpy(&got_sq, c.sq, sizeof(double), cudaMemcpyDeviceToHost);
+        for (size_t i = 0; i < ADAMW_N; i++) want += (double)hg[i] * hg[i];
+        free(hg);
+        CK(err);
+        check_close("adamw sq partials vs host", &got_sq, &want, 1, 1e-9);
+    }
+
     /* ---------------- timing ---------------------------------------------------------- */
     {
         double us, us_mean;
@@ -628,6 +666,12 @@ int main(int argc, char **argv) {
          * params, m, v (12 B) and params16 (2 B): 30 bytes per element */
         CK(time_case(&t, launch_adamw, &c, &us, &us_mean));
         print_case("adamw", 1, (int)ADAMW_N, 1, 0, 0, 30.0 * ADAMW_N, us, us_mean, flush);
+        /* the same with the gradient norm's squares on the side (impl 2): + one partial per
+         * 4096 elements */
+        c.adamw_with_sq = 1;
+        CK(time_case(&t, launch_adamw, &c, &us, &us_mean));
+        print_case("adamw", 2, (int)ADAMW_N, 1, 0, 0, 30.0 * ADAMW_N, us, us_mean, flush);
+        c.adamw_with_sq = 0;
 
         /* sq_sum: read the grads (4 B per element) */
         CK(time_case(&t, launch_sq_sum, &c, &us, &us_mean));
@@ -685,6 +729,7 @@ cleanup:
     cudaFree(c.v);
     cudaFree(c.params16);
     cudaFree(c.sq);
+    cudaFree(c.adamw_sq);
     cudaFree(c.seg_end);
     cudaFree(c.seg_decay);
     cudaFree(c.copy_src);

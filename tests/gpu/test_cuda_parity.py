@@ -4,6 +4,7 @@ AdamW against torch.optim.AdamW on identical fp32 gradients, and a few training 
 
 from __future__ import annotations
 
+import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -129,6 +130,39 @@ def test_adamw_equals_torch_on_identical_gradients(cuda_lib: NativeLibrary,
         want = params[info.name].detach().numpy().ravel()
         np.testing.assert_allclose(got[info.offset : info.offset + info.numel], want, rtol=1e-5,
                                    atol=1e-7, err_msg=info.name)
+
+
+def test_adamw_ranges_capture_the_norm(cuda_lib: NativeLibrary, tmp_path: Path) -> None:
+    """AdamW ranges cut inside the kernel's 4096-element blocks and at tensor edges, in the
+    hook's backward order: their captured sum of squares is the gradients' (the norm without a
+    pass of its own), the same bits on a second run, and only what ran since the (re)start."""
+    _, weights = _reference(tmp_path, seed=11)
+    stage = _chain(cuda_lib, [(0, 3)], weights)[0]
+    rng = np.random.default_rng(12)
+    grads = rng.standard_normal(stage.num_params).astype(np.float32)
+    stage.write(Buffer.GRADS, grads)
+    edges = [info.offset for info in stage.tensors]
+    cuts = sorted({0, stage.num_params, *edges, 4096 * 3 + 17,
+                   *rng.integers(1, stage.num_params, size=6).tolist()})
+    pieces = list(itertools.pairwise(cuts))
+    kwargs = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1,
+              "grad_scale": 1.0}
+    captured = []
+    for step in (1, 2):
+        stage.norm_capture_begin()
+        for begin, end in reversed(pieces):
+            stage.adamw_range(begin, end - begin, step=step, **kwargs)
+        captured.append(stage.norm_capture_end())
+    want = float(np.sum(grads.astype(np.float64) ** 2))
+    assert captured[0] == pytest.approx(want, rel=1e-12)
+    assert captured[1] == captured[0]
+    assert stage.grad_sq_sum() == pytest.approx(want, rel=1e-12)
+    stage.norm_capture_begin()
+    stage.adamw_range(0, 100, step=3, **kwargs)
+    stage.norm_capture_begin()
+    stage.adamw_range(5000, 3000, step=3, **kwargs)
+    part = float(np.sum(grads[5000:8000].astype(np.float64) ** 2))
+    assert stage.norm_capture_end() == pytest.approx(part, rel=1e-12)
 
 
 def test_training_steps_follow_torch(cuda_lib: NativeLibrary, tmp_path: Path) -> None:

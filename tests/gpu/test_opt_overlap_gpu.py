@@ -4,7 +4,8 @@ wte copies after their all-reduce) trains bit for bit like GANTRY_OPT_OVERLAP=0 
 off so both runs pick the same kernels), at PP=1 and PP=2 (zb-h2, copy-engine edges), with
 CUDA graphs, and follows the fp32 PyTorch reference trained without clipping. At PP=2 so does
 GANTRY_OPT_OVERLAP=2 (rank 0 early, rank 1 after the table, its update running into the next
-step's first receive, which is posted without waiting for it).
+step's first receive, which is posted without waiting for it). An early-updating rank sums its
+gradient norm from the AdamW ranges (another order of the same sum: equal to 1e-12).
 
 Needs 2 visible GPUs and a CUDA library built with NCCL (``GANTRY_CUDA_LIB``); skips
 otherwise.
@@ -43,7 +44,8 @@ def test_gpu_opt_overlap_matches_update_after_table(tmp_path: Path, nccl_lib: Pa
     on = _run(tmp_path, nccl_lib, "on", pp, weights, {"GANTRY_OPT_OVERLAP": "1"})
     off = _run(tmp_path, nccl_lib, "off", pp, weights, {"GANTRY_OPT_OVERLAP": "0"})
     assert [r["loss"] for r in on] == [r["loss"] for r in off]
-    assert [r["grad_norm"] for r in on] == [r["grad_norm"] for r in off]
+    assert [r["grad_norm"] for r in on] == pytest.approx([r["grad_norm"] for r in off],
+                                                         rel=1e-12)
     assert [r["loss"] for r in on] == pytest.approx(expected, rel=LOSS_TOL)
     # every layer once, ln_f and the embeddings (wpe alone where wte is a tied copy)
     assert all(sum(rank["opt_ranges"] for rank in r["ranks"]) == MODEL["n_layer"] + 2
@@ -52,6 +54,7 @@ def test_gpu_opt_overlap_matches_update_after_table(tmp_path: Path, nccl_lib: Pa
     if pp > 1:
         first = _run(tmp_path, nccl_lib, "first", pp, weights, {"GANTRY_OPT_OVERLAP": "2"})
         assert [r["loss"] for r in first] == [r["loss"] for r in off]
-        assert [r["grad_norm"] for r in first] == [r["grad_norm"] for r in off]
+        assert [r["grad_norm"] for r in first] == pytest.approx(
+            [r["grad_norm"] for r in off], rel=1e-12)
         assert all(r["ranks"][0]["opt_ranges"] > 0 == r["ranks"][1]["opt_ranges"]
                    for r in first)

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from launcher.errors import UserInputError
-from launcher.native.binding import Buffer, LrKind, NativeLibrary, NativeStage
+from launcher.native.binding import Buffer, LrKind, NativeError, NativeLibrary, NativeStage
 from launcher.native.model_config import GPTConfig
 from launcher.reference import gpt2_torch as ref
 from tests.native.parity_helpers import (
@@ -101,14 +101,26 @@ def test_adamw_by_ranges_equals_one_step(native_lib: NativeLibrary) -> None:
         pieces = list(itertools.pairwise(cuts))
         for step in (1, 2):
             whole.adamw_step(step=step, **kwargs)
+            ranged.norm_capture_begin()
             for begin, end in reversed(pieces):  # backward order, like the hook
                 ranged.adamw_range(begin, end - begin, step=step, **kwargs)
             ranged.join_optimizer()
+            # the ranges' squared gradients: the norm without a pass of its own
+            assert ranged.norm_capture_end() == pytest.approx(whole.grad_sq_sum(), rel=1e-12)
             for which in (Buffer.PARAMS, Buffer.ADAM_M, Buffer.ADAM_V):
                 np.testing.assert_array_equal(ranged.buffer(which), whole.buffer(which))
         assert initial is not None and not np.array_equal(whole.buffer(Buffer.PARAMS), initial)
         with pytest.raises(UserInputError, match="outside the"):
             ranged.adamw_range(n - 2, 3, step=1, **kwargs)
+        with pytest.raises(NativeError, match="not capturing"):
+            ranged.norm_capture_end()
+        ranged.norm_capture_begin()  # only what was updated since the (re)start counts
+        ranged.adamw_range(0, 5, step=3, **kwargs)
+        ranged.norm_capture_begin()
+        ranged.adamw_range(5, 7, step=3, **kwargs)
+        grads = ranged.buffer(Buffer.GRADS).astype(np.float64)
+        assert ranged.norm_capture_end() == pytest.approx(float(np.sum(grads[5:12] ** 2)),
+                                                          rel=1e-12)
     finally:
         for stage in stages:
             stage.close()

@@ -68,7 +68,7 @@ extern "C" {
 GT_API const char *gt_last_error(void);
 
 /* Version of this API; bumped when functions are added. */
-#define GT_API_VERSION 5
+#define GT_API_VERSION 6
 GT_API int gt_api_version(void);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -297,6 +297,19 @@ GT_API int gt_stage_adamw_range(gt_stage *stage, size_t offset, size_t count, fl
                                 float beta1, float beta2, float eps, float weight_decay,
                                 int step_t, float grad_scale);
 GT_API int gt_stage_join_optimizer(gt_stage *stage);
+
+/* ------------------------------------------------------------------------------------------ */
+/* the gradient norm from the AdamW ranges (API version 6)                                     */
+/*
+ * Between gt_stage_norm_capture_begin (which also restarts a capture) and _end, every gt_stage_adamw_range also sums the
+ * squares of the raw gradients it reads (before grad_scale), so the norm costs no pass of its
+ * own over the gradients (gt_stage_adamw_step is not captured). _end returns that sum in double
+ * (waiting for the ranges on the CUDA backend): the ranges' elements counted as often as they
+ * were updated, the same bits for the same ranges every run; it is a different order of the
+ * same sum than gt_stage_grad_sq_sum's, so the two may differ in the last bits. Only for
+ * updates that need no norm first (no clipping). */
+GT_API int gt_stage_norm_capture_begin(gt_stage *stage);
+GT_API int gt_stage_norm_capture_end(gt_stage *stage, double *sq);
 
 #ifdef __cplusplus
 }

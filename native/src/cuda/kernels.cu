@@ -1221,11 +1221,19 @@ extern "C" cudaError_t gt_cu_sq_sum(double *out, double *partial, const float *x
 
 #define ADAMW_PER_BLOCK 4096
 
+/* Block b of a launch updates the elements of buffer block kb = begin / 4096 + b that lie in
+ * [begin, end): the blocks sit on the buffer's fixed 4096-element grid whatever the range, so
+ * with sq_partial each grid block's squared raw gradients are added to sq_partial[kb] in a fixed
+ * order (per thread, then a fixed tree); a grid block cut by two ranges gets their two sums in
+ * range order (launches on one stream do not overlap). */
 __global__ void adamw_kernel(float *params, bf16 *params16, const float *grads, float *m,
                              float *v, size_t begin, size_t end, const uint64_t *seg_end,
-                             const uint8_t *seg_decay, int n_segments, gt_cu_adamw_args a) {
-    size_t b0 = begin + (size_t)blockIdx.x * ADAMW_PER_BLOCK;
-    size_t b1 = min(end, b0 + ADAMW_PER_BLOCK);
+                             const uint8_t *seg_decay, int n_segments, gt_cu_adamw_args a,
+                             double *sq_partial) {
+    __shared__ double shared[256];
+    size_t kb = begin / ADAMW_PER_BLOCK + blockIdx.x;
+    size_t b0 = max(begin, kb * ADAMW_PER_BLOCK);
+    size_t b1 = min(end, (kb + 1) * ADAMW_PER_BLOCK);
     /* first segment whose end is beyond b0 (binary search, same for the whole block) */
     int lo = 0, hi = n_segments - 1;
     while (lo < hi) {
@@ -1234,10 +1242,12 @@ __global__ void adamw_kernel(float *params, bf16 *params16, const float *grads, 
         else lo = mid + 1;
     }
     int seg = lo;
+    double sq = 0.0;
     for (size_t i = b0 + threadIdx.x; i < b1; i += blockDim.x) {
         while (seg < n_segments - 1 && i >= seg_end[seg]) seg++;
         float decay = seg_decay[seg] ? 1.0f - a.lr * a.weight_decay : 1.0f;
-        float g = grads[i] * a.grad_scale;
+        float raw = grads[i];
+        float g = raw * a.grad_scale;
         float p = params[i] * decay;
         float mi = m[i] + a.one_minus_beta1 * (g - m[i]);
         float vi = v[i] * a.beta2 + a.one_minus_beta2 * g * g;
@@ -1247,16 +1257,52 @@ __global__ void adamw_kernel(float *params, bf16 *params16, const float *grads, 
         params16[i] = __float2bfloat16(p);
         m[i] = mi;
         v[i] = vi;
+        sq += (double)raw * raw;
     }
+    if (sq_partial == NULL) return; /* the same for every thread of the launch */
+    shared[threadIdx.x] = sq;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) sq_partial[kb] += shared[0];
 }
 
 extern "C" cudaError_t gt_cu_adamw(float *params, gt_bf16 *params16, const float *grads,
                                    float *m, float *v, size_t begin, size_t n,
                                    const uint64_t *seg_end, const uint8_t *seg_decay,
-                                   int n_segments, gt_cu_adamw_args args, cudaStream_t stream) {
+                                   int n_segments, gt_cu_adamw_args args, double *sq_partial,
+                                   cudaStream_t stream) {
     if (n == 0) return cudaSuccess;
-    adamw_kernel<<<ceil_div(n, ADAMW_PER_BLOCK), 256, 0, stream>>>(
+    size_t blocks = (begin + n - 1) / ADAMW_PER_BLOCK - begin / ADAMW_PER_BLOCK + 1;
+    adamw_kernel<<<(unsigned)blocks, 256, 0, stream>>>(
         params, (bf16 *)params16, grads, m, v, begin, begin + n, seg_end, seg_decay, n_segments,
-        args);
+        args, sq_partial);
+    return cudaGetLastError();
+}
+
+/* out[0] = the sum of x[0, n): thread t sums x[t], x[t + 1024], ... in order, then a fixed
+ * tree (one block: the same bits every run). */
+__global__ void sum_doubles_kernel(double *out, const double *x, size_t n) {
+    __shared__ double shared[1024];
+    double acc = 0.0;
+    for (size_t i = threadIdx.x; i < n; i += blockDim.x) acc += x[i];
+    shared[threadIdx.x] = acc;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if ((int)threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[0] = shared[0];
+}
+
+extern "C" size_t gt_cu_adamw_grid_blocks(size_t num_params) {
+    return (num_params + ADAMW_PER_BLOCK - 1) / ADAMW_PER_BLOCK;
+}
+
+extern "C" cudaError_t gt_cu_sum_doubles(double *out, const double *x, size_t n,
+                                         cudaStream_t stream) {
+    sum_doubles_kernel<<<1, 1024, 0, stream>>>(out, x, n);
     return cudaGetLastError();
 }

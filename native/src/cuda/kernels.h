@@ -156,7 +156,15 @@ typedef struct {
 } gt_cu_adamw_args;
 cudaError_t gt_cu_adamw(float *params, gt_bf16 *params16, const float *grads, float *m, float *v,
                         size_t begin, size_t n, const uint64_t *seg_end, const uint8_t *seg_decay,
-                        int n_segments, gt_cu_adamw_args args, cudaStream_t stream);
+                        int n_segments, gt_cu_adamw_args args, double *sq_partial,
+                        cudaStream_t stream);
+/* With sq_partial (gt_cu_adamw_grid_blocks(num_params) doubles) gt_cu_adamw also adds the sum
+ * of squares of the raw gradients (before grad_scale) of each 4096-element block of the buffer
+ * to sq_partial[block]: ranges that together cover elements once give, after
+ * gt_cu_sum_doubles, their sum of squares, the same bits for the same ranges every run. */
+size_t gt_cu_adamw_grid_blocks(size_t num_params);
+/* out (1) = the sum of x (n), fixed order (one block) */
+cudaError_t gt_cu_sum_doubles(double *out, const double *x, size_t n, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -213,6 +213,7 @@ void gt_stage_free(gt_stage *s) {
     cudaFree(s->datty);
     cudaFree(s->colsum);
     cudaFree(s->sq);
+    cudaFree(s->norm_partial);
     cudaFree(s->loss);
     cudaFreeHost(s->host_loss);
     cudaFreeHost(s->host_sq);
@@ -400,12 +401,26 @@ static gt_cu_adamw_args adamw_args(float lr, float beta1, float beta2, float eps
     return a;
 }
 
-/* AdamW of elements [begin, begin + n) on `stream`. */
+/* AdamW of elements [begin, begin + n) on `stream`; sq_partial: see gt_cu_adamw (NULL: none). */
 static cudaError_t enqueue_adamw(gt_stage *s, size_t begin, size_t n, gt_cu_adamw_args a,
-                                 cudaStream_t stream) {
+                                 double *sq_partial, cudaStream_t stream) {
     return gt_cu_adamw(s->buffers[GT_BUF_PARAMS], s->params16, s->buffers[GT_BUF_GRADS],
                        s->buffers[GT_BUF_ADAM_M], s->buffers[GT_BUF_ADAM_V], begin, n,
-                       s->seg_end, s->seg_decay, s->n_segments, a, stream);
+                       s->seg_end, s->seg_decay, s->n_segments, a, sq_partial, stream);
+}
+
+/* The optimizer stream (lowest priority: the compute stream's kernels go first) and its
+ * events, created on first use. */
+static int ensure_opt_stream(gt_stage *s) {
+    int rc = GT_OK;
+    if (s->opt_stream != NULL) return GT_OK;
+    int lo = 0, hi = 0;
+    CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
+    CUDA_CHECK(cudaStreamCreateWithPriority(&s->opt_stream, cudaStreamNonBlocking, lo));
+    CUDA_CHECK(cudaEventCreateWithFlags(&s->opt_ready, cudaEventDisableTiming));
+    CUDA_CHECK(cudaEventCreateWithFlags(&s->opt_done, cudaEventDisableTiming));
+cleanup:
+    return rc;
 }
 
 int gt_stage_adamw_step(gt_stage *s, float lr, float beta1, float beta2, float eps,
@@ -417,7 +432,7 @@ int gt_stage_adamw_step(gt_stage *s, float lr, float beta1, float beta2, float e
     gt_prof_mark(&s->prof, GT_P_ADAMW, s->stream);
     CUDA_CHECK(enqueue_adamw(s, 0, s->layout.num_params,
                              adamw_args(lr, beta1, beta2, eps, weight_decay, step_t, grad_scale),
-                             s->stream));
+                             NULL, s->stream));
     gt_prof_mark(&s->prof, GT_P_END, s->stream);
 cleanup:
     return rc;
@@ -428,18 +443,39 @@ int gt_stage_adamw_range(gt_stage *s, size_t offset, size_t count, float lr, flo
                          float grad_scale) {
     int rc = GT_OK;
     GT_CHECK(gt_stage_check_adamw_range(gt_stage_layout_of(s), offset, count, step_t));
-    if (s->opt_stream == NULL) {
-        int lo = 0, hi = 0; /* lowest priority: the compute stream's kernels go first */
-        CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lo, &hi));
-        CUDA_CHECK(cudaStreamCreateWithPriority(&s->opt_stream, cudaStreamNonBlocking, lo));
-        CUDA_CHECK(cudaEventCreateWithFlags(&s->opt_ready, cudaEventDisableTiming));
-        CUDA_CHECK(cudaEventCreateWithFlags(&s->opt_done, cudaEventDisableTiming));
-    }
+    GT_CHECK(ensure_opt_stream(s));
     CUDA_CHECK(cudaEventRecord(s->opt_ready, s->stream));
     CUDA_CHECK(cudaStreamWaitEvent(s->opt_stream, s->opt_ready, 0));
     CUDA_CHECK(enqueue_adamw(s, offset, count,
                              adamw_args(lr, beta1, beta2, eps, weight_decay, step_t, grad_scale),
-                             s->opt_stream));
+                             s->norm_capture ? s->norm_partial : NULL, s->opt_stream));
+cleanup:
+    return rc;
+}
+
+int gt_stage_norm_capture_begin(gt_stage *s) {
+    int rc = GT_OK;
+    if (s == NULL) GT_INPUT_FAIL("gt_stage_norm_capture_begin: stage is NULL");
+    GT_CHECK(ensure_opt_stream(s));
+    size_t bytes = gt_cu_adamw_grid_blocks(s->layout.num_params) * sizeof(double);
+    if (s->norm_partial == NULL) CUDA_MALLOC(s->norm_partial, bytes);
+    CUDA_CHECK(cudaMemsetAsync(s->norm_partial, 0, bytes, s->opt_stream));
+    s->norm_capture = 1;
+cleanup:
+    return rc;
+}
+
+int gt_stage_norm_capture_end(gt_stage *s, double *sq) {
+    int rc = GT_OK;
+    if (s == NULL || sq == NULL) GT_INPUT_FAIL("gt_stage_norm_capture_end: stage or sq is NULL");
+    if (!s->norm_capture) GT_FAIL(GT_ESTATE, "gt_stage_norm_capture_end: not capturing");
+    s->norm_capture = 0;
+    CUDA_CHECK(gt_cu_sum_doubles(s->sq, s->norm_partial,
+                                 gt_cu_adamw_grid_blocks(s->layout.num_params), s->opt_stream));
+    CUDA_CHECK(cudaMemcpyAsync(s->host_sq, s->sq, sizeof(double), cudaMemcpyDeviceToHost,
+                               s->opt_stream));
+    CUDA_CHECK(cudaStreamSynchronize(s->opt_stream));
+    *sq = *s->host_sq;
 cleanup:
     return rc;
 }

@@ -92,6 +92,8 @@ struct gt_stage {
     cudaStream_t opt_stream;   /* gt_stage_adamw_range (created on first use) */
     cudaEvent_t opt_ready;     /* recorded on stream before a range's update */
     cudaEvent_t opt_done;      /* recorded on opt_stream by gt_stage_join_optimizer */
+    int norm_capture;          /* gt_stage_norm_capture_begin .. _end */
+    double *norm_partial;      /* gt_cu_adamw_grid_blocks(num_params), allocated on first use */
     gt_lt lt;
     gt_cudnn_attn *cudnn;      /* NULL: reference attention */
     int gelu_fused, dgelu_fused;
