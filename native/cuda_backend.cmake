@@ -37,6 +37,7 @@ set(GANTRY_CUDA_SOURCES
   src/optim_common.c
   src/cuda/stage_cuda.c
   src/cuda/compute_cuda.c
+  src/cuda/grad_restart.c
   src/cuda/matmul.c
   src/cuda/op_profile.c
   src/cuda/graph_cache.c

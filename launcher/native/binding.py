@@ -124,6 +124,7 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     ),
     "gt_stage_backward_weight": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int]),
     "gt_stage_zero_grad": (ctypes.c_int, [ctypes.c_void_p]),
+    "gt_stage_start_accumulation": (ctypes.c_int, [ctypes.c_void_p]),
     "gt_stage_grad_sq_sum": (
         ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, _P(ctypes.c_double)]
     ),
@@ -364,6 +365,11 @@ class BaseStage:
 
     def zero_grad(self) -> None:
         self.lib.check(self.lib.lib.gt_stage_zero_grad(self.handle))
+
+    def start_accumulation(self) -> None:
+        """The gradients restart from zero (API version 6); on a GPU stage the next weight
+        action writes the weight matrices' gradients instead of adding to them."""
+        self.lib.check(self.lib.lib.gt_stage_start_accumulation(self.handle))
 
     def grad_sq_sum(self, include_wte: bool = True) -> float:
         out = ctypes.c_double()

@@ -20,6 +20,8 @@ cleanup:
     return rc;
 }
 
+int gt_stage_start_accumulation(gt_stage *s) { return gt_stage_zero_grad(s); }
+
 /* Sum of squares of grads[begin, end) in double, in index order (deterministic). */
 static double sq_sum(const float *g, size_t begin, size_t end) {
     double sum = 0.0;

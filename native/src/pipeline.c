@@ -294,8 +294,8 @@ static int run_table(gt_pipeline *p, const int32_t *actions, int n, const int32_
             if (mb < 0 || mb >= p->m || slot < 0 || slot >= ch->n_slots)
                 GT_FAIL(GT_ESTATE, "action %d: micro-batch %d / slot %d out of range", i, mb,
                         slot);
-            if (i == p->first_grad[s / p->pp]) /* zeroed where first needed: off the fill */
-                GT_CHECK(gt_stage_zero_grad(ch->stage));
+            if (i == p->first_grad[s / p->pp]) /* restarted where first needed: off the fill */
+                GT_CHECK(gt_stage_start_accumulation(ch->stage));
         }
         switch (op) {
         case GT_OP_FORWARD: {

@@ -126,6 +126,16 @@ def test_adamw_by_ranges_equals_one_step(native_lib: NativeLibrary) -> None:
             stage.close()
 
 
+def test_start_accumulation_reads_as_zeroed(native_lib: NativeLibrary) -> None:
+    """The CPU backend's restart is a plain zeroing (the CUDA one: tests/gpu)."""
+    with NativeStage(native_lib, CONFIG, 0, CONFIG.n_layer, is_first=True, is_last=True,
+                     batch=1, seq_len=4) as stage:
+        grads = stage.buffer(Buffer.GRADS)
+        grads[:] = 1.0
+        stage.start_accumulation()
+        assert not np.any(grads)
+
+
 def test_weight_decay_only_on_matrices(native_lib: NativeLibrary) -> None:
     """Zero gradients: AdamW moves only by decay, and only the 2-D tensors."""
     with NativeStage(native_lib, CONFIG, 0, CONFIG.n_layer, is_first=True, is_last=True,

@@ -163,6 +163,14 @@ GT_API int gt_stage_backward_weight(gt_stage *stage, int slot);
 
 GT_API int gt_stage_zero_grad(gt_stage *stage);
 
+/* The gradients restart from zero for a new accumulation (API version 6): the buffer reads as
+ * after gt_stage_zero_grad, but a backend may get there without a pass over all of it. The CUDA
+ * backend zeroes only the tensors kernels add to and has the next gt_stage_backward /
+ * gt_stage_backward_weight write the weight matrices' gradients outright (products with
+ * beta 0; GANTRY_GRAD_OVERWRITE=0: a plain gt_stage_zero_grad); reading or writing the
+ * gradients before that action zeroes those matrices first. The CPU backend zeroes all. */
+GT_API int gt_stage_start_accumulation(gt_stage *stage);
+
 /* Sum of squares of the stage's gradients (accumulated in double, fixed order). With
  * include_wte == 0 the wte range is left out (so that the tied weight counts once in the global
  * norm: pass 0 on the last stage when it is not also the first). */

@@ -226,24 +226,26 @@ cleanup:
     return rc;
 }
 
-/* dW (IC,OC) += x^T (IC,N) @ dy (N,OC) in fp32; db (OC) += colsum(dy) if db. x has rows x_ld
- * apart.
+/* dW (IC,OC) += x^T (IC,N) @ dy (N,OC) in fp32 (fresh: dW = ..., the gradients' restart, see
+ * grad_restart.c); db (OC) += colsum(dy) if db. x has rows x_ld apart.
  * Bias in the product (GANTRY_BIAS_GEMM, default on): when x is a LayerNorm output (x_ld = IC +
  * GT_CU_LN_PAD: column IC all ones, the rest zeros, see ln_ld) and db directly follows dW in
  * the gradient buffer, the product over all x_ld columns computes db = dy^T 1 as dW's column IC
  * too, with no column-sum pass over dy. (With IC + 1 columns cuBLASLt falls back to kernels 40-70%
  * slower; a multiple of 8 keeps its fast ones.) Its last GT_CU_LN_PAD - 1 columns land on the
- * `spill` floats after db, which must belong to this layer's next tensor (only written by this
- * stream, earlier): they get + 0 (x's zeros times finite dy), i.e. are left as they were. */
+ * `spill` floats after db, which must belong to this layer's next tensor, a product-written
+ * weight whose own product runs LATER on this stream: they get + 0 (x's zeros times finite dy),
+ * or, fresh, 0, which that product then overwrites. */
 static int linear_backward_weight(gt_stage *s, float *dW, float *db, const gt_bf16 *dy,
                                   const gt_bf16 *x, int x_ld, size_t spill, int N, int IC,
-                                  int OC) {
+                                  int OC, int fresh) {
     int rc = GT_OK;
     gt_matmul_args m;
     int fold = db != NULL && s->bias_in_gemm && x_ld == IC + GT_CU_LN_PAD &&
                db == dW + (size_t)IC * OC && spill >= (size_t)(GT_CU_LN_PAD - 1) * OC;
     memset(&m, 0, sizeof(m));
-    m.D = dW, m.Cin = dW, m.beta = 1.0f, m.d_fp32 = 1;
+    m.D = dW, m.d_fp32 = 1;
+    if (!fresh) m.Cin = dW, m.beta = 1.0f;
     m.A = dy, m.B = x;
     m.m = OC, m.n = fold ? x_ld : IC, m.k = N;
     m.transb = 1;
@@ -587,7 +589,7 @@ static size_t layer_tensor_numel(const gt_stage *s, int l, int k) {
     return s->layout.tensors[s->layout.layer_tensor0 + l * GT_TENSORS_PER_LAYER + k].numel;
 }
 
-static int layer_backward_weight(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int l) {
+static int layer_backward_weight(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int l, int fresh) {
     int rc = GT_OK;
     int n = s->layout.B * s->layout.T, C = s->layout.cfg.n_embd;
     float *Gb = s->buffers[GT_BUF_GRADS];
@@ -595,19 +597,20 @@ static int layer_backward_weight(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int
     gt_cu_layer_grads *G = layer_grads(g, l);
     const gt_bf16 *dout = dresid(g, l + 1);
 #define DW(k) (Gb + gt_layer_tensor_offset(&s->layout, l, (k)))
+    /* each spilling product before the one whose tensor it spills onto (see above) */
+    MARK(GT_P_W_FC); /* spills onto c_proj's weight gradient, next */
+    GT_CHECK(linear_backward_weight(s, DW(GT_FC_W), DW(GT_FC_B), G->dfch, L->ln2, ln_ld(s),
+                                    layer_tensor_numel(s, l, GT_FCPROJ_W), n, C, 4 * C, fresh));
     MARK(GT_P_W_FCPROJ);
     /* with ln_bias_sums the two bias gradients beside LayerNorm 2 came with its backward */
     GT_CHECK(linear_backward_weight(s, DW(GT_FCPROJ_W), s->ln_bias_sums ? NULL : DW(GT_FCPROJ_B),
-                                    dout, L->fch_gelu, 4 * C, 0, n, 4 * C, C));
-    MARK(GT_P_W_FC); /* spills onto c_proj's weight gradient, complete by now */
-    GT_CHECK(linear_backward_weight(s, DW(GT_FC_W), DW(GT_FC_B), G->dfch, L->ln2, ln_ld(s),
-                                    layer_tensor_numel(s, l, GT_FCPROJ_W), n, C, 4 * C));
+                                    dout, L->fch_gelu, 4 * C, 0, n, 4 * C, C, fresh));
+    MARK(GT_P_W_QKV); /* spills onto the attention projection's weight gradient, next */
+    GT_CHECK(linear_backward_weight(s, DW(GT_QKV_W), DW(GT_QKV_B), G->dqkv, L->ln1, ln_ld(s),
+                                    layer_tensor_numel(s, l, GT_ATTPROJ_W), n, C, 3 * C, fresh));
     MARK(GT_P_W_ATTPROJ);
     GT_CHECK(linear_backward_weight(s, DW(GT_ATTPROJ_W), s->ln_bias_sums ? NULL : DW(GT_ATTPROJ_B),
-                                    G->dres2, L->atty, C, 0, n, C, C));
-    MARK(GT_P_W_QKV); /* spills onto the attention projection's weight gradient, complete too */
-    GT_CHECK(linear_backward_weight(s, DW(GT_QKV_W), DW(GT_QKV_B), G->dqkv, L->ln1, ln_ld(s),
-                                    layer_tensor_numel(s, l, GT_ATTPROJ_W), n, C, 3 * C));
+                                    G->dres2, L->atty, C, 0, n, C, C, fresh));
     GT_CHECK(gt_stage_report_layer(&s->layout, l)); /* an armed hook: the layer is enqueued */
 #undef DW
 cleanup:
@@ -646,7 +649,7 @@ cleanup:
     return rc;
 }
 
-static int head_backward_weight(gt_stage *s, gt_cu_slot *a) {
+static int head_backward_weight(gt_stage *s, gt_cu_slot *a, int fresh) {
     int rc = GT_OK;
     int n = s->layout.B * s->layout.T, C = s->layout.cfg.n_embd;
     int V = s->layout.cfg.vocab_size;
@@ -655,7 +658,8 @@ static int head_backward_weight(gt_stage *s, gt_cu_slot *a) {
     /* dwte (V,C) += dlogits^T lnf: col-major (C,V) = lnf (C,N) @ dl^T (N,V) */
     memset(&m, 0, sizeof(m));
     m.scaled = 1, m.alpha = a->dlogits_scale;
-    m.D = Gb + s->layout.tensors[0].offset, m.Cin = m.D, m.beta = 1.0f, m.d_fp32 = 1;
+    m.D = Gb + s->layout.tensors[0].offset, m.d_fp32 = 1;
+    if (!(fresh && gt_cu_grads_from_products(s, 0))) m.Cin = m.D, m.beta = 1.0f;
     m.A = a->lnf, m.B = a->logits;
     m.m = C, m.n = V, m.k = n;
     m.transb = 1;
@@ -693,6 +697,7 @@ typedef struct {
     float *dx_in;
     float loss_scale;
     int do_weight;
+    int fresh; /* the gradients' restart: the weight products overwrite (grad_restart.c) */
 } gt_bwd_ctx;
 
 static int backward_body(void *arg) {
@@ -704,7 +709,7 @@ static int backward_body(void *arg) {
     size_t NCb = (size_t)s->layout.B * s->layout.T * s->layout.cfg.n_embd * sizeof(gt_bf16);
     if (s->layout.is_last) {
         GT_CHECK(head_backward_input(s, a, g, c->loss_scale));
-        if (c->do_weight) GT_CHECK(head_backward_weight(s, a));
+        if (c->do_weight) GT_CHECK(head_backward_weight(s, a, c->fresh));
     } else {
         MARK(GT_P_INPUT);
         CUDA_CHECK(cudaMemcpyAsync(dresid(g, s->layout.nl), c->dx_out, NCb,
@@ -712,7 +717,7 @@ static int backward_body(void *arg) {
     }
     for (int l = s->layout.nl - 1; l >= 0; l--) {
         GT_CHECK(layer_backward_input(s, a, g, l));
-        if (c->do_weight) GT_CHECK(layer_backward_weight(s, a, g, l));
+        if (c->do_weight) GT_CHECK(layer_backward_weight(s, a, g, l, c->fresh));
     }
     if (!s->layout.is_first) {
         MARK(GT_P_OUTPUT);
@@ -731,8 +736,9 @@ static int weight_body(void *arg) {
     int rc = GT_OK;
     const gt_bwd_ctx *c = arg;
     gt_stage *s = c->s;
-    if (s->layout.is_last) GT_CHECK(head_backward_weight(s, c->a));
-    for (int l = s->layout.nl - 1; l >= 0; l--) GT_CHECK(layer_backward_weight(s, c->a, c->g, l));
+    if (s->layout.is_last) GT_CHECK(head_backward_weight(s, c->a, c->fresh));
+    for (int l = s->layout.nl - 1; l >= 0; l--)
+        GT_CHECK(layer_backward_weight(s, c->a, c->g, l, c->fresh));
     if (s->layout.is_first) GT_CHECK(encoder_backward(s, c->a, c->g));
     MARK(GT_P_END);
 cleanup:
@@ -753,8 +759,10 @@ static int run_weight_action(gt_stage *s, gt_graph_slot *g, const gt_graph_key *
 static int run_backward(gt_stage *s, int slot, gt_cu_grads *g, const float *dx_out,
                         float *dx_in, float loss_scale, int do_weight) {
     gt_cu_slot *a = &s->slots[slot];
-    gt_bwd_ctx ctx = {s, a, g, dx_out, dx_in, loss_scale, do_weight};
-    int kind = do_weight ? GT_GRAPH_BACKWARD : GT_GRAPH_BACKWARD_INPUT;
+    int fresh = do_weight && s->grads_fresh;
+    gt_bwd_ctx ctx = {s, a, g, dx_out, dx_in, loss_scale, do_weight, fresh};
+    int kind = !do_weight ? GT_GRAPH_BACKWARD_INPUT
+                          : fresh ? GT_GRAPH_BACKWARD_FRESH : GT_GRAPH_BACKWARD;
     /* the head products' alpha, here and in the weight half (host side: a replayed graph runs
      * no body) */
     a->dlogits_scale = s->ce_fused && s->layout.is_last
@@ -773,6 +781,7 @@ int gt_stage_backward(gt_stage *s, int slot, const float *dx_out, float *dx_in,
     GT_CHECK(check_slot(s, slot, GT_SLOT_FORWARD_DONE, "gt_stage_backward"));
     GT_CHECK(gt_stage_check_backward_args(&s->layout, dx_out, dx_in, "gt_stage_backward"));
     GT_CHECK(run_backward(s, slot, &s->shared_grads, dx_out, dx_in, loss_scale, 1));
+    s->grads_fresh = 0;
     s->slots[slot].state = GT_SLOT_FREE;
 cleanup:
     return rc;
@@ -803,12 +812,15 @@ int gt_stage_backward_weight(gt_stage *s, int slot) {
     GT_CHECK(check_slot(s, slot, GT_SLOT_INPUT_GRAD_DONE, "gt_stage_backward_weight"));
     {
         gt_cu_slot *a = &s->slots[slot];
-        gt_bwd_ctx ctx = {s, a, s->slot_grads[slot], NULL, NULL, 0.0f, 1};
+        int fresh = s->grads_fresh;
+        int kind = fresh ? GT_GRAPH_WEIGHT_FRESH : GT_GRAPH_WEIGHT;
+        gt_bwd_ctx ctx = {s, a, s->slot_grads[slot], NULL, NULL, 0.0f, 1, fresh};
         /* a captured head product bakes in the logit gradients' scale */
-        gt_graph_key key = graph_key(s, GT_GRAPH_WEIGHT, NULL, NULL, a->dlogits_scale);
+        gt_graph_key key = graph_key(s, kind, NULL, NULL, a->dlogits_scale);
         gt_prof_prefill(&s->prof, s->stream);
-        GT_CHECK(run_weight_action(s, &a->graphs[GT_GRAPH_WEIGHT], &key, weight_body, &ctx));
+        GT_CHECK(run_weight_action(s, &a->graphs[kind], &key, weight_body, &ctx));
     }
+    s->grads_fresh = 0;
     s->slots[slot].state = GT_SLOT_FREE;
 cleanup:
     return rc;

@@ -1219,6 +1219,20 @@ extern "C" cudaError_t gt_cu_sq_sum(double *out, double *partial, const float *x
     return cudaGetLastError();
 }
 
+/* Block b zeroes chunk b: (offset, count) = chunks[2b], chunks[2b + 1]. */
+__global__ void zero_chunks_kernel(float *base, const uint64_t *chunks) {
+    float *p = base + chunks[2 * blockIdx.x];
+    uint64_t n = chunks[2 * blockIdx.x + 1];
+    for (uint64_t i = threadIdx.x; i < n; i += blockDim.x) p[i] = 0.0f;
+}
+
+extern "C" cudaError_t gt_cu_zero_chunks(float *base, const uint64_t *chunks, int n,
+                                         cudaStream_t stream) {
+    if (n <= 0) return cudaSuccess;
+    zero_chunks_kernel<<<n, 256, 0, stream>>>(base, chunks);
+    return cudaGetLastError();
+}
+
 #define ADAMW_PER_BLOCK 4096
 
 /* Block b of a launch updates the elements of buffer block kb = begin / 4096 + b that lie in

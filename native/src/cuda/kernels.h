@@ -138,6 +138,8 @@ cudaError_t gt_cu_crossentropy_backward(gt_bf16 *logits, const float *lse, const
  * softmax - onehot(target), NOT scaled (the consumers scale by dloss) */
 cudaError_t gt_cu_crossentropy_fused(float *losses, gt_bf16 *logits, const int32_t *targets,
                                      int N, int V, cudaStream_t stream);
+/* Zeroes n chunks of base: chunks holds (offset, count) pairs, count <= 16384 floats each. */
+cudaError_t gt_cu_zero_chunks(float *base, const uint64_t *chunks, int n, cudaStream_t stream);
 /* out (1) = sum of x (n) / n, fixed order (one block) */
 cudaError_t gt_cu_mean(float *out, const float *x, int n, cudaStream_t stream);
 

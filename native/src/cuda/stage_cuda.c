@@ -111,6 +111,7 @@ static int set_kernel_knobs(gt_stage *s) {
     GT_CHECK(gt_env_flag("GANTRY_LN_BIAS_SUMS", 1, &s->ln_bias_sums));
     GT_CHECK(gt_env_flag("GANTRY_BIAS_GEMM", 1, &s->bias_in_gemm));
     GT_CHECK(gt_env_flag("GANTRY_CE_FUSED", 1, &s->ce_fused));
+    GT_CHECK(gt_env_flag("GANTRY_GRAD_OVERWRITE", 1, &s->grad_overwrite));
     gt_cu_set_ln_bwd_blocks(blocks);
     gt_cu_set_ln_bwd_impl(ln_impl);
 cleanup:
@@ -142,6 +143,7 @@ int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is
     CUDA_MALLOC(s->params16, s->layout.num_params * sizeof(gt_bf16));
     CUDA_CHECK(cudaMemset(s->params16, 0, s->layout.num_params * sizeof(gt_bf16)));
     GT_CHECK(build_segments(s));
+    GT_CHECK(gt_cu_grads_plan(s));
     GT_CHECK(gt_lt_create(&s->lt, GT_LT_WORKSPACE));
     GT_CHECK(choose_attention(s, why, sizeof(why)));
     GT_CHECK(set_kernel_knobs(s));
@@ -214,6 +216,7 @@ void gt_stage_free(gt_stage *s) {
     cudaFree(s->colsum);
     cudaFree(s->sq);
     cudaFree(s->norm_partial);
+    cudaFree(s->zero_chunks);
     cudaFree(s->loss);
     cudaFreeHost(s->host_loss);
     cudaFreeHost(s->host_sq);
@@ -310,6 +313,7 @@ int gt_stage_read_buffer(gt_stage *s, gt_buffer which, size_t offset, size_t cou
     int rc = GT_OK;
     GT_CHECK(gt_stage_check_range(gt_stage_layout_of(s), which, offset, count, host_dst,
                                   "gt_stage_read_buffer"));
+    if (which == GT_BUF_GRADS) GT_CHECK(gt_cu_grads_settle(s));
     CUDA_CHECK(cudaMemcpyAsync(host_dst, s->buffers[which] + offset, count * sizeof(float),
                                cudaMemcpyDeviceToHost, s->stream));
     CUDA_CHECK(cudaStreamSynchronize(s->stream));
@@ -322,6 +326,7 @@ int gt_stage_write_buffer(gt_stage *s, gt_buffer which, size_t offset, size_t co
     int rc = GT_OK;
     GT_CHECK(gt_stage_check_range(gt_stage_layout_of(s), which, offset, count, host_src,
                                   "gt_stage_write_buffer"));
+    if (which == GT_BUF_GRADS) GT_CHECK(gt_cu_grads_settle(s));
     CUDA_CHECK(cudaMemcpyAsync(s->buffers[which] + offset, host_src, count * sizeof(float),
                                cudaMemcpyHostToDevice, s->stream));
     if (which == GT_BUF_PARAMS)
@@ -339,6 +344,8 @@ int gt_stage_save(const gt_stage *s, const char *path, gt_buffer which) {
     if (s == NULL || path == NULL) GT_INPUT_FAIL("gt_stage_save: stage or path is NULL");
     if ((int)which < 0 || (int)which > 3) GT_INPUT_FAIL("gt_stage_save: bad buffer %d", which);
     GT_CALLOC(staging, s->layout.num_params);
+    if (which == GT_BUF_GRADS) /* logically const: the buffer reads the same */
+        GT_CHECK(gt_cu_grads_settle((gt_stage *)s));
     CUDA_CHECK(cudaStreamSynchronize(s->stream));
     CUDA_CHECK(cudaMemcpy(staging, s->buffers[which], s->layout.num_params * sizeof(float),
                           cudaMemcpyDeviceToHost));
@@ -365,6 +372,7 @@ int gt_stage_zero_grad(gt_stage *s) {
     if (s == NULL) GT_INPUT_FAIL("gt_stage_zero_grad: stage is NULL");
     CUDA_CHECK(cudaMemsetAsync(s->buffers[GT_BUF_GRADS], 0, s->layout.num_params * sizeof(float),
                                s->stream));
+    s->grads_fresh = 0;
 cleanup:
     return rc;
 }
@@ -372,6 +380,7 @@ cleanup:
 int gt_stage_grad_sq_sum(const gt_stage *s, int include_wte, double *out) {
     int rc = GT_OK;
     if (s == NULL || out == NULL) GT_INPUT_FAIL("gt_stage_grad_sq_sum: stage or out is NULL");
+    GT_CHECK(gt_cu_grads_settle((gt_stage *)s)); /* logically const: the buffer reads the same */
     size_t begin = (s->layout.has_wte && !include_wte) ? s->layout.tensors[0].numel : 0;
     CUDA_CHECK(gt_cu_sq_sum(s->sq, s->sq + 1, s->buffers[GT_BUF_GRADS] + begin,
                             s->layout.num_params - begin, s->stream));
@@ -428,6 +437,7 @@ int gt_stage_adamw_step(gt_stage *s, float lr, float beta1, float beta2, float e
     int rc = GT_OK;
     if (s == NULL) GT_INPUT_FAIL("gt_stage_adamw_step: stage is NULL");
     if (step_t < 1) GT_INPUT_FAIL("gt_stage_adamw_step: step_t=%d (must be >= 1)", step_t);
+    GT_CHECK(gt_cu_grads_settle(s));
     if (s->lt.scratch != NULL) gt_lt_trim(&s->lt); /* the first step tuned every shape */
     gt_prof_mark(&s->prof, GT_P_ADAMW, s->stream);
     CUDA_CHECK(enqueue_adamw(s, 0, s->layout.num_params,
@@ -443,6 +453,7 @@ int gt_stage_adamw_range(gt_stage *s, size_t offset, size_t count, float lr, flo
                          float grad_scale) {
     int rc = GT_OK;
     GT_CHECK(gt_stage_check_adamw_range(gt_stage_layout_of(s), offset, count, step_t));
+    GT_CHECK(gt_cu_grads_settle(s));
     GT_CHECK(ensure_opt_stream(s));
     CUDA_CHECK(cudaEventRecord(s->opt_ready, s->stream));
     CUDA_CHECK(cudaStreamWaitEvent(s->opt_stream, s->opt_ready, 0));

@@ -25,7 +25,8 @@
 
 /* The actions a slot captures as CUDA graphs. */
 enum { GT_GRAPH_FORWARD = 0, GT_GRAPH_BACKWARD = 1, GT_GRAPH_BACKWARD_INPUT = 2,
-       GT_GRAPH_WEIGHT = 3, GT_GRAPH_KINDS = 4 };
+       GT_GRAPH_WEIGHT = 3, /* the two weight-producing kinds, fresh: products with beta 0 */
+       GT_GRAPH_BACKWARD_FRESH = 4, GT_GRAPH_WEIGHT_FRESH = 5, GT_GRAPH_KINDS = 6 };
 
 /* Forward activations of one local layer (N = B*T). */
 typedef struct {
@@ -93,6 +94,10 @@ struct gt_stage {
     cudaEvent_t opt_ready;     /* recorded on stream before a range's update */
     cudaEvent_t opt_done;      /* recorded on opt_stream by gt_stage_join_optimizer */
     int norm_capture;          /* gt_stage_norm_capture_begin .. _end */
+    int grad_overwrite;        /* GANTRY_GRAD_OVERWRITE: restarts leave the products' tensors */
+    int grads_fresh;           /* restarted: the next weight products overwrite (beta 0) */
+    uint64_t *zero_chunks;     /* device (offset, count) pairs: what a restart zeroes */
+    int n_zero_chunks;
     double *norm_partial;      /* gt_cu_adamw_grid_blocks(num_params), allocated on first use */
     gt_lt lt;
     gt_cudnn_attn *cudnn;      /* NULL: reference attention */
@@ -127,5 +132,13 @@ int gt_cu_alloc_slot(struct gt_stage *s, gt_cu_slot *slot);
 void gt_cu_release_slot(gt_cu_slot *slot);
 int gt_cu_alloc_grads(struct gt_stage *s, gt_cu_grads *g, int full);
 void gt_cu_release_grads(gt_cu_grads *g);
+
+/* grad_restart.c */
+/* 1 if tensor i's gradient is written by weight products alone (what a restart leaves). */
+int gt_cu_grads_from_products(const struct gt_stage *s, int i);
+/* Builds the restart's chunk table (stage creation). */
+int gt_cu_grads_plan(struct gt_stage *s);
+/* While fresh: zeroes the product-written tensors, so the buffer reads as restarted. */
+int gt_cu_grads_settle(struct gt_stage *s);
 
 #endif /* GANTRY_STAGE_CUDA_H */
