@@ -371,6 +371,29 @@ class BaseStage:
         action writes the weight matrices' gradients instead of adding to them."""
         self.lib.check(self.lib.lib.gt_stage_start_accumulation(self.handle))
 
+    def adamw_range(
+        self, offset: int, count: int, *, lr: float, beta1: float, beta2: float, eps: float,
+        weight_decay: float, step: int, grad_scale: float = 1.0,
+    ) -> None:
+        """AdamW of parameters [offset, offset + count) only (API version 5); then
+        :meth:`join_optimizer` before reading buffers on a GPU stage."""
+        self.lib.check(self.lib.lib.gt_stage_adamw_range(
+            self.handle, offset, count, lr, beta1, beta2, eps, weight_decay, step, grad_scale))
+
+    def join_optimizer(self) -> None:
+        self.lib.check(self.lib.lib.gt_stage_join_optimizer(self.handle))
+
+    def norm_capture_begin(self) -> None:
+        """From now on every :meth:`adamw_range` also sums its raw gradients' squares (API
+        version 6); restarts a capture already running."""
+        self.lib.check(self.lib.lib.gt_stage_norm_capture_begin(self.handle))
+
+    def norm_capture_end(self) -> float:
+        """The captured sum of squares (waits for the ranges on a GPU stage)."""
+        out = ctypes.c_double()
+        self.lib.check(self.lib.lib.gt_stage_norm_capture_end(self.handle, ctypes.byref(out)))
+        return float(out.value)
+
     def grad_sq_sum(self, include_wte: bool = True) -> float:
         out = ctypes.c_double()
         self.lib.check(self.lib.lib.gt_stage_grad_sq_sum(self.handle, int(include_wte),
@@ -463,28 +486,6 @@ class NativeStage(BaseStage):
         self.lib.check(self.lib.lib.gt_stage_adamw_step(
             self.handle, lr, beta1, beta2, eps, weight_decay, step, grad_scale))
 
-    def adamw_range(
-        self, offset: int, count: int, *, lr: float, beta1: float, beta2: float, eps: float,
-        weight_decay: float, step: int, grad_scale: float = 1.0,
-    ) -> None:
-        """AdamW of parameters [offset, offset + count) only (API version 5); then
-        :meth:`join_optimizer` before reading buffers on a GPU stage."""
-        self.lib.check(self.lib.lib.gt_stage_adamw_range(
-            self.handle, offset, count, lr, beta1, beta2, eps, weight_decay, step, grad_scale))
-
-    def join_optimizer(self) -> None:
-        self.lib.check(self.lib.lib.gt_stage_join_optimizer(self.handle))
-
-    def norm_capture_begin(self) -> None:
-        """From now on every :meth:`adamw_range` also sums its raw gradients' squares (API
-        version 6); restarts a capture already running."""
-        self.lib.check(self.lib.lib.gt_stage_norm_capture_begin(self.handle))
-
-    def norm_capture_end(self) -> float:
-        """The captured sum of squares (waits for the ranges on a GPU stage)."""
-        out = ctypes.c_double()
-        self.lib.check(self.lib.lib.gt_stage_norm_capture_end(self.handle, ctypes.byref(out)))
-        return float(out.value)
 
     # I/O ------------------------------------------------------------------------------------
     def save(self, path: Path, which: Buffer = Buffer.PARAMS) -> None:
