@@ -69,7 +69,8 @@ struct gt_pipeline {
     gt_bucketer bucketer;   /* of the armed action */
     float *armed_grads;     /* gradient buffer of the armed action's chunk */
     int dp_buckets;         /* buckets started this step */
-    int opt_overlap;        /* GANTRY_OPT_OVERLAP: 0 none, 1 every rank, 2 rank 0 (default) */
+    int opt_overlap;        /* GANTRY_OPT_OVERLAP: 0 none, 1 every rank, 2 rank 0 (default),
+                               3 rank 0 and, on the others, all chunks but the last finished */
     int opt_now;            /* this step: AdamW per range from the hook (no clipping, dp 1) */
     int norm_capture;       /* GANTRY_NORM_CAPTURE: such chunks' norm from their AdamW ranges */
     int opt_ranges;         /* ranges updated so this step */
@@ -100,9 +101,12 @@ int gt_pipeline_create(const gt_config *cfg, gt_comm *comm, int v, int m, int B,
     GT_CHECK(gt_dp_overlap_wanted(&p->overlap));
     GT_CHECK(gt_dp_bucket_elements(&p->bucket_elems));
     /* AdamW per gradient range as soon as it is final when clipping is off: 1 on every rank,
-     * 2 on pipeline rank 0 only (the others update after the table, into the next step's fill) */
-    GT_CHECK(gt_env_int("GANTRY_OPT_OVERLAP", 0, 2, 2,
-                        "1 = every rank, 2 = pipeline rank 0 only, 0 = none", &p->opt_overlap));
+     * 2 on pipeline rank 0 only (the others update after the table, into the next step's fill),
+     * 3 as 2 plus, on the other ranks, every chunk but the one whose gradients are final last
+     * (its update alone goes into the fill) */
+    GT_CHECK(gt_env_int("GANTRY_OPT_OVERLAP", 0, 3, 2,
+                        "1 = every rank, 2 = pipeline rank 0 only, 3 = rank 0 and the other "
+                        "ranks' chunks but the last finished, 0 = none", &p->opt_overlap));
     GT_CHECK(gt_env_int("GANTRY_NORM_CAPTURE", 0, 1, 1,
                         "1 = the norm from the AdamW ranges, 0 = a pass of its own",
                         &p->norm_capture));
@@ -246,6 +250,12 @@ static void find_grad_actions(gt_pipeline *p, const int32_t *actions, int n) {
         if (op != GT_OP_BACKWARD && op != GT_OP_BACKWARD_INPUT && op != GT_OP_WEIGHT) continue;
         if (p->first_grad[s / p->pp] < 0) p->first_grad[s / p->pp] = i;
         if (arm && op != GT_OP_BACKWARD_INPUT) p->last_grad[s / p->pp] = i;
+    }
+    if (p->opt_now && p->opt_overlap == 3 && p->pipe_rank != 0) {
+        int latest = 0; /* the chunk finished last: updated after the table, into the fill */
+        for (int c = 1; c < p->v; c++)
+            if (p->last_grad[c] > p->last_grad[latest]) latest = c;
+        p->last_grad[latest] = -1;
     }
 }
 
@@ -465,8 +475,9 @@ int gt_pipeline_step(gt_pipeline *p, const int32_t *actions, int n_actions,
     p->step_args = *args;
     p->lr_now = gt_lr_at((gt_lr_kind)args->lr_kind, args->step, args->max_lr, args->min_lr,
                          args->warmup_steps, args->total_steps);
-    p->opt_now = (p->opt_overlap == 1 || (p->opt_overlap == 2 && p->pipe_rank == 0)) &&
-                 p->dp == 1 && !(args->grad_clip > 0.0f);
+    p->opt_now = (p->opt_overlap == 1 || p->opt_overlap == 3 ||
+                   (p->opt_overlap == 2 && p->pipe_rank == 0)) &&
+                  p->dp == 1 && !(args->grad_clip > 0.0f);
     p->opt_ranges = 0;
     find_grad_actions(p, actions, n_actions);
     for (int c = 0; c < p->v; c++) {

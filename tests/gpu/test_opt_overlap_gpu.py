@@ -27,8 +27,9 @@ NO_CLIP = dataclasses.replace(train_settings(), grad_clip=0.0)
 
 
 def _run(tmp_path: Path, lib: Path, name: str, pp: int, weights: Path,
-         env: dict[str, str]) -> list[dict[str, Any]]:
-    job = write_job(tmp_path, name, pp=pp, dp=1, schedule="zb-h2" if pp > 1 else "1f1b", m=4,
+         env: dict[str, str], schedule: str = "", v: int = 1) -> list[dict[str, Any]]:
+    job = write_job(tmp_path, name, pp=pp, dp=1,
+                    schedule=schedule or ("zb-h2" if pp > 1 else "1f1b"), m=4, v=v,
                     batch=BATCH, model=MODEL,
                     train={"init_weights": str(weights), "grad_clip": 0.0})
     result = gantry_train(job, pp, lib, run_dir=tmp_path / name, env={**SAME_KERNELS, **env})
@@ -58,3 +59,21 @@ def test_gpu_opt_overlap_matches_update_after_table(tmp_path: Path, nccl_lib: Pa
             [r["grad_norm"] for r in off], rel=1e-12)
         assert all(r["ranks"][0]["opt_ranges"] > 0 == r["ranks"][1]["opt_ranges"]
                    for r in first)
+
+
+def test_gpu_opt_overlap_3_keeps_the_last_chunk_for_the_fill(tmp_path: Path,
+                                                             nccl_lib: Path) -> None:
+    """GANTRY_OPT_OVERLAP=3 at PP=2, zb-interleaved with 2 chunks per rank: rank 1 updates its
+    chunk finished first from the hook and the other after the table, the same bits as 0."""
+    weights = tmp_path / "init.safetensors"
+    _reference(4, weights, NO_CLIP)
+    kw: dict[str, Any] = {"schedule": "zb-interleaved", "v": 2}
+    most = _run(tmp_path, nccl_lib, "most", 2, weights, {"GANTRY_OPT_OVERLAP": "3"}, **kw)
+    off = _run(tmp_path, nccl_lib, "off", 2, weights, {"GANTRY_OPT_OVERLAP": "0"}, **kw)
+    every = _run(tmp_path, nccl_lib, "every", 2, weights, {"GANTRY_OPT_OVERLAP": "1"}, **kw)
+    assert [r["loss"] for r in most] == [r["loss"] for r in off]
+    assert [r["grad_norm"] for r in most] == pytest.approx([r["grad_norm"] for r in off],
+                                                           rel=1e-12)
+    for r, e in zip(most, every, strict=True):
+        assert r["ranks"][0]["opt_ranges"] == e["ranks"][0]["opt_ranges"] > 0
+        assert 0 < r["ranks"][1]["opt_ranges"] < e["ranks"][1]["opt_ranges"]

@@ -3,9 +3,10 @@ the gradients-ready hook reports is updated at once, the tied wte copies of the 
 stage after their all-reduce. Under real MPI ranks it trains bit for bit like the update after
 the table (GANTRY_OPT_OVERLAP=0; AdamW is element-wise) and follows the PyTorch reference
 trained without clipping; so does GANTRY_OPT_OVERLAP=2, where only pipeline rank 0 updates
-early. The gradient norm of an early-updating rank is summed from its AdamW ranges (no pass of
-its own), a different order of the same sum: equal to 1e-12; with GANTRY_NORM_CAPTURE=0 it has
-its own pass again, the same bits as the update after the table. metrics.jsonl's per-rank
+early, and 3, where the other ranks update early all chunks but their last finished one. The
+gradient norm of an early-updating rank is summed from its AdamW ranges (no pass of its own),
+a different order of the same sum: equal to 1e-12; with GANTRY_NORM_CAPTURE=0 it has its own
+pass again, the same bits as the update after the table. metrics.jsonl's per-rank
 `opt_ranges` proves which path ran; with clipping on (the global norm must come first) nothing
 is updated early.
 """
@@ -82,6 +83,15 @@ def test_opt_overlap_matches_update_after_table(tmp_path: Path, native_lib_path:
             [r["grad_norm"] for r in off], rel=1e-12)
         assert all(r["ranks"][0]["opt_ranges"] == per_rank[0] > 0 for r in first)
         assert all(rank["opt_ranges"] == 0 for r in first for rank in r["ranks"][1:])
+        # 3: rank 0 early; the others early too but for their chunk finished last (v = 1: none)
+        most = _run(tmp_path, native_lib_path, "most", env={"GANTRY_OPT_OVERLAP": "3"}, **kw)
+        assert [r["loss"] for r in most] == [r["loss"] for r in off]
+        assert [r["grad_norm"] for r in most] == pytest.approx(
+            [r["grad_norm"] for r in off], rel=1e-12)
+        for r in most:
+            assert r["ranks"][0]["opt_ranges"] == per_rank[0]
+            for rank, early in zip(r["ranks"][1:], per_rank[1:], strict=True):
+                assert (0 < rank["opt_ranges"] < early) if v > 1 else rank["opt_ranges"] == 0
 
 def test_clipping_keeps_the_update_after_the_norm(tmp_path: Path,
                                                   native_lib_path: Path) -> None:
@@ -97,6 +107,7 @@ def test_bad_switch_is_a_one_line_error(tmp_path: Path, native_lib_path: Path) -
     result = gantry_train(job, 2, native_lib_path, run_dir=tmp_path / "run",
                           env={"GANTRY_OPT_OVERLAP": "maybe"})
     assert result.returncode == 2, result.stderr[-3000:]
-    assert ("error: GANTRY_OPT_OVERLAP='maybe' is not allowed (an integer 0..2; 1 = every rank, "
-            "2 = pipeline rank 0 only, 0 = none)") in result.stderr
+    assert ("error: GANTRY_OPT_OVERLAP='maybe' is not allowed (an integer 0..3; 1 = every rank, "
+            "2 = pipeline rank 0 only, 3 = rank 0 and the other ranks' chunks but the last "
+            "finished, 0 = none)") in result.stderr
     assert "Traceback" not in result.stderr
