@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -28,6 +29,7 @@ from launcher.native.model_config import GPTConfig
 
 GT_OK = 0
 GT_EINPUT = 2
+GT_ESTATE = 5
 LIBRARY_ENV = "GANTRY_NATIVE_LIB"
 """Environment variable naming the shared library to load (overrides the default path)."""
 DEFAULT_LIBRARY = Path(__file__).resolve().parents[2] / "native" / "build" / "libgantry_native.so"
@@ -94,6 +96,8 @@ class TensorInfo:
 
 
 _P = ctypes.POINTER
+GradReadyFn = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t)
+"""The C type of a gradients-ready hook (gt_grad_ready_fn): (ctx, offset, count) -> status."""
 _f32p = _P(ctypes.c_float)
 _i32p = _P(ctypes.c_int32)
 _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
@@ -139,6 +143,8 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
          ctypes.c_float, ctypes.c_float, ctypes.c_float, ctypes.c_int, ctypes.c_float],
     ),
     "gt_stage_join_optimizer": (ctypes.c_int, [ctypes.c_void_p]),
+    "gt_stage_set_grad_ready": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_void_p,
+                                               ctypes.c_void_p]),
     "gt_stage_norm_capture_begin": (ctypes.c_int, [ctypes.c_void_p]),
     "gt_stage_norm_capture_end": (ctypes.c_int, [ctypes.c_void_p, _P(ctypes.c_double)]),
     "gt_clip_coef": (ctypes.c_float, [ctypes.c_double, ctypes.c_double]),
@@ -311,6 +317,7 @@ class BaseStage:
         n_slots: int = 1,
     ) -> None:
         self._handle: ctypes.c_void_p | None = None
+        self._grad_ready: Any = None  # the armed hook's C callback, kept alive
         self.lib = lib
         self.config = config
         self.layer_begin, self.layer_end = layer_begin, layer_end
@@ -382,6 +389,26 @@ class BaseStage:
 
     def join_optimizer(self) -> None:
         self.lib.check(self.lib.lib.gt_stage_join_optimizer(self.handle))
+
+    def set_grad_ready(self, hook: Callable[[int, int], None] | None) -> None:
+        """Arms the gradients-ready hook (stage.h): hook(offset, count) for each range whose
+        gradients are final, during backward / backward_weight (run eagerly while armed);
+        None disarms it. An exception in the hook fails the action."""
+        if hook is None:
+            self._grad_ready = None
+            self.lib.check(self.lib.lib.gt_stage_set_grad_ready(self.handle, None, None))
+            return
+
+        def call(_ctx: int | None, offset: int, count: int) -> int:
+            try:
+                hook(offset, count)
+            except Exception:
+                return GT_ESTATE
+            return GT_OK
+
+        self._grad_ready = GradReadyFn(call)  # kept alive while armed
+        self.lib.check(self.lib.lib.gt_stage_set_grad_ready(
+            self.handle, ctypes.cast(self._grad_ready, ctypes.c_void_p), None))
 
     def norm_capture_begin(self) -> None:
         """From now on every :meth:`adamw_range` also sums its raw gradients' squares (API

@@ -129,6 +129,44 @@ def test_restarted_gradients_equal_zeroed_ones(cuda_lib: NativeLibrary, tmp_path
             assert rel_err(restarted[name], value) <= 1e-5, (step, name)
 
 
+@pytest.mark.parametrize("split", [False, True], ids=["full", "split"])
+def test_restart_with_the_optimizer_hook_in_the_same_action(cuda_lib: NativeLibrary,
+                                                            tmp_path: Path, split: bool) -> None:
+    """One micro-batch: the restarted weight action is also the one armed with the
+    gradients-ready hook, whose AdamW (as the executor's) runs between the layers' products.
+    The gradients after it equal gt_stage_zero_grad's, every range reported once."""
+    _, weights = _reference(tmp_path, seed=16)
+    tokens, targets = make_batch(CONFIG, BATCH, SEQ, seed=17)
+    chains = {mode: _chain(cuda_lib, [(0, 2), (2, 3)], weights) for mode in ("zero", "restart")}
+    kwargs = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1,
+              "step": 1}
+    for mode, stages in chains.items():
+        chain_step(stages, tokens, targets, split=split)  # stale gradients
+        for stage in stages:
+            if mode == "zero":
+                stage.zero_grad()
+            else:
+                stage.start_accumulation()
+        first = stages[0]
+        reported: list[tuple[int, int]] = []
+
+        def update(offset: int, count: int, stage: CudaStage = first,
+                   seen: list[tuple[int, int]] = reported) -> None:
+            seen.append((offset, count))
+            stage.adamw_range(offset, count, **kwargs)
+
+        first.set_grad_ready(update)
+        chain_step(stages, tokens, targets, split=split)
+        first.set_grad_ready(None)
+        first.join_optimizer()
+        assert sum(count for _, count in reported) == first.num_params
+    zeroed, restarted = gradients(chains["zero"]), gradients(chains["restart"])
+    for name, value in zeroed.items():
+        assert rel_err(restarted[name], value) <= 1e-5, name
+    np.testing.assert_allclose(chains["restart"][0].read(Buffer.PARAMS),
+                               chains["zero"][0].read(Buffer.PARAMS), rtol=1e-5, atol=1e-6)
+
+
 def test_gradients_read_before_the_weight_action_read_as_restarted(cuda_lib: NativeLibrary,
                                                                    tmp_path: Path) -> None:
     """Read after the restart and an input-gradient half only: the weight matrices' gradients

@@ -136,6 +136,31 @@ def test_start_accumulation_reads_as_zeroed(native_lib: NativeLibrary) -> None:
         assert not np.any(grads)
 
 
+def test_grad_ready_hook_reports_every_range_once(native_lib: NativeLibrary) -> None:
+    """The binding's gradients-ready hook: armed for a backward, it sees each parameter range
+    once (the executor's AdamW overlap and data-parallel buckets rely on it); a failing hook
+    fails the action."""
+    tokens, targets = make_batch(CONFIG, batch=1, seq_len=4, seed=3)
+    with NativeStage(native_lib, CONFIG, 0, CONFIG.n_layer, is_first=True, is_last=True,
+                     batch=1, seq_len=4) as stage:
+        seen: list[tuple[int, int]] = []
+        stage.set_grad_ready(lambda offset, count: seen.append((offset, count)))
+        stage.forward(0, tokens=tokens, targets=targets)
+        stage.backward(0)
+        covered = sorted(seen)
+        assert sum(count for _, count in covered) == stage.num_params
+        assert all(a + n <= b for (a, n), (b, _) in itertools.pairwise(covered))
+
+        def fail(offset: int, count: int) -> None:
+            raise RuntimeError("hook failed")
+
+        stage.set_grad_ready(fail)
+        stage.forward(0, tokens=tokens, targets=targets)
+        with pytest.raises(NativeError):
+            stage.backward(0)
+        stage.set_grad_ready(None)
+
+
 def test_weight_decay_only_on_matrices(native_lib: NativeLibrary) -> None:
     """Zero gradients: AdamW moves only by decay, and only the 2-D tensors."""
     with NativeStage(native_lib, CONFIG, 0, CONFIG.n_layer, is_first=True, is_last=True,

@@ -756,6 +756,17 @@ static int run_weight_action(gt_stage *s, gt_graph_slot *g, const gt_graph_key *
     return gt_graph_run(g, &s->graphs_enabled, s->stream, key, sizeof(*key), body, ctx);
 }
 
+/* run_weight_action for a body whose ctx took the stage's fresh flag: the flag is cleared
+ * BEFORE the body runs, so an armed hook's AdamW inside it (gt_stage_adamw_range settles a
+ * fresh buffer) does not zero the products the body has just written; restored on failure. */
+static int run_fresh_aware(gt_stage *s, gt_graph_slot *g, const gt_graph_key *key,
+                           gt_graph_body body, gt_bwd_ctx *ctx) {
+    s->grads_fresh = 0;
+    int rc = run_weight_action(s, g, key, body, ctx);
+    if (rc != GT_OK) s->grads_fresh = ctx->fresh;
+    return rc;
+}
+
 static int run_backward(gt_stage *s, int slot, gt_cu_grads *g, const float *dx_out,
                         float *dx_in, float loss_scale, int do_weight) {
     gt_cu_slot *a = &s->slots[slot];
@@ -772,7 +783,7 @@ static int run_backward(gt_stage *s, int slot, gt_cu_grads *g, const float *dx_o
     if (!do_weight) /* input gradients report nothing: graphs as always */
         return gt_graph_run(&a->graphs[kind], &s->graphs_enabled, s->stream, &key, sizeof(key),
                             backward_body, &ctx);
-    return run_weight_action(s, &a->graphs[kind], &key, backward_body, &ctx);
+    return run_fresh_aware(s, &a->graphs[kind], &key, backward_body, &ctx);
 }
 
 int gt_stage_backward(gt_stage *s, int slot, const float *dx_out, float *dx_in,
@@ -781,7 +792,6 @@ int gt_stage_backward(gt_stage *s, int slot, const float *dx_out, float *dx_in,
     GT_CHECK(check_slot(s, slot, GT_SLOT_FORWARD_DONE, "gt_stage_backward"));
     GT_CHECK(gt_stage_check_backward_args(&s->layout, dx_out, dx_in, "gt_stage_backward"));
     GT_CHECK(run_backward(s, slot, &s->shared_grads, dx_out, dx_in, loss_scale, 1));
-    s->grads_fresh = 0;
     s->slots[slot].state = GT_SLOT_FREE;
 cleanup:
     return rc;
@@ -818,9 +828,8 @@ int gt_stage_backward_weight(gt_stage *s, int slot) {
         /* a captured head product bakes in the logit gradients' scale */
         gt_graph_key key = graph_key(s, kind, NULL, NULL, a->dlogits_scale);
         gt_prof_prefill(&s->prof, s->stream);
-        GT_CHECK(run_weight_action(s, &a->graphs[kind], &key, weight_body, &ctx));
+        GT_CHECK(run_fresh_aware(s, &a->graphs[kind], &key, weight_body, &ctx));
     }
-    s->grads_fresh = 0;
     s->slots[slot].state = GT_SLOT_FREE;
 cleanup:
     return rc;

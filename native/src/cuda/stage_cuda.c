@@ -239,6 +239,8 @@ void gt_stage_free(gt_stage *s) {
 
 float *gt_stage_buffer(gt_stage *s, gt_buffer which) {
     if (s == NULL || (int)which < 0 || (int)which > 3) return NULL;
+    /* raw access to the gradients: they must read as restarted (grad_restart.c) */
+    if (which == GT_BUF_GRADS && gt_cu_grads_settle(s) != GT_OK) return NULL;
     return s->buffers[which];
 }
 
