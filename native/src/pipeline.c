@@ -16,10 +16,6 @@
  * sends and receives run on their own streams meanwhile, and a WAIT
  * blocks the host until its transfer is done. So the per-category times (compute / send /
  * recv / bubble) and the trace spans are what the GPU did, not launch times.
- * GANTRY_EXEC_SYNC=0 drops the synchronize after each compute action (the streams' events
- * already order everything, and the host still blocks in each WAIT): the host queues the next
- * compute action while the GPU runs the current one, so no launch gap is left between them,
- * but the per-action times are then enqueue and wait times (the step's total stays exact).
  *
  * Data-parallel overlap (see gantry/pipeline.h): before each step the executor finds, per
  * chunk, the table index of its last BACKWARD / WEIGHT (last_grad); that action alone runs
@@ -77,7 +73,6 @@ struct gt_pipeline {
                                3 rank 0 and, on the others, all chunks but the last finished */
     int opt_now;            /* this step: AdamW per range from the hook (no clipping, dp 1) */
     int norm_capture;       /* GANTRY_NORM_CAPTURE: such chunks' norm from their AdamW ranges */
-    int exec_sync;          /* GANTRY_EXEC_SYNC: synchronize after each compute action */
     int opt_ranges;         /* ranges updated so this step */
     gt_chunk *armed_chunk;  /* chunk of the armed action */
     gt_step_args step_args; /* this step's optimizer settings, for the hook */
@@ -115,9 +110,6 @@ int gt_pipeline_create(const gt_config *cfg, gt_comm *comm, int v, int m, int B,
     GT_CHECK(gt_env_int("GANTRY_NORM_CAPTURE", 0, 1, 1,
                         "1 = the norm from the AdamW ranges, 0 = a pass of its own",
                         &p->norm_capture));
-    GT_CHECK(gt_env_int("GANTRY_EXEC_SYNC", 0, 1, 1,
-                        "1 = synchronize after each compute action (per-action GPU times), "
-                        "0 = queue ahead", &p->exec_sync));
     p->overlap = p->overlap && p->dp > 1;
     GT_CALLOC(p->last_grad, v);
     GT_CALLOC(p->first_grad, v);
@@ -354,7 +346,7 @@ static int run_table(gt_pipeline *p, const int32_t *actions, int n, const int32_
         default:
             GT_FAIL(GT_ESTATE, "action %d has unknown op %d", i, op);
         }
-        if (op <= GT_OP_WEIGHT && p->exec_sync) GT_CHECK(gt_stage_synchronize(ch->stage));
+        if (op <= GT_OP_WEIGHT) GT_CHECK(gt_stage_synchronize(ch->stage));
         double t1 = now_s(), dt = t1 - t0;
         if (op <= GT_OP_WEIGHT) r->compute_s += dt;
         else if (op == GT_OP_SEND_ACT || op == GT_OP_SEND_GRAD) r->send_s += dt;

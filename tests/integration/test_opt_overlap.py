@@ -102,19 +102,6 @@ def test_clipping_keeps_the_update_after_the_norm(tmp_path: Path,
     assert all(rank["opt_ranges"] == 0 for r in clipped for rank in r["ranks"])
 
 
-def test_exec_without_per_action_sync_trains_the_same(tmp_path: Path,
-                                                      native_lib_path: Path) -> None:
-    """GANTRY_EXEC_SYNC=0 under real MPI ranks (the CPU build's synchronize is a no-op: the
-    executor's path without it, the same bits)."""
-    weights = tmp_path / "init.safetensors"
-    reference_losses(4, 2, weights, NO_CLIP, TRAIN["seed"])
-    kw: dict[str, Any] = {"pp": 2, "schedule": "zb-interleaved", "v": 2, "m": 4,
-                          "weights": weights}
-    ahead = _run(tmp_path, native_lib_path, "ahead", env={"GANTRY_EXEC_SYNC": "0"}, **kw)
-    synced = _run(tmp_path, native_lib_path, "synced", env={"GANTRY_EXEC_SYNC": "1"}, **kw)
-    assert [r["loss"] for r in ahead] == [r["loss"] for r in synced]
-
-
 def test_bad_switch_is_a_one_line_error(tmp_path: Path, native_lib_path: Path) -> None:
     job = write_job(tmp_path, "bad", pp=2, dp=1, schedule="1f1b", m=2, train={"steps": 1})
     result = gantry_train(job, 2, native_lib_path, run_dir=tmp_path / "run",
