@@ -15,6 +15,9 @@
 #                                     candidates; PyTorch's matmul on the same shapes)
 #                                     chunks (1.5B PP=2 zb-interleaved with 3 and 4 model chunks
 #                                     per rank instead of 2: a shorter fill, more transfers)
+#                                     optoverlap (1.5B PP=2 zb-interleaved, 2 and 4 chunks per
+#                                     rank, with GANTRY_OPT_OVERLAP=3: the other ranks' updates
+#                                     mostly from the hook instead of the next step's fill)
 #                                     cudnnlib (1.5B single with the torch wheel's cuDNN; with the
 #                                     heuristic's attention plan instead of the tuned one)
 #                                     kernels (gantry-kernel-bench: LayerNorm/column-sum variants,
@@ -168,6 +171,13 @@ if has chunks && two_gpus chunks; then  # the simulator: 1.5B fill shorter with 
   for v in 3 4; do
     gantry "pp15-zb-interleaved-v$v" 150 --layout pp2 --schedule zb-interleaved \
       --virtual-stages "$v" --variant "$v chunks per rank" "${m15[@]}"
+  done
+fi
+if has optoverlap && two_gpus optoverlap; then  # rank 1's update mostly from the hook, not the fill
+  for v in 2 4; do
+    GANTRY_OPT_OVERLAP=3 gantry "pp15-zb-interleaved-v$v-opt3" 150 --layout pp2 \
+      --schedule zb-interleaved --virtual-stages "$v" \
+      --variant "$v chunks per rank, GANTRY_OPT_OVERLAP=3" "${m15[@]}"
   done
 fi
 if has ctas && two_gpus ctas; then  # SMs held by NCCL's p2p kernels: NCCL's own CTA count vs the cap
