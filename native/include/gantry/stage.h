@@ -107,7 +107,9 @@ typedef enum {
     GT_BUF_ADAM_V = 3  /* AdamW second moment (exp_avg_sq) */
 } gt_buffer;
 
-GT_API float *gt_stage_buffer(gt_stage *stage, gt_buffer which); /* base pointer, NULL if bad `which` */
+/* Base pointer, NULL if bad `which` (GT_BUF_GRADS: the gradients read as restarted, see
+ * gt_stage_start_accumulation). */
+GT_API float *gt_stage_buffer(gt_stage *stage, gt_buffer which);
 GT_API size_t gt_stage_num_params(const gt_stage *stage);          /* elements in each buffer */
 
 /* The wte sub-range (element offset and count) within every buffer; returns 1 if the stage holds
@@ -309,13 +311,13 @@ GT_API int gt_stage_join_optimizer(gt_stage *stage);
 /* ------------------------------------------------------------------------------------------ */
 /* the gradient norm from the AdamW ranges (API version 6)                                     */
 /*
- * Between gt_stage_norm_capture_begin (which also restarts a capture) and _end, every gt_stage_adamw_range also sums the
- * squares of the raw gradients it reads (before grad_scale), so the norm costs no pass of its
- * own over the gradients (gt_stage_adamw_step is not captured). _end returns that sum in double
- * (waiting for the ranges on the CUDA backend): the ranges' elements counted as often as they
- * were updated, the same bits for the same ranges every run; it is a different order of the
- * same sum than gt_stage_grad_sq_sum's, so the two may differ in the last bits. Only for
- * updates that need no norm first (no clipping). */
+ * Between gt_stage_norm_capture_begin (which also restarts a capture) and _end, every
+ * gt_stage_adamw_range also sums the squares of the raw gradients it reads (before grad_scale),
+ * so the norm costs no pass of its own over the gradients (gt_stage_adamw_step is not
+ * captured). _end returns that sum in double (waiting for the ranges on the CUDA backend): the
+ * ranges' elements counted as often as they were updated, the same bits for the same ranges
+ * every run; it is a different order of the same sum than gt_stage_grad_sq_sum's, so the two
+ * may differ in the last bits. Only for updates that need no norm first (no clipping). */
 GT_API int gt_stage_norm_capture_begin(gt_stage *stage);
 GT_API int gt_stage_norm_capture_end(gt_stage *stage, double *sq);
 
