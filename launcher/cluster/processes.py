@@ -202,6 +202,7 @@ def stop(record: PidRecord, timeout: float = 10.0) -> str:
                 os.kill(record.pid, signal.SIGKILL)
             wait_gone(record, 5.0)
             outcome = "killed"
+        _reap(record.pid)  # gone may mean a zombie seen between is_ours' reap and its stat
     for pid in session_members(record):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
