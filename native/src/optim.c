@@ -90,7 +90,7 @@ int gt_stage_adamw_range(gt_stage *s, size_t offset, size_t count, float lr, flo
                          float grad_scale) {
     int rc = GT_OK;
     GT_CHECK(gt_stage_check_adamw_range(gt_stage_layout_of(s), offset, count, step_t));
-    if (s->norm_capture) s->norm_sq += sq_sum(s->buffers[GT_BUF_GRADS], offset, offset + count);
+    if (s->layout.norm_capture) s->norm_sq += sq_sum(s->buffers[GT_BUF_GRADS], offset, offset + count);
     adamw_elements(s, offset, offset + count, lr, beta1, beta2, eps, weight_decay, step_t,
                    grad_scale);
 cleanup:
@@ -99,8 +99,7 @@ cleanup:
 
 int gt_stage_norm_capture_begin(gt_stage *s) {
     int rc = GT_OK;
-    if (s == NULL) GT_INPUT_FAIL("gt_stage_norm_capture_begin: stage is NULL");
-    s->norm_capture = 1;
+    GT_CHECK(gt_stage_norm_capture_start(s == NULL ? NULL : &s->layout));
     s->norm_sq = 0.0;
 cleanup:
     return rc;
@@ -108,9 +107,7 @@ cleanup:
 
 int gt_stage_norm_capture_end(gt_stage *s, double *sq) {
     int rc = GT_OK;
-    if (s == NULL || sq == NULL) GT_INPUT_FAIL("gt_stage_norm_capture_end: stage or sq is NULL");
-    if (!s->norm_capture) GT_FAIL(GT_ESTATE, "gt_stage_norm_capture_end: not capturing");
-    s->norm_capture = 0;
+    GT_CHECK(gt_stage_norm_capture_stop(s == NULL ? NULL : &s->layout, sq));
     *sq = s->norm_sq;
 cleanup:
     return rc;

@@ -71,6 +71,23 @@ cleanup:
     return rc;
 }
 
+int gt_stage_norm_capture_start(gt_stage_layout *L) {
+    int rc = GT_OK;
+    if (L == NULL) GT_INPUT_FAIL("gt_stage_norm_capture_begin: stage is NULL");
+    L->norm_capture = 1;
+cleanup:
+    return rc;
+}
+
+int gt_stage_norm_capture_stop(gt_stage_layout *L, const double *sq) {
+    int rc = GT_OK;
+    if (L == NULL || sq == NULL) GT_INPUT_FAIL("gt_stage_norm_capture_end: stage or sq is NULL");
+    if (!L->norm_capture) GT_FAIL(GT_ESTATE, "gt_stage_norm_capture_end: not capturing");
+    L->norm_capture = 0;
+cleanup:
+    return rc;
+}
+
 int gt_stage_check_adamw_range(const gt_stage_layout *L, size_t offset, size_t count,
                                int step_t) {
     int rc = GT_OK;

@@ -33,6 +33,11 @@ int gt_stage_check_backward_args(const gt_stage_layout *L, const float *dx_out,
 int gt_stage_check_range(const gt_stage_layout *L, gt_buffer which, size_t offset, size_t count,
                          const void *host, const char *fn);
 
+/* The capture state of gt_stage_norm_capture_begin / _end, shared by both backends: _begin
+ * (re)starts it; _end checks its arguments and that a capture runs, and ends it. */
+int gt_stage_norm_capture_start(gt_stage_layout *L);
+int gt_stage_norm_capture_stop(gt_stage_layout *L, const double *sq);
+
 /* gt_stage_adamw_range's arguments: a stage, step_t >= 1, the range inside the buffers. */
 int gt_stage_check_adamw_range(const gt_stage_layout *L, size_t offset, size_t count,
                                int step_t);

@@ -60,7 +60,6 @@ struct gt_stage {
     float *scratch_colsum;   /* GT_COLSUM_CHUNKS * 4C */
     float *scratch_att;      /* (T,T) attention backward */
 
-    int norm_capture;        /* gt_stage_norm_capture_begin .. _end */
     double norm_sq;          /* the captured ranges' sum of squares */
 };
 

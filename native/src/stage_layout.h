@@ -43,6 +43,7 @@ typedef struct {
 
     gt_grad_ready_fn grad_ready;    /* armed gradients-ready hook (stage.h), NULL if none */
     void *grad_ready_ctx;
+    int norm_capture;               /* gt_stage_norm_capture_begin .. _end (stage_checks.h) */
 } gt_stage_layout;
 
 /* The layout at the start of a stage of either backend (NULL for NULL). */

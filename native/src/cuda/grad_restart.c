@@ -33,30 +33,23 @@ int gt_cu_grads_from_products(const gt_stage *s, int i) {
 int gt_cu_grads_plan(gt_stage *s) {
     int rc = GT_OK;
     uint64_t *host = NULL;
-    size_t n = 0, cap = 0;
-    for (int pass = 0; pass < 2; pass++) { /* count, then fill */
-        n = 0;
-        for (int i = 0; i < s->layout.num_tensors; i++) {
-            if (gt_cu_grads_from_products(s, i)) continue;
-            const gt_tensor_info *t = &s->layout.tensors[i];
-            for (uint64_t off = 0; off < t->numel; off += CHUNK_FLOATS, n++) {
-                if (pass == 0) continue;
-                uint64_t left = t->numel - off;
-                host[2 * n] = t->offset + off;
-                host[2 * n + 1] = left < CHUNK_FLOATS ? left : CHUNK_FLOATS;
-            }
-        }
-        if (pass == 0) {
-            cap = n;
-            GT_CALLOC(host, 2 * (cap > 0 ? cap : 1));
-        }
-    }
+    size_t n = 0;
+    for (int i = 0; i < s->layout.num_tensors; i++) /* chunks of what a restart zeroes */
+        if (!gt_cu_grads_from_products(s, i))
+            n += (s->layout.tensors[i].numel + CHUNK_FLOATS - 1) / CHUNK_FLOATS;
     s->n_zero_chunks = (int)n;
-    if (n > 0) {
-        CUDA_MALLOC(s->zero_chunks, 2 * n * sizeof(uint64_t));
-        CUDA_CHECK(cudaMemcpy(s->zero_chunks, host, 2 * n * sizeof(uint64_t),
-                              cudaMemcpyHostToDevice));
+    if (n == 0) return GT_OK;
+    GT_CALLOC(host, 2 * n);
+    for (int i = 0, k = 0; i < s->layout.num_tensors; i++) {
+        const gt_tensor_info *t = &s->layout.tensors[i];
+        if (gt_cu_grads_from_products(s, i)) continue;
+        for (uint64_t off = 0; off < t->numel; off += CHUNK_FLOATS, k++) {
+            host[2 * k] = t->offset + off;
+            host[2 * k + 1] = t->numel - off < CHUNK_FLOATS ? t->numel - off : CHUNK_FLOATS;
+        }
     }
+    CUDA_MALLOC(s->zero_chunks, 2 * n * sizeof(uint64_t));
+    CUDA_CHECK(cudaMemcpy(s->zero_chunks, host, 2 * n * sizeof(uint64_t), cudaMemcpyHostToDevice));
 cleanup:
     free(host);
     return rc;

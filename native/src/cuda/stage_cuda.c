@@ -461,28 +461,25 @@ int gt_stage_adamw_range(gt_stage *s, size_t offset, size_t count, float lr, flo
     CUDA_CHECK(cudaStreamWaitEvent(s->opt_stream, s->opt_ready, 0));
     CUDA_CHECK(enqueue_adamw(s, offset, count,
                              adamw_args(lr, beta1, beta2, eps, weight_decay, step_t, grad_scale),
-                             s->norm_capture ? s->norm_partial : NULL, s->opt_stream));
+                             s->layout.norm_capture ? s->norm_partial : NULL, s->opt_stream));
 cleanup:
     return rc;
 }
 
 int gt_stage_norm_capture_begin(gt_stage *s) {
     int rc = GT_OK;
-    if (s == NULL) GT_INPUT_FAIL("gt_stage_norm_capture_begin: stage is NULL");
+    GT_CHECK(gt_stage_norm_capture_start(s == NULL ? NULL : &s->layout));
     GT_CHECK(ensure_opt_stream(s));
     size_t bytes = gt_cu_adamw_grid_blocks(s->layout.num_params) * sizeof(double);
     if (s->norm_partial == NULL) CUDA_MALLOC(s->norm_partial, bytes);
     CUDA_CHECK(cudaMemsetAsync(s->norm_partial, 0, bytes, s->opt_stream));
-    s->norm_capture = 1;
 cleanup:
     return rc;
 }
 
 int gt_stage_norm_capture_end(gt_stage *s, double *sq) {
     int rc = GT_OK;
-    if (s == NULL || sq == NULL) GT_INPUT_FAIL("gt_stage_norm_capture_end: stage or sq is NULL");
-    if (!s->norm_capture) GT_FAIL(GT_ESTATE, "gt_stage_norm_capture_end: not capturing");
-    s->norm_capture = 0;
+    GT_CHECK(gt_stage_norm_capture_stop(s == NULL ? NULL : &s->layout, sq));
     CUDA_CHECK(gt_cu_sum_doubles(s->sq, s->norm_partial,
                                  gt_cu_adamw_grid_blocks(s->layout.num_params), s->opt_stream));
     CUDA_CHECK(cudaMemcpyAsync(s->host_sq, s->sq, sizeof(double), cudaMemcpyDeviceToHost,

@@ -93,7 +93,6 @@ struct gt_stage {
     cudaStream_t opt_stream;   /* gt_stage_adamw_range (created on first use) */
     cudaEvent_t opt_ready;     /* recorded on stream before a range's update */
     cudaEvent_t opt_done;      /* recorded on opt_stream by gt_stage_join_optimizer */
-    int norm_capture;          /* gt_stage_norm_capture_begin .. _end */
     int grad_overwrite;        /* GANTRY_GRAD_OVERWRITE: restarts leave the products' tensors */
     int grads_fresh;           /* restarted: the next weight products overwrite (beta 0) */
     uint64_t *zero_chunks;     /* device (offset, count) pairs: what a restart zeroes */
