@@ -18,6 +18,9 @@
 #                                     optoverlap (1.5B PP=2 zb-interleaved, 2 and 4 chunks per
 #                                     rank, with GANTRY_OPT_OVERLAP=3: the other ranks' updates
 #                                     mostly from the hook instead of the next step's fill)
+#                                     residln (1.5B / 350M single with the residual adds in
+#                                     the LayerNorms after them vs in the products' epilogues,
+#                                     GANTRY_RESID_LN 1 / 0 alternating)
 #                                     cudnnlib (1.5B single with the torch wheel's cuDNN; with the
 #                                     heuristic's attention plan instead of the tuned one)
 #                                     kernels (gantry-kernel-bench: LayerNorm/column-sum variants,
@@ -134,6 +137,14 @@ if has profile; then  # per-op device times (a few steps; the event marks cost h
     gantry profile-pp350 90 --layout pp2 --schedule 1f1b --variant profiled "${m350[@]}"
   GANTRY_PROFILE_OPS=1 bench_steps=3 bench_warmup=1 \
     gantry profile-single15 150 --layout single --variant profiled "${m15[@]}"
+fi
+if has residln; then  # alternating, so a drift of the clocks falls on both alike
+  for i in 1 2; do
+    GANTRY_RESID_LN=1 gantry "residln1-single15-$i" 150 --layout single --variant "resid_ln 1" "${m15[@]}"
+    GANTRY_RESID_LN=0 gantry "residln0-single15-$i" 150 --layout single --variant "resid_ln 0" "${m15[@]}"
+    GANTRY_RESID_LN=1 gantry "residln1-single350-$i" 90 --layout single --variant "resid_ln 1" "${m350[@]}"
+    GANTRY_RESID_LN=0 gantry "residln0-single350-$i" 90 --layout single --variant "resid_ln 0" "${m350[@]}"
+  done
 fi
 if has prefill; then  # kernels' own times: the host queues each action before the GPU starts it
   GANTRY_PROFILE_OPS=prefill bench_steps=3 bench_warmup=1 \

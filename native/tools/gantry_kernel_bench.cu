@@ -1,6 +1,7 @@
 /*
  * gantry_kernel_bench.cu — times the LayerNorm, column-sum (bias gradient), GELU-backward and
- * AdamW kernels of kernels.cu at one model's shapes, both LayerNorm backward variants
+ * AdamW kernels of kernels.cu at one model's shapes, the LayerNorm forward alone (impl 1) and
+ * with the residual add before it (impl 2), both LayerNorm backward variants
  * (gt_cu_set_ln_bwd_impl 1 and 2, impl 1 at several gt_cu_set_ln_bwd_blocks), and checks that
  * the variants agree with each other and, on a small sub-case, with a host fp64 reference.
  *   gantry-kernel-bench [--N 4096] [--C 1600] [--iters 50] [--warmup 5] [--l2-flush 1]
@@ -190,6 +191,20 @@ static cudaError_t launch_ln_fwd(void *p) {
     return gt_cu_layernorm_forward(c->ln_out, c->C, c->mean, c->rstd, c->inp, c->w, c->b, c->N,
                                    c->C, 0);
 }
+/* one LayerNorm forward with the residual add (sum = inp + dresid into dinp, out into ln_out):
+ * fused, or the add kernel and then the plain LayerNorm (the reference) */
+static cudaError_t run_ln_fwd_resid(bench_ctx *c, int fused) {
+    size_t NC = (size_t)c->N * c->C;
+    if (fused)
+        return gt_cu_layernorm_forward_residual(c->ln_out, c->C, c->mean, c->rstd, c->dinp,
+                                                c->inp, c->dresid, c->w, c->b, c->N, c->C, 0);
+    cudaError_t err = gt_cu_residual_forward(c->dinp, c->inp, c->dresid, NC, 0);
+    if (err == cudaSuccess)
+        err = gt_cu_layernorm_forward(c->ln_out, c->C, c->mean, c->rstd, c->dinp, c->w, c->b,
+                                      c->N, c->C, 0);
+    return err;
+}
+static cudaError_t launch_ln_fwd_resid(void *p) { return run_ln_fwd_resid((bench_ctx *)p, 1); }
 static cudaError_t launch_ln_bwd(void *p) {
     bench_ctx *c = (bench_ctx *)p;
     return gt_cu_layernorm_backward(c->dinp, c->dresid, c->dout, c->inp, c->mean, c->rstd, c->w,
@@ -617,6 +632,27 @@ int main(int argc, char **argv) {
         check_close("adamw sq partials vs host", &got_sq, &want, 1, 1e-9);
     }
 
+    {
+        /* the LayerNorm with the residual add: the same bits as the add, then the LayerNorm */
+        const char *names[4] = {"sum", "out", "mean", "rstd"};
+        for (int q = 0; q < 4; q++) {
+            char what[96];
+            for (int fused = 0; fused <= 1; fused++) {
+                double *dst = fused ? o2.dinp : o1.dinp;
+                CK(run_ln_fwd_resid(&c, fused));
+                CK(cudaDeviceSynchronize());
+                if (q < 2)
+                    CK(fetch_bf16(dst, q == 0 ? c.dinp : c.ln_out, NC, h16));
+                else
+                    CK(fetch_f32(dst, q == 2 ? c.mean : c.rstd, (size_t)N, h32));
+            }
+            snprintf(what, sizeof(what), "ln_fwd residual fused vs add + LayerNorm: %s", names[q]);
+            check_close(what, o2.dinp, o1.dinp, q < 2 ? NC : (size_t)N, 0.0);
+        }
+        CK(launch_ln_fwd(&c)); /* inp's mean and rstd again, as the timed backward expects */
+        CK(cudaDeviceSynchronize());
+    }
+
     /* ---------------- timing ---------------------------------------------------------- */
     {
         double us, us_mean;
@@ -624,6 +660,9 @@ int main(int argc, char **argv) {
          * 4 N C + 4 C + 8 N bytes */
         CK(time_case(&t, launch_ln_fwd, &c, &us, &us_mean));
         print_case("ln_fwd", 1, N, C, 0, 0, 4.0 * NC + 4.0 * C + 8.0 * N, us, us_mean, flush);
+        /* impl 2, with the residual add: also reads add and writes the sum: + 4 N C bytes */
+        CK(time_case(&t, launch_ln_fwd_resid, &c, &us, &us_mean));
+        print_case("ln_fwd", 2, N, C, 0, 0, 8.0 * NC + 4.0 * C + 8.0 * N, us, us_mean, flush);
 
         /* ln_bwd: read dresid, dout, inp (N C bf16 each), mean, rstd (N fp32), w (C bf16); write
          * dinp (N C bf16); dw, db read and written (C fp32): 8 N C + 8 N + 2 C + 16 C bytes.

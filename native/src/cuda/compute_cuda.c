@@ -414,41 +414,66 @@ static int forward_body(void *arg) {
         CUDA_CHECK(cudaMemcpyAsync(a->x0, c->x_in, N * C * sizeof(gt_bf16),
                                    cudaMemcpyDeviceToDevice, st));
     }
+    /* With resid_ln each projection writes its product alone into s->proj, and the LayerNorm
+     * after it forms the residual sum (res = x + proj) in the same pass over the rows; the last
+     * layer's fc-proj sum is formed by ln_f, or by an add kernel before the output is sent.
+     * Without it the product adds the residual in its epilogue (beta 1 on a cold operand). */
+    const int resid_ln = s->resid_ln;
     for (int l = 0; l < s->layout.nl; l++) {
         gt_cu_layer *L = &a->layers[l];
         const gt_bf16 *x = l == 0 ? a->x0 : a->layers[l - 1].res3;
 #define W(k) (P + gt_layer_tensor_offset(&s->layout, l, (k)))
         MARK(GT_P_LN);
-        CUDA_CHECK(gt_cu_layernorm_forward(L->ln1, ln_ld(s), L->ln1_mean, L->ln1_rstd, x,
-                                           W(GT_LN1_W), W(GT_LN1_B), n, C, st));
+        if (resid_ln && l > 0) /* the previous layer's res3 = res2 + its fc-proj product */
+            CUDA_CHECK(gt_cu_layernorm_forward_residual(
+                L->ln1, ln_ld(s), L->ln1_mean, L->ln1_rstd, a->layers[l - 1].res3,
+                a->layers[l - 1].res2, s->proj, W(GT_LN1_W), W(GT_LN1_B), n, C, st));
+        else
+            CUDA_CHECK(gt_cu_layernorm_forward(L->ln1, ln_ld(s), L->ln1_mean, L->ln1_rstd, x,
+                                               W(GT_LN1_W), W(GT_LN1_B), n, C, st));
         MARK(GT_P_QKV);
         GT_CHECK(linear_forward(s, L->qkv, L->ln1, ln_ld(s), W(GT_QKV_W), W(GT_QKV_B), NULL, n, C,
                                 3 * C));
         MARK(GT_P_ATTN);
         GT_CHECK(attention_forward(s, L));
         MARK(GT_P_ATTPROJ);
-        GT_CHECK(linear_forward(s, L->res2, L->atty, C, W(GT_ATTPROJ_W), W(GT_ATTPROJ_B), x, n,
-                                C, C));
+        GT_CHECK(linear_forward(s, resid_ln ? s->proj : L->res2, L->atty, C, W(GT_ATTPROJ_W),
+                                W(GT_ATTPROJ_B), resid_ln ? NULL : x, n, C, C));
         MARK(GT_P_LN);
-        CUDA_CHECK(gt_cu_layernorm_forward(L->ln2, ln_ld(s), L->ln2_mean, L->ln2_rstd, L->res2,
-                                           W(GT_LN2_W), W(GT_LN2_B), n, C, st));
+        if (resid_ln)
+            CUDA_CHECK(gt_cu_layernorm_forward_residual(L->ln2, ln_ld(s), L->ln2_mean,
+                                                        L->ln2_rstd, L->res2, x, s->proj,
+                                                        W(GT_LN2_W), W(GT_LN2_B), n, C, st));
+        else
+            CUDA_CHECK(gt_cu_layernorm_forward(L->ln2, ln_ld(s), L->ln2_mean, L->ln2_rstd,
+                                               L->res2, W(GT_LN2_W), W(GT_LN2_B), n, C, st));
         MARK(GT_P_FC);
         GT_CHECK(linear_gelu_forward(s, L->fch_gelu, L->fch, L->ln2, ln_ld(s), W(GT_FC_W),
                                      W(GT_FC_B), n, C, 4 * C));
         MARK(GT_P_FCPROJ);
-        GT_CHECK(linear_forward(s, L->res3, L->fch_gelu, 4 * C, W(GT_FCPROJ_W), W(GT_FCPROJ_B),
-                                L->res2, n, 4 * C, C));
+        GT_CHECK(linear_forward(s, resid_ln ? s->proj : L->res3, L->fch_gelu, 4 * C,
+                                W(GT_FCPROJ_W), W(GT_FCPROJ_B), resid_ln ? NULL : L->res2, n,
+                                4 * C, C));
 #undef W
     }
-    const gt_bf16 *out = s->layout.nl > 0 ? a->layers[s->layout.nl - 1].res3 : a->x0;
+    const int nl = s->layout.nl;
+    const gt_bf16 *out = nl > 0 ? a->layers[nl - 1].res3 : a->x0;
+    if (resid_ln && nl > 0 && !s->layout.is_last)
+        CUDA_CHECK(gt_cu_residual_forward(a->layers[nl - 1].res3, a->layers[nl - 1].res2,
+                                          s->proj, N * C, st));
     if (s->layout.is_last) {
         const gt_bf16 *wte = P + s->layout.tensors[0].offset;
         const gt_bf16 *lnfw = P + s->layout.tensors[s->layout.num_tensors - 2].offset;
         const gt_bf16 *lnfb = P + s->layout.tensors[s->layout.num_tensors - 1].offset;
         gt_matmul_args m;
         MARK(GT_P_LN);
-        CUDA_CHECK(gt_cu_layernorm_forward(a->lnf, C, a->lnf_mean, a->lnf_rstd, out, lnfw, lnfb,
-                                           n, C, st));
+        if (resid_ln && nl > 0)
+            CUDA_CHECK(gt_cu_layernorm_forward_residual(
+                a->lnf, C, a->lnf_mean, a->lnf_rstd, a->layers[nl - 1].res3,
+                a->layers[nl - 1].res2, s->proj, lnfw, lnfb, n, C, st));
+        else
+            CUDA_CHECK(gt_cu_layernorm_forward(a->lnf, C, a->lnf_mean, a->lnf_rstd, out, lnfw,
+                                               lnfb, n, C, st));
         /* logits (N,V) = lnf @ wte^T: col-major (V,N) = wte^T (V,C) @ lnf (C,N) */
         memset(&m, 0, sizeof(m));
         m.D = a->logits, m.A = wte, m.B = a->lnf;

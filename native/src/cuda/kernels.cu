@@ -211,7 +211,8 @@ __device__ __forceinline__ uint4 bf16x8_pack(const float f[8]) {
 template <int K>
 __global__ void __launch_bounds__(256)
     layernorm_forward_vec_kernel(bf16 *out, int out_ld, float *mean, float *rstd,
-                                 const bf16 *inp, const bf16 *w, const bf16 *b, int N, int C) {
+                                 const bf16 *inp, const bf16 *w, const bf16 *b, int N, int C,
+                                 const bf16 *add, bf16 *sum_out) {
     int row = blockIdx.x * (blockDim.x / WARP) + threadIdx.x / WARP;
     int lane = threadIdx.x % WARP;
     if (row >= N) return;
@@ -222,6 +223,29 @@ __global__ void __launch_bounds__(256)
     for (int k = 0; k < K; k++) {
         int v = lane + k * WARP;
         xv[k] = v < nv ? x[v] : make_uint4(0u, 0u, 0u, 0u);
+    }
+    if (add != nullptr) { /* the row is inp + add, rounded to bf16 and stored as sum_out */
+        const uint4 *y = reinterpret_cast<const uint4 *>(add + (size_t)row * C);
+        uint4 *so = reinterpret_cast<uint4 *>(sum_out + (size_t)row * C);
+        uint4 yv[K];
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int v = lane + k * WARP;
+            yv[k] = v < nv ? y[v] : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int k = 0; k < K; k++) {
+            int v = lane + k * WARP;
+            if (v < nv) {
+                float f[LN_VEC], g[LN_VEC];
+                bf16x8_unpack(xv[k], f);
+                bf16x8_unpack(yv[k], g);
+#pragma unroll
+                for (int j = 0; j < LN_VEC; j++) f[j] += g[j];
+                xv[k] = bf16x8_pack(f);
+                so[v] = xv[k];
+            }
+        }
     }
     float sum = 0.0f;
 #pragma unroll
@@ -606,13 +630,33 @@ extern "C" cudaError_t gt_cu_layernorm_forward(gt_bf16 *out, int out_ld, float *
         aligned16(b)) {
         LN_DISPATCH(K, layernorm_forward_vec_kernel, ceil_div(N, 8), stream, (bf16 *)out,
                     out_ld, mean, rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)b, N,
-                    C);
+                    C, nullptr, nullptr);
     } else {
         layernorm_forward_kernel<<<ceil_div(N, 8), 256, 0, stream>>>(
             (bf16 *)out, out_ld, mean, rstd, (const bf16 *)inp, (const bf16 *)w,
             (const bf16 *)b, N, C);
     }
     return cudaGetLastError();
+}
+
+extern "C" cudaError_t gt_cu_layernorm_forward_residual(gt_bf16 *out, int out_ld, float *mean,
+                                                        float *rstd, gt_bf16 *sum,
+                                                        const gt_bf16 *inp, const gt_bf16 *add,
+                                                        const gt_bf16 *w, const gt_bf16 *b,
+                                                        int N, int C, cudaStream_t stream) {
+    if (out_ld < C) return cudaErrorInvalidValue;
+    int K = ln_vec_per_lane(C);
+    if (K > 0 && out_ld % LN_VEC == 0 && aligned16(out) && aligned16(inp) && aligned16(w) &&
+        aligned16(b) && aligned16(sum) && aligned16(add)) {
+        LN_DISPATCH(K, layernorm_forward_vec_kernel, ceil_div(N, 8), stream, (bf16 *)out,
+                    out_ld, mean, rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)b, N,
+                    C, (const bf16 *)add, (bf16 *)sum);
+        return cudaGetLastError();
+    }
+    /* the same bits in two passes: the rounded sum, then the LayerNorm of it */
+    cudaError_t err = gt_cu_residual_forward(sum, inp, add, (size_t)N * C, stream);
+    if (err != cudaSuccess) return err;
+    return gt_cu_layernorm_forward(out, out_ld, mean, rstd, sum, w, b, N, C, stream);
 }
 
 /* one thread per row: x[row * ld + col] = 1, then zeros up to the row's end */

@@ -61,6 +61,13 @@ cudaError_t gt_cu_encoder_backward(float *dwte, float *dwpe, const gt_bf16 *dout
 cudaError_t gt_cu_layernorm_forward(gt_bf16 *out, int out_ld, float *mean, float *rstd,
                                     const gt_bf16 *inp, const gt_bf16 *w, const gt_bf16 *b, int N,
                                     int C, cudaStream_t stream);
+/* sum (N,C) = bf16(inp + add), then out = LayerNorm(sum) as gt_cu_layernorm_forward, in one pass
+ * over the rows (the residual add of the product before the LayerNorm) */
+cudaError_t gt_cu_layernorm_forward_residual(gt_bf16 *out, int out_ld, float *mean, float *rstd,
+                                             gt_bf16 *sum, const gt_bf16 *inp,
+                                             const gt_bf16 *add, const gt_bf16 *w,
+                                             const gt_bf16 *b, int N, int C,
+                                             cudaStream_t stream);
 /* For rows r < rows (bf16): x[r * ld + col] = 1 and x[r * ld + col + 1 .. r * ld + ld) = 0 */
 cudaError_t gt_cu_set_ones_column(gt_bf16 *x, int rows, int ld, int col, cudaStream_t stream);
 /* dinp (N,C) = dresid (N,C) + d LN/d inp given dout (N,C); dinp may alias dresid */

@@ -102,7 +102,9 @@ cleanup:
  * weight-gradient products compute their bias gradients too, through the LayerNorm outputs'
  * constant column; 0 = a column-sum pass each) and GANTRY_CE_FUSED (default 1: the last stage's
  * forward leaves softmax - onehot in the logits and the head's backward products scale it; 0 =
- * a separate cross-entropy backward pass). */
+ * a separate cross-entropy backward pass) and GANTRY_RESID_LN (default 1: the attention and
+ * fc projections write their products alone and the LayerNorm after each adds the residual in
+ * its pass over the rows; 0 = the products add it in their epilogue). */
 static int set_kernel_knobs(gt_stage *s) {
     int rc = GT_OK, blocks = GT_CU_LN_BWD_BLOCKS, ln_impl = 2;
     GT_CHECK(gt_env_int("GANTRY_LN_BWD_BLOCKS", 64, GT_CU_LN_BWD_MAX_BLOCKS, GT_CU_LN_BWD_BLOCKS,
@@ -112,6 +114,7 @@ static int set_kernel_knobs(gt_stage *s) {
     GT_CHECK(gt_env_flag("GANTRY_BIAS_GEMM", 1, &s->bias_in_gemm));
     GT_CHECK(gt_env_flag("GANTRY_CE_FUSED", 1, &s->ce_fused));
     GT_CHECK(gt_env_flag("GANTRY_GRAD_OVERWRITE", 1, &s->grad_overwrite));
+    GT_CHECK(gt_env_flag("GANTRY_RESID_LN", 1, &s->resid_ln));
     gt_cu_set_ln_bwd_blocks(blocks);
     gt_cu_set_ln_bwd_impl(ln_impl);
 cleanup:
@@ -150,6 +153,7 @@ int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is
     {
         size_t N = (size_t)B * T, C = (size_t)cfg->n_embd;
         CUDA_MALLOC(s->datty, N * C * sizeof(gt_bf16));
+        if (s->resid_ln) CUDA_MALLOC(s->proj, N * C * sizeof(gt_bf16));
         /* the column sums of up to 4C columns and the LayerNorm weight sums' fallback (two
          * partial vectors each at most), or the one-pass LayerNorm backward's partials */
         size_t colsum_floats = (size_t)2 * GT_CU_COLSUM_CHUNKS * 4 * C;
@@ -213,6 +217,7 @@ void gt_stage_free(gt_stage *s) {
     cudaFree(s->seg_end);
     cudaFree(s->seg_decay);
     cudaFree(s->datty);
+    cudaFree(s->proj);
     cudaFree(s->colsum);
     cudaFree(s->sq);
     cudaFree(s->norm_partial);

@@ -104,6 +104,7 @@ struct gt_stage {
     int ln_bias_sums;          /* GANTRY_LN_BIAS_SUMS: LayerNorm 2 sums two bias gradients */
     int bias_in_gemm;          /* GANTRY_BIAS_GEMM: c_attn / c_fc bias gradients in the product */
     int ce_fused;              /* GANTRY_CE_FUSED: the loss and its logit gradients in one pass */
+    int resid_ln;              /* GANTRY_RESID_LN: residual adds in the LayerNorm after them */
     char info[512];
 
     gt_cu_slot *slots;
@@ -112,6 +113,7 @@ struct gt_stage {
 
     /* scratch shared by all slots (the stream orders their uses) */
     gt_bf16 *datty;            /* (N,C) */
+    gt_bf16 *proj;             /* (N,C): a projection's product before its residual add */
     float *colsum;             /* max(2 * GT_CU_COLSUM_CHUNKS * 4C, GT_CU_LN_BWD_SCRATCH(C)) */
     double *sq;                /* 1 + GT_CU_SQ_BLOCKS */
     float *loss;               /* 1 */
