@@ -13,6 +13,7 @@
  * untimed launches), us_mean their mean; gbps: the bytes the kernel must move at least (formula
  * at each case) / us. With --l2-flush 1 (default) a 256 MiB memset between launches, outside the
  * timed pair, evicts L2 (50 MiB on H200), so inputs come from HBM as in a training step.
+ * It also checks gt_cu_fill_uniform's values (range, mean, seeds).
  * Then {"check": "ok"} or {"check": "failed", "what": ...} per failure. Exit 0 ok, 1 a check or
  * CUDA call failed, 2 bad arguments.
  * Compiled together with kernels.cu (the library hides its symbols); no library error state.
@@ -728,6 +729,31 @@ int main(int argc, char **argv) {
             print_case("memcpy_d2d", 0, (int)(c.copy_bytes >> 20), 1, 0, 0,
                        2.0 * (double)c.copy_bytes, us, us_mean, flush);
         }
+    }
+
+    { /* gt_cu_fill_uniform (the attention tuner's operands): every value in [-1, 1), mean
+       * near 0 and mean |x| near 1/2, another seed other values */
+        /* h16 holds N4C values */
+        const size_t n = N4C / 2 < ((size_t)1 << 20) ? N4C / 2 : (size_t)1 << 20;
+        gt_bf16 *d = NULL;
+        double stats[3] = {0.0, 0.0, 0.0}, want[3] = {0.0, 0.5, 0.0};
+        size_t outside = 0, same = 0;
+        cudaError_t err = cudaMalloc((void **)&d, 2 * n * sizeof(gt_bf16));
+        if (err == cudaSuccess) err = gt_cu_fill_uniform(d, n, 1u, 1.0f, 0);
+        if (err == cudaSuccess) err = gt_cu_fill_uniform(d + n, n, 2u, 1.0f, 0);
+        if (err == cudaSuccess)
+            err = cudaMemcpy(h16, d, 2 * n * sizeof(gt_bf16), cudaMemcpyDeviceToHost);
+        if (d != NULL) cudaFree(d);
+        CK(err);
+        for (size_t i = 0; i < n; i++) {
+            double x = bf16_to_f64(h16[i]);
+            outside += !(x >= -1.0 && x <= 1.0); /* bf16 rounding may reach 1.0 itself */
+            same += h16[i] == h16[n + i];
+            stats[0] += x / (double)n, stats[1] += fabs(x) / (double)n;
+        }
+        stats[2] = (double)(outside + (same > n / 64 ? same : 0));
+        check_close("fill_uniform mean, mean |x|, values outside [-1, 1] or equal across seeds",
+                    stats, want, 3, 0.02);
     }
 
     if (g_failures == 0) printf("{\"check\": \"ok\", \"N\": %d, \"C\": %d}\n", N, C);

@@ -19,6 +19,7 @@
 #include <tuple>
 
 #include "cuda/attention_cudnn.h"
+#include "cuda/kernels.h"
 
 namespace fe = cudnn_frontend;
 
@@ -228,8 +229,10 @@ int64_t fastest_plan(gt_cudnn_attn *ctx, fe::graph::Graph &g, Pack &pack, const 
     return best;
 }
 
-// Times every plan of both graphs of `key` on zeroed scratch buffers (once per process and
-// shape); sets f.plan / b.plan. Failures leave the heuristic's choice in place.
+// Times every plan of both graphs of `key` (once per process and shape) on scratch buffers:
+// q, k, v and dO uniform in [-1, 1) (not zeros, which can time faster than real data), O and
+// the statistics as the forward's timing runs leave them; sets f.plan / b.plan. Failures leave
+// the heuristic's choice in place.
 void tune(gt_cudnn_attn *ctx, const Key &key, FwdGraph &f, BwdGraph &b) {
     {
         std::lock_guard<std::mutex> lock(g_tuned_lock);
@@ -248,6 +251,11 @@ void tune(gt_cudnn_attn *ctx, const Key &key, FwdGraph &f, BwdGraph &b) {
     size_t total = 2 * qkv_bytes + 2 * o_bytes + stats_bytes;
     if (cudnnSetStream(ctx->handle, nullptr) == CUDNN_STATUS_SUCCESS &&
         cudaMalloc(&block, total) == cudaSuccess && cudaMemset(block, 0, total) == cudaSuccess &&
+        gt_cu_fill_uniform(static_cast<gt_bf16 *>(block), 3 * N * C, 1u, 1.0f, nullptr) ==
+            cudaSuccess &&
+        gt_cu_fill_uniform(reinterpret_cast<gt_bf16 *>(static_cast<char *>(block) +
+                                                       2 * qkv_bytes + o_bytes),
+                           N * C, 2u, 1.0f, nullptr) == cudaSuccess &&
         cudaEventCreate(&t0) == cudaSuccess && cudaEventCreate(&t1) == cudaSuccess) {
         auto *qkv = static_cast<gt_bf16 *>(block);
         auto *dqkv = reinterpret_cast<gt_bf16 *>(static_cast<char *>(block) + qkv_bytes);

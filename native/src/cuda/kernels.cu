@@ -1085,6 +1085,23 @@ extern "C" cudaError_t gt_cu_gelu_backward_inplace(gt_bf16 *d, const gt_bf16 *pr
     gelu_backward_kernel<<<grid_for(n), 256, 0, stream>>>((bf16 *)d, (const bf16 *)pre, n);
     return cudaGetLastError();
 }
+/* x[i] = scale * u, u in [-1, 1) from a hash of (seed, i): operands for timing runs, which on
+ * zeros can run faster than on real data (less switching under the power cap) */
+__global__ void fill_uniform_kernel(bf16 *x, size_t n, uint32_t seed, float scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = ((uint32_t)i ^ (uint32_t)(i >> 32) * 0x27D4EB2Fu) * 0x9E3779B1u ^ seed;
+        h ^= h >> 16, h *= 0x85EBCA6Bu, h ^= h >> 13, h *= 0xC2B2AE35u, h ^= h >> 16;
+        x[i] = __float2bfloat16(scale * ((float)(h >> 8) * (1.0f / 8388608.0f) - 1.0f));
+    }
+}
+
+extern "C" cudaError_t gt_cu_fill_uniform(gt_bf16 *x, size_t n, uint32_t seed, float scale,
+                                          cudaStream_t stream) {
+    fill_uniform_kernel<<<grid_for(n), 256, 0, stream>>>((bf16 *)x, n, seed, scale);
+    return cudaGetLastError();
+}
+
 extern "C" cudaError_t gt_cu_residual_forward(gt_bf16 *out, const gt_bf16 *a, const gt_bf16 *b,
                                               size_t n, cudaStream_t stream) {
     residual_kernel<<<grid_for(n), 256, 0, stream>>>((bf16 *)out, (const bf16 *)a,

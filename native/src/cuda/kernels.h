@@ -68,6 +68,9 @@ cudaError_t gt_cu_layernorm_forward_residual(gt_bf16 *out, int out_ld, float *me
                                              const gt_bf16 *add, const gt_bf16 *w,
                                              const gt_bf16 *b, int N, int C,
                                              cudaStream_t stream);
+/* x (n) = scale * uniform [-1, 1) from a hash of (seed, index): timing operands, not zeros */
+cudaError_t gt_cu_fill_uniform(gt_bf16 *x, size_t n, uint32_t seed, float scale,
+                               cudaStream_t stream);
 /* For rows r < rows (bf16): x[r * ld + col] = 1 and x[r * ld + col + 1 .. r * ld + ld) = 0 */
 cudaError_t gt_cu_set_ones_column(gt_bf16 *x, int rows, int ld, int col, cudaStream_t stream);
 /* dinp (N,C) = dresid (N,C) + d LN/d inp given dout (N,C); dinp may alias dresid */
