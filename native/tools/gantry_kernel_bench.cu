@@ -1,8 +1,8 @@
 /*
  * gantry_kernel_bench.cu — times the LayerNorm, column-sum (bias gradient), GELU-backward and
  * AdamW kernels of kernels.cu at one model's shapes, the LayerNorm forward alone (impl 1) and
- * with the residual add before it (impl 2), both LayerNorm backward variants
- * (gt_cu_set_ln_bwd_impl 1 and 2, impl 1 at several gt_cu_set_ln_bwd_blocks), and checks that
+ * with the residual add before it (impl 2), the LayerNorm backward variants
+ * (gt_cu_set_ln_bwd_impl 1, 2 and 3, impl 1 at several gt_cu_set_ln_bwd_blocks), and checks that
  * the variants agree with each other and, on a small sub-case, with a host fp64 reference.
  *   gantry-kernel-bench [--N 4096] [--C 1600] [--iters 50] [--warmup 5] [--l2-flush 1]
  * N rows (B*T), C channels. Prints one JSON line per case to stdout:
@@ -56,7 +56,7 @@
 #define COPY_BYTES ((size_t)64 << 20)      /* the device-to-device copy anchor */
 #define FLUSH_BYTES ((size_t)256 << 20)    /* > L2 of any current GPU */
 #define REF_N 64                           /* rows of the host-reference sub-case */
-#define LN_IMPLS 2                         /* LayerNorm backward variants (kernels.h) */
+#define LN_IMPLS 3                         /* LayerNorm backward variants (kernels.h) */
 #define MAX_ITERS 100000
 
 /* ------------------------------------------------------------------------------------------ */
@@ -349,9 +349,10 @@ int main(int argc, char **argv) {
     float *h32 = NULL;
     double *hinp = NULL, *hdout = NULL, *hdres = NULL, *hw = NULL, *hb = NULL, *hmean = NULL,
            *hrstd = NULL, *ref = NULL, *got = NULL, *big = NULL;
-    ln_bwd_out o1, o2, oref;
+    ln_bwd_out o1, o2, o3, oref;
     memset(&o1, 0, sizeof(o1));
     memset(&o2, 0, sizeof(o2));
+    memset(&o3, 0, sizeof(o3));
     memset(&oref, 0, sizeof(oref));
 
     for (int i = 1; i < argc; i++) {
@@ -448,6 +449,8 @@ int main(int argc, char **argv) {
     HALLOC(o1.sum_resid, C); HALLOC(o1.sum_inp, C);
     HALLOC(o2.dinp, NC); HALLOC(o2.dw, C); HALLOC(o2.db, C);
     HALLOC(o2.sum_resid, C); HALLOC(o2.sum_inp, C);
+    HALLOC(o3.dinp, NC); HALLOC(o3.dw, C); HALLOC(o3.db, C);
+    HALLOC(o3.sum_resid, C); HALLOC(o3.sum_inp, C);
     HALLOC(oref.dinp, (size_t)REF_N * C); HALLOC(oref.dw, C); HALLOC(oref.db, C);
     HALLOC(oref.sum_resid, C); HALLOC(oref.sum_inp, C);
     HALLOC(ref, C4);
@@ -468,6 +471,19 @@ int main(int argc, char **argv) {
                 snprintf(what, sizeof(what), "ln_bwd impl 2 vs 1: %s", names[q]);
                 check_close(what, got_v[q], want_v[q], q == 0 ? NC : (size_t)C,
                             q == 0 ? 1e-2 : 1e-4);
+            }
+        }
+        { /* impl 3 vs 2: the same per-row math (dinp equal), other column-sum partitions */
+            char what[96];
+            gt_cu_set_ln_bwd_impl(3);
+            CK(run_ln_bwd_once(&c, N, &o3, h16, h32));
+            const char *names[5] = {"dinp", "dw", "db", "sum_resid", "sum_inp"};
+            double *got_v[5] = {o3.dinp, o3.dw, o3.db, o3.sum_resid, o3.sum_inp};
+            double *want_v[5] = {o2.dinp, o2.dw, o2.db, o2.sum_resid, o2.sum_inp};
+            for (int q = 0; q < 5; q++) {
+                snprintf(what, sizeof(what), "ln_bwd impl 3 vs 2: %s", names[q]);
+                check_close(what, got_v[q], want_v[q], q == 0 ? NC : (size_t)C,
+                            q == 0 ? 0.0 : 1e-4);
             }
         }
         gt_cu_set_ln_bwd_impl(1);
@@ -811,8 +827,8 @@ cleanup:
     free(ref);
     free(got);
     free(big);
-    ln_bwd_out outs[3] = {o1, o2, oref};
-    for (int k = 0; k < 3; k++) {
+    ln_bwd_out outs[4] = {o1, o2, o3, oref};
+    for (int k = 0; k < 4; k++) {
         free(outs[k].dinp);
         free(outs[k].dw);
         free(outs[k].db);

@@ -1,5 +1,6 @@
 """The LayerNorm backward variants (GANTRY_LN_BWD_IMPL 1 = warp per row, 2 = block-cooperative,
-each with GANTRY_LN_BIAS_SUMS off and on), the c_attn / c_fc bias gradients from their weight
+3 = 2 with the next rows' loads in flight across its reductions, each with GANTRY_LN_BIAS_SUMS
+off and on), the c_attn / c_fc bias gradients from their weight
 products (GANTRY_BIAS_GEMM), the loss with its logit gradients in one pass (GANTRY_CE_FUSED)
 and the residual adds in the LayerNorms after them (GANTRY_RESID_LN: the forward's activations
 may differ in their last bit) give the same gradients as the session-4 kernels, and
@@ -47,6 +48,9 @@ VARIANTS = {
     "ln1-sums": {**SESSION4, "GANTRY_LN_BIAS_SUMS": "1"},
     "ln2": {**SESSION4, "GANTRY_LN_BWD_IMPL": "2"},
     "ln2-sums": {**SESSION4, "GANTRY_LN_BWD_IMPL": "2", "GANTRY_LN_BIAS_SUMS": "1"},
+    # impl 2 with the next rows' loads issued before each block reduction (2 rows a step)
+    "ln3": {**SESSION4, "GANTRY_LN_BWD_IMPL": "3"},
+    "ln3-sums": {**SESSION4, "GANTRY_LN_BWD_IMPL": "3", "GANTRY_LN_BIAS_SUMS": "1"},
     # the bias gradients of c_attn / c_fc from the products: fp32 sums in another order
     "ln1-gemm": {**SESSION4, "GANTRY_BIAS_GEMM": "1"},
     # unscaled logit gradients in bf16, scaled by the head's products

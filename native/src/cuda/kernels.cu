@@ -515,7 +515,7 @@ __device__ __forceinline__ void store8(float *p, const float f[8]) {
  * Column sums stay in registers (thread v: its 8 columns; rows in order) and go to
  * partial[(q * G + b) * C + c] at the end, q = 0: dout, 1: dout * xhat, with SUMS 2: dresid,
  * 3: the stored dinp; colsum_finish_kernel<32> adds the blocks in order. */
-template <int R, bool SUMS>
+template <int R, bool SUMS, bool PREFETCH>
 __global__ void __launch_bounds__(LN_BLOCK_MAX_WARPS * WARP, LN_BWD_BLOCK_MIN_BLOCKS)
     layernorm_backward_block_kernel(bf16 *dinp, const bf16 *dresid, const bf16 *dout,
                                     const bf16 *inp, const float *mean, const float *rstd,
@@ -534,19 +534,31 @@ __global__ void __launch_bounds__(LN_BLOCK_MAX_WARPS * WARP, LN_BWD_BLOCK_MIN_BL
     const int r_begin = (int)blockIdx.x * rows_per_block;
     const int r_end = min(N, r_begin + rows_per_block);
     int half = 0;
-    for (int row0 = r_begin; row0 < r_end; row0 += R, half ^= 1) {
-        uint4 dv[R], xv[R], rv[R];
-        float m[R], s[R];
+    /* the group's dout, inp, mean and rstd: with PREFETCH loaded during the previous group,
+     * before its block reduction (the loads of the next rows in flight across the barrier) */
+    uint4 dv[R], xv[R];
+    float m[R], s[R];
+    auto load_group = [&](int row0, uint4 *d, uint4 *x, float *mm, float *ss) {
 #pragma unroll
         for (int i = 0; i < R; i++) {
             int row = row0 + i;
             bool ok = active && row < r_end;
             size_t at = (size_t)row * nv + v; /* vector index */
-            dv[i] = ok ? reinterpret_cast<const uint4 *>(dout)[at] : zero;
-            xv[i] = ok ? reinterpret_cast<const uint4 *>(inp)[at] : zero;
-            rv[i] = ok && dresid != NULL ? reinterpret_cast<const uint4 *>(dresid)[at] : zero;
-            m[i] = row < r_end ? mean[row] : 0.0f;
-            s[i] = row < r_end ? rstd[row] : 0.0f;
+            d[i] = ok ? reinterpret_cast<const uint4 *>(dout)[at] : zero;
+            x[i] = ok ? reinterpret_cast<const uint4 *>(inp)[at] : zero;
+            mm[i] = row < r_end ? mean[row] : 0.0f;
+            ss[i] = row < r_end ? rstd[row] : 0.0f;
+        }
+    };
+    if (PREFETCH) load_group(r_begin, dv, xv, m, s);
+    for (int row0 = r_begin; row0 < r_end; row0 += R, half ^= 1) {
+        uint4 rv[R];
+        if (!PREFETCH) load_group(row0, dv, xv, m, s);
+#pragma unroll
+        for (int i = 0; i < R; i++) {
+            int row = row0 + i;
+            bool ok = active && row < r_end && dresid != NULL;
+            rv[i] = ok ? reinterpret_cast<const uint4 *>(dresid)[(size_t)row * nv + v] : zero;
         }
         float g[R], gx[R]; /* per row: sum w dout, sum w dout xhat (this thread's columns) */
 #pragma unroll
@@ -562,6 +574,9 @@ __global__ void __launch_bounds__(LN_BLOCK_MAX_WARPS * WARP, LN_BWD_BLOCK_MIN_BL
                 gx[i] += dn * ((fx[j] - m[i]) * s[i]);
             }
         }
+        uint4 dn[PREFETCH ? R : 1], xn[PREFETCH ? R : 1];
+        float mn[PREFETCH ? R : 1], sn[PREFETCH ? R : 1];
+        if (PREFETCH) load_group(row0 + R, dn, xn, mn, sn);
         ln_block_sum2<R>(g, gx, red, half);
 #pragma unroll
         for (int i = 0; i < R; i++) {
@@ -588,6 +603,10 @@ __global__ void __launch_bounds__(LN_BLOCK_MAX_WARPS * WARP, LN_BWD_BLOCK_MIN_BL
                     for (int j = 0; j < LN_VEC; j++) acc_o[j] += fr[j];
                 }
             }
+        }
+        if (PREFETCH) {
+#pragma unroll
+            for (int i = 0; i < R; i++) dv[i] = dn[i], xv[i] = xn[i], m[i] = mn[i], s[i] = sn[i];
         }
     }
     if (active) {
@@ -880,7 +899,9 @@ extern "C" void gt_cu_set_ln_bwd_blocks(int blocks) {
     g_ln_bwd_blocks = blocks < 1 ? 1 : blocks > GT_CU_LN_BWD_MAX_BLOCKS ? GT_CU_LN_BWD_MAX_BLOCKS
                                                                        : blocks;
 }
-extern "C" void gt_cu_set_ln_bwd_impl(int impl) { g_ln_bwd_impl = impl <= 1 ? 1 : 2; }
+extern "C" void gt_cu_set_ln_bwd_impl(int impl) {
+    g_ln_bwd_impl = impl <= 1 ? 1 : impl >= 3 ? 3 : 2;
+}
 
 /* Launches the warp-per-row LayerNorm backward (impl 1) with the configured block count
  * (GANTRY_LN_BWD_BLOCKS). Its shared memory (NSUM * C floats per warp: 64 KB at C = 2048 with
@@ -934,12 +955,12 @@ static inline int ln_block_threads(int C) { return (C / LN_VEC + WARP - 1) / WAR
 /* The block-cooperative backward (impl 2: R = 4 rows per group without the bias sums, 2 with
  * them, the fastest of 2 / 4 / 8 on H200): one wave of blocks (at most
  * GT_CU_LN_BWD_MAX_BLOCKS, the scratch's bound), rows split evenly in multiples of R. */
-template <int R, bool SUMS>
+template <int R, bool SUMS, bool PREFETCH>
 static cudaError_t launch_ln_bwd_block(bf16 *dinp, const bf16 *dresid, const bf16 *dout,
                                        const bf16 *inp, const float *mean, const float *rstd,
                                        const bf16 *w, float *scratch, int N, int C,
                                        int *blocks_out, cudaStream_t stream) {
-    auto kernel = layernorm_backward_block_kernel<R, SUMS>;
+    auto kernel = layernorm_backward_block_kernel<R, SUMS, PREFETCH>;
     static int wave_threads = 0, wave_blocks = 0; /* per instantiation */
     const int threads = ln_block_threads(C);
     if (wave_threads != threads) {
@@ -965,8 +986,13 @@ static cudaError_t launch_ln_bwd_k(int K, bf16 *dinp, const bf16 *dresid, const 
                                    const bf16 *w, float *scratch, int N, int C, int *blocks,
                                    cudaStream_t stream) {
     if (g_ln_bwd_impl == 2)
-        return launch_ln_bwd_block<SUMS ? 2 : 4, SUMS>(dinp, dresid, dout, inp, mean, rstd, w,
-                                                       scratch, N, C, blocks, stream);
+        return launch_ln_bwd_block<SUMS ? 2 : 4, SUMS, false>(dinp, dresid, dout, inp, mean,
+                                                              rstd, w, scratch, N, C, blocks,
+                                                              stream);
+    if (g_ln_bwd_impl == 3) /* 2 rows a step: with 4 the prefetch spills (ptxas -v) */
+        return launch_ln_bwd_block<2, SUMS, true>(dinp, dresid, dout, inp, mean,
+                                                             rstd, w, scratch, N, C, blocks,
+                                                             stream);
 #define LN_K_CASE(KK)                                                                              \
     case KK:                                                                                       \
         return launch_ln_bwd_warp<KK, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N, C, \

@@ -99,10 +99,11 @@ cudaError_t gt_cu_layernorm_backward(gt_bf16 *dinp, const gt_bf16 *dresid, const
  * before use): 1 = one warp per row, 2 warps per block, gt_cu_set_ln_bwd_blocks blocks, column
  * sums in shared memory (session 3); 2 = block-cooperative rows (default): a thread per 16-byte
  * column vector, 4 rows per step without the bias sums and 2 with them, column sums in
- * registers, one wave of blocks (fastest on H200 at C = 1024 and 1600). The choice applies
- * where the rows fit registers (C % 8 == 0, C <= 2048, 16-byte aligned pointers); elsewhere
- * both use the scalar fallback (separate input and column-sum passes). Values below 1 give 1,
- * above 2 give 2. */
+ * registers, one wave of blocks (fastest on H200 at C = 1024 and 1600); 3 = 2 with 2 rows a
+ * step and the next step's dout / inp / mean / rstd loaded before the block reduction, so the
+ * loads are in flight across the barrier. The choice applies where the rows fit registers
+ * (C % 8 == 0, C <= 2048, 16-byte aligned pointers); elsewhere all use the scalar fallback
+ * (separate input and column-sum passes). Values below 1 give 1, above 3 give 3. */
 void gt_cu_set_ln_bwd_impl(int impl);
 /* dbias (OC) += sum_n dout (N,OC); scratch: GT_CU_COLSUM_CHUNKS * OC floats */
 cudaError_t gt_cu_bias_backward(float *dbias, const gt_bf16 *dout, int N, int OC, float *scratch,

@@ -95,7 +95,8 @@ cleanup:
 }
 
 /* Kernel tuning knobs: GANTRY_LN_BWD_IMPL (the LayerNorm backward: 1 = one warp per row, the
- * session-3 kernel kept as the reference; 2 = block-cooperative rows, default),
+ * session-3 kernel kept as the reference; 2 = block-cooperative rows, default; 3 = 2 with the
+ * next rows' loads issued before each block reduction),
  * GANTRY_LN_BWD_BLOCKS (impl 1's block count; default 512), GANTRY_LN_BIAS_SUMS (default 1:
  * LayerNorm 2's backward also sums the two bias gradients of the products around it, so the
  * weight half skips those column passes) and GANTRY_BIAS_GEMM (default 1: the c_attn / c_fc
@@ -109,7 +110,7 @@ static int set_kernel_knobs(gt_stage *s) {
     int rc = GT_OK, blocks = GT_CU_LN_BWD_BLOCKS, ln_impl = 2;
     GT_CHECK(gt_env_int("GANTRY_LN_BWD_BLOCKS", 64, GT_CU_LN_BWD_MAX_BLOCKS, GT_CU_LN_BWD_BLOCKS,
                         NULL, &blocks));
-    GT_CHECK(gt_env_int("GANTRY_LN_BWD_IMPL", 1, 2, 2, NULL, &ln_impl));
+    GT_CHECK(gt_env_int("GANTRY_LN_BWD_IMPL", 1, 3, 2, NULL, &ln_impl));
     GT_CHECK(gt_env_flag("GANTRY_LN_BIAS_SUMS", 1, &s->ln_bias_sums));
     GT_CHECK(gt_env_flag("GANTRY_BIAS_GEMM", 1, &s->bias_in_gemm));
     GT_CHECK(gt_env_flag("GANTRY_CE_FUSED", 1, &s->ce_fused));
