@@ -473,7 +473,9 @@ int main(int argc, char **argv) {
                             q == 0 ? 1e-2 : 1e-4);
             }
         }
-        { /* impl 3 vs 2: the same per-row math (dinp equal), other column-sum partitions */
+        { /* impl 3 vs 2: the same per-row math, other column-sum partitions; dinp not bitwise
+           * (H200, 1.5B shape: one element of 6.5M one bf16 ulp apart, likely multiply-adds
+           * contracted differently in the 2-row and 4-row instantiations) */
             char what[96];
             gt_cu_set_ln_bwd_impl(3);
             CK(run_ln_bwd_once(&c, N, &o3, h16, h32));
@@ -483,7 +485,7 @@ int main(int argc, char **argv) {
             for (int q = 0; q < 5; q++) {
                 snprintf(what, sizeof(what), "ln_bwd impl 3 vs 2: %s", names[q]);
                 check_close(what, got_v[q], want_v[q], q == 0 ? NC : (size_t)C,
-                            q == 0 ? 0.0 : 1e-4);
+                            q == 0 ? 1e-3 : 1e-4);
             }
         }
         gt_cu_set_ln_bwd_impl(1);
