@@ -21,6 +21,8 @@
 #                                     residln (1.5B / 350M single with the residual adds in
 #                                     the LayerNorms after them vs in the products' epilogues,
 #                                     GANTRY_RESID_LN 1 / 0 alternating)
+#                                     lnbwd (1.5B / 350M single with GANTRY_LN_BWD_IMPL 3 / 2
+#                                     alternating: the prefetching LayerNorm backward)
 #                                     cudnnlib (1.5B single with the torch wheel's cuDNN; with the
 #                                     heuristic's attention plan instead of the tuned one)
 #                                     kernels (gantry-kernel-bench: LayerNorm/column-sum variants,
@@ -144,6 +146,18 @@ if has residln; then  # alternating, so a drift of the clocks falls on both alik
     GANTRY_RESID_LN=0 gantry "residln0-single15-$i" 150 --layout single --variant "resid_ln 0" "${m15[@]}"
     GANTRY_RESID_LN=1 gantry "residln1-single350-$i" 90 --layout single --variant "resid_ln 1" "${m350[@]}"
     GANTRY_RESID_LN=0 gantry "residln0-single350-$i" 90 --layout single --variant "resid_ln 0" "${m350[@]}"
+  done
+fi
+if has lnbwd; then  # LayerNorm backward impl 3 vs 2, alternating so clock drift falls on both
+  for i in 1 2; do
+    for impl in 3 2; do
+      GANTRY_LN_BWD_IMPL=$impl gantry "lnbwd$impl-single15-$i" 150 --layout single \
+        --variant "ln bwd impl $impl" "${m15[@]}"
+    done
+  done
+  for impl in 3 2; do
+    GANTRY_LN_BWD_IMPL=$impl gantry "lnbwd$impl-single350" 90 --layout single \
+      --variant "ln bwd impl $impl" "${m350[@]}"
   done
 fi
 if has prefill; then  # kernels' own times: the host queues each action before the GPU starts it
