@@ -379,6 +379,17 @@ static void build_groups(const int32_t *tokens, size_t N, int V, int32_t *count,
     *n_groups = g;
 }
 
+/* out = LayerNorm(res). With resid_ln and a residual `resid` the sum is formed first, in the
+ * same pass: res = resid + s->proj (the product just written); otherwise res is read as is. */
+static cudaError_t layernorm_of_sum(const gt_stage *s, gt_bf16 *out, int out_ld, float *mean,
+                                    float *rstd, gt_bf16 *res, const gt_bf16 *resid,
+                                    const gt_bf16 *w, const gt_bf16 *b, int n, int C) {
+    if (s->resid_ln && resid != NULL)
+        return gt_cu_layernorm_forward_residual(out, out_ld, mean, rstd, res, resid, s->proj, w,
+                                                b, n, C, s->stream);
+    return gt_cu_layernorm_forward(out, out_ld, mean, rstd, res, w, b, n, C, s->stream);
+}
+
 /* The forward's device work: uploads from the staging buffer, encoder or input copy, layers,
  * head + loss (last stage: the mean loss lands in host_loss) or the output copy. Enqueue only
  * (it may be captured into a graph). */
@@ -421,16 +432,13 @@ static int forward_body(void *arg) {
     const int resid_ln = s->resid_ln;
     for (int l = 0; l < s->layout.nl; l++) {
         gt_cu_layer *L = &a->layers[l];
-        const gt_bf16 *x = l == 0 ? a->x0 : a->layers[l - 1].res3;
+        gt_bf16 *x = l == 0 ? a->x0 : a->layers[l - 1].res3;
 #define W(k) (P + gt_layer_tensor_offset(&s->layout, l, (k)))
         MARK(GT_P_LN);
-        if (resid_ln && l > 0) /* the previous layer's res3 = res2 + its fc-proj product */
-            CUDA_CHECK(gt_cu_layernorm_forward_residual(
-                L->ln1, ln_ld(s), L->ln1_mean, L->ln1_rstd, a->layers[l - 1].res3,
-                a->layers[l - 1].res2, s->proj, W(GT_LN1_W), W(GT_LN1_B), n, C, st));
-        else
-            CUDA_CHECK(gt_cu_layernorm_forward(L->ln1, ln_ld(s), L->ln1_mean, L->ln1_rstd, x,
-                                               W(GT_LN1_W), W(GT_LN1_B), n, C, st));
+        /* past layer 0, x is the previous layer's res3 = its res2 + its fc-proj product */
+        CUDA_CHECK(layernorm_of_sum(s, L->ln1, ln_ld(s), L->ln1_mean, L->ln1_rstd, x,
+                                    l > 0 ? a->layers[l - 1].res2 : NULL, W(GT_LN1_W),
+                                    W(GT_LN1_B), n, C));
         MARK(GT_P_QKV);
         GT_CHECK(linear_forward(s, L->qkv, L->ln1, ln_ld(s), W(GT_QKV_W), W(GT_QKV_B), NULL, n, C,
                                 3 * C));
@@ -440,13 +448,8 @@ static int forward_body(void *arg) {
         GT_CHECK(linear_forward(s, resid_ln ? s->proj : L->res2, L->atty, C, W(GT_ATTPROJ_W),
                                 W(GT_ATTPROJ_B), resid_ln ? NULL : x, n, C, C));
         MARK(GT_P_LN);
-        if (resid_ln)
-            CUDA_CHECK(gt_cu_layernorm_forward_residual(L->ln2, ln_ld(s), L->ln2_mean,
-                                                        L->ln2_rstd, L->res2, x, s->proj,
-                                                        W(GT_LN2_W), W(GT_LN2_B), n, C, st));
-        else
-            CUDA_CHECK(gt_cu_layernorm_forward(L->ln2, ln_ld(s), L->ln2_mean, L->ln2_rstd,
-                                               L->res2, W(GT_LN2_W), W(GT_LN2_B), n, C, st));
+        CUDA_CHECK(layernorm_of_sum(s, L->ln2, ln_ld(s), L->ln2_mean, L->ln2_rstd, L->res2, x,
+                                    W(GT_LN2_W), W(GT_LN2_B), n, C));
         MARK(GT_P_FC);
         GT_CHECK(linear_gelu_forward(s, L->fch_gelu, L->fch, L->ln2, ln_ld(s), W(GT_FC_W),
                                      W(GT_FC_B), n, C, 4 * C));
@@ -457,23 +460,17 @@ static int forward_body(void *arg) {
 #undef W
     }
     const int nl = s->layout.nl;
-    const gt_bf16 *out = nl > 0 ? a->layers[nl - 1].res3 : a->x0;
+    gt_bf16 *out = nl > 0 ? a->layers[nl - 1].res3 : a->x0;
     if (resid_ln && nl > 0 && !s->layout.is_last)
-        CUDA_CHECK(gt_cu_residual_forward(a->layers[nl - 1].res3, a->layers[nl - 1].res2,
-                                          s->proj, N * C, st));
+        CUDA_CHECK(gt_cu_residual_forward(out, a->layers[nl - 1].res2, s->proj, N * C, st));
     if (s->layout.is_last) {
         const gt_bf16 *wte = P + s->layout.tensors[0].offset;
         const gt_bf16 *lnfw = P + s->layout.tensors[s->layout.num_tensors - 2].offset;
         const gt_bf16 *lnfb = P + s->layout.tensors[s->layout.num_tensors - 1].offset;
         gt_matmul_args m;
         MARK(GT_P_LN);
-        if (resid_ln && nl > 0)
-            CUDA_CHECK(gt_cu_layernorm_forward_residual(
-                a->lnf, C, a->lnf_mean, a->lnf_rstd, a->layers[nl - 1].res3,
-                a->layers[nl - 1].res2, s->proj, lnfw, lnfb, n, C, st));
-        else
-            CUDA_CHECK(gt_cu_layernorm_forward(a->lnf, C, a->lnf_mean, a->lnf_rstd, out, lnfw,
-                                               lnfb, n, C, st));
+        CUDA_CHECK(layernorm_of_sum(s, a->lnf, C, a->lnf_mean, a->lnf_rstd, out,
+                                    nl > 0 ? a->layers[nl - 1].res2 : NULL, lnfw, lnfb, n, C));
         /* logits (N,V) = lnf @ wte^T: col-major (V,N) = wte^T (V,C) @ lnf (C,N) */
         memset(&m, 0, sizeof(m));
         m.D = a->logits, m.A = wte, m.B = a->lnf;
@@ -578,7 +575,7 @@ static int layer_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int 
     float *Gb = s->buffers[GT_BUF_GRADS];
     gt_cu_layer *L = &a->layers[l];
     gt_cu_layer_grads *G = layer_grads(g, l);
-    const gt_bf16 *x = l == 0 ? a->x0 : a->layers[l - 1].res3;
+    gt_bf16 *x = l == 0 ? a->x0 : a->layers[l - 1].res3;
     const gt_bf16 *dout = dresid(g, l + 1);
 #define W(k) (P + gt_layer_tensor_offset(&s->layout, l, (k)))
 #define DW(k) (Gb + gt_layer_tensor_offset(&s->layout, l, (k)))
@@ -648,7 +645,7 @@ static int head_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, float
     int V = s->layout.cfg.vocab_size, nl = s->layout.nl;
     const gt_bf16 *P = s->params16;
     float *Gb = s->buffers[GT_BUF_GRADS];
-    const gt_bf16 *out = nl > 0 ? a->layers[nl - 1].res3 : a->x0;
+    gt_bf16 *out = nl > 0 ? a->layers[nl - 1].res3 : a->x0;
     gt_matmul_args m;
     memset(&m, 0, sizeof(m));
     m.scaled = 1, m.alpha = a->dlogits_scale; /* fused: the forward left softmax - onehot */

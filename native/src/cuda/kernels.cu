@@ -643,19 +643,8 @@ extern "C" cudaError_t gt_cu_layernorm_forward(gt_bf16 *out, int out_ld, float *
                                                float *rstd, const gt_bf16 *inp, const gt_bf16 *w,
                                                const gt_bf16 *b, int N, int C,
                                                cudaStream_t stream) {
-    if (out_ld < C) return cudaErrorInvalidValue;
-    int K = ln_vec_per_lane(C);
-    if (K > 0 && out_ld % LN_VEC == 0 && aligned16(out) && aligned16(inp) && aligned16(w) &&
-        aligned16(b)) {
-        LN_DISPATCH(K, layernorm_forward_vec_kernel, ceil_div(N, 8), stream, (bf16 *)out,
-                    out_ld, mean, rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)b, N,
-                    C, nullptr, nullptr);
-    } else {
-        layernorm_forward_kernel<<<ceil_div(N, 8), 256, 0, stream>>>(
-            (bf16 *)out, out_ld, mean, rstd, (const bf16 *)inp, (const bf16 *)w,
-            (const bf16 *)b, N, C);
-    }
-    return cudaGetLastError();
+    return gt_cu_layernorm_forward_residual(out, out_ld, mean, rstd, NULL, inp, NULL, w, b, N, C,
+                                            stream);
 }
 
 extern "C" cudaError_t gt_cu_layernorm_forward_residual(gt_bf16 *out, int out_ld, float *mean,
@@ -670,12 +659,17 @@ extern "C" cudaError_t gt_cu_layernorm_forward_residual(gt_bf16 *out, int out_ld
         LN_DISPATCH(K, layernorm_forward_vec_kernel, ceil_div(N, 8), stream, (bf16 *)out,
                     out_ld, mean, rstd, (const bf16 *)inp, (const bf16 *)w, (const bf16 *)b, N,
                     C, (const bf16 *)add, (bf16 *)sum);
-        return cudaGetLastError();
+    } else if (add != NULL) {
+        /* the same bits in two passes: the rounded sum, then the LayerNorm of it */
+        cudaError_t err = gt_cu_residual_forward(sum, inp, add, (size_t)N * C, stream);
+        if (err != cudaSuccess) return err;
+        return gt_cu_layernorm_forward(out, out_ld, mean, rstd, sum, w, b, N, C, stream);
+    } else {
+        layernorm_forward_kernel<<<ceil_div(N, 8), 256, 0, stream>>>(
+            (bf16 *)out, out_ld, mean, rstd, (const bf16 *)inp, (const bf16 *)w,
+            (const bf16 *)b, N, C);
     }
-    /* the same bits in two passes: the rounded sum, then the LayerNorm of it */
-    cudaError_t err = gt_cu_residual_forward(sum, inp, add, (size_t)N * C, stream);
-    if (err != cudaSuccess) return err;
-    return gt_cu_layernorm_forward(out, out_ld, mean, rstd, sum, w, b, N, C, stream);
+    return cudaGetLastError();
 }
 
 /* one thread per row: x[row * ld + col] = 1, then zeros up to the row's end */

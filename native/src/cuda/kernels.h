@@ -62,7 +62,8 @@ cudaError_t gt_cu_layernorm_forward(gt_bf16 *out, int out_ld, float *mean, float
                                     const gt_bf16 *inp, const gt_bf16 *w, const gt_bf16 *b, int N,
                                     int C, cudaStream_t stream);
 /* sum (N,C) = bf16(inp + add), then out = LayerNorm(sum) as gt_cu_layernorm_forward, in one pass
- * over the rows (the residual add of the product before the LayerNorm) */
+ * over the rows (the residual add of the product before the LayerNorm); add and sum NULL: the
+ * LayerNorm of inp alone (gt_cu_layernorm_forward) */
 cudaError_t gt_cu_layernorm_forward_residual(gt_bf16 *out, int out_ld, float *mean, float *rstd,
                                              gt_bf16 *sum, const gt_bf16 *inp,
                                              const gt_bf16 *add, const gt_bf16 *w,
