@@ -23,9 +23,6 @@
 #                                     GANTRY_RESID_LN 1 / 0 alternating)
 #                                     lnbwd (1.5B / 350M single with GANTRY_LN_BWD_IMPL 3 / 2
 #                                     alternating: the prefetching LayerNorm backward)
-#                                     tunereps (1.5B single with the GEMM tuner timing 30
-#                                     back-to-back launches per candidate vs 1, alternating,
-#                                     GANTRY_GEMM_TUNE_REPS; the tuner's log of both)
 #                                     cudnnlib (1.5B single with the torch wheel's cuDNN; with the
 #                                     heuristic's attention plan instead of the tuned one)
 #                                     kernels (gantry-kernel-bench: LayerNorm/column-sum variants,
@@ -161,14 +158,6 @@ if has lnbwd; then  # LayerNorm backward impl 3 vs 2, alternating so clock drift
   for impl in 3 2; do
     GANTRY_LN_BWD_IMPL=$impl gantry "lnbwd$impl-single350" 90 --layout single \
       --variant "ln bwd impl $impl" "${m350[@]}"
-  done
-fi
-if has tunereps; then  # candidates timed at the power cap (sustained) vs one launch each
-  for i in 1 2; do
-    for reps in 30 1; do
-      GANTRY_GEMM_TUNE_REPS=$reps GANTRY_GEMM_TUNE_LOG=1 gantry "tunereps$reps-single15-$i" 150 \
-        --layout single --variant "gemm tune reps $reps" "${m15[@]}"
-    done
   done
 fi
 if has prefill; then  # kernels' own times: the host queues each action before the GPU starts it

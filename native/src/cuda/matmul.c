@@ -7,8 +7,7 @@
  * first call the heuristic's candidates (GANTRY_GEMM_CANDIDATES, default 8, at most
  * GT_TUNE_MAX_CANDIDATES) are timed on the call's own A and B with D (and a written epilogue
  * aux) redirected to a scratch buffer, so the tuning launches change nothing the caller can see;
- * the least median time over interleaved rounds wins (GANTRY_GEMM_TUNE_REPS: launches per timed
- * slot, default 1). GANTRY_GEMM_TUNE_LOG=1 prints one
+ * the least median time over interleaved rounds wins. GANTRY_GEMM_TUNE_LOG=1 prints one
  * `gantry-gemm-tune {json}` line per tuned shape to stderr (the CUDA device, the shape, every
  * candidate's median time, the choice and its TFLOP/s). The choice is kept per process and
  * shape, so every stage of a process runs the same algorithm for the same shape (split and
@@ -41,7 +40,6 @@ typedef struct {
 #define GT_TUNE_CANDIDATES 8      /* default */
 #define GT_TUNE_MAX_CANDIDATES 32
 #define GT_TUNE_ROUNDS 7 /* timed launches of each candidate (odd); the median counts */
-#define GT_TUNE_MAX_REPS 200
 #define GT_TUNE_MAX_SCRATCH ((size_t)1 << 30) /* larger outputs keep the heuristic's choice */
 #define GT_PREF_ALIGNMENT 16u /* every operand gantry passes is 16-byte aligned (C % 8 == 0) */
 
@@ -106,15 +104,6 @@ static int candidates_wanted(void) {
     return n < 1 ? 1 : n > GT_TUNE_MAX_CANDIDATES ? GT_TUNE_MAX_CANDIDATES : n;
 }
 
-/* Launches of a candidate per timed slot (GANTRY_GEMM_TUNE_REPS, 1..GT_TUNE_MAX_REPS, default 1):
- * back-to-back launches hold the GPU busy long enough for its power cap to act on the slot, so a
- * power-hungry algorithm pays its lower clocks in the time it is chosen by. */
-static int tune_reps(void) {
-    const char *env = getenv("GANTRY_GEMM_TUNE_REPS");
-    int n = env != NULL && env[0] != '\0' ? atoi(env) : 1;
-    return n < 1 ? 1 : n > GT_TUNE_MAX_REPS ? GT_TUNE_MAX_REPS : n;
-}
-
 static int tune_log_enabled(void) {
     const char *env = getenv("GANTRY_GEMM_TUNE_LOG");
     return env != NULL && env[0] != '\0' && strcmp(env, "0") != 0;
@@ -122,16 +111,16 @@ static int tune_log_enabled(void) {
 
 /* One line per tuned shape: the CUDA device, the key, each candidate's median ms (-1: failed
  * to launch), the chosen index and its TFLOP/s. */
-static void tune_log(const gt_lt_key *k, const float *ms, int n, int best, int reps) {
+static void tune_log(const gt_lt_key *k, const float *ms, int n, int best) {
     double flop = 2.0 * k->m * (double)k->n * k->k * (k->batch > 1 ? k->batch : 1);
     int device = -1;
     (void)cudaGetDevice(&device); /* which rank's line, when ranks share one stderr */
     fprintf(stderr,
             "gantry-gemm-tune {\"device\": %d, \"m\": %d, \"n\": %d, \"k\": %d, \"transa\": %d, "
             "\"transb\": %d, \"epilogue\": %d, \"d_fp32\": %d, \"beta\": %g, "
-            "\"batch\": %d, \"reps\": %d, \"ms\": [",
+            "\"batch\": %d, \"ms\": [",
             device, k->m, k->n, k->k, k->transa, k->transb, k->epilogue, k->d_fp32,
-            (double)k->beta, k->batch, reps);
+            (double)k->beta, k->batch);
     for (int i = 0; i < n; i++) fprintf(stderr, "%s%.4f", i ? ", " : "", (double)ms[i]);
     fprintf(stderr, "], \"best\": %d, \"tflops\": %.1f}\n", best,
             best >= 0 && ms[best] > 0.0f ? flop / (1e9 * (double)ms[best]) : 0.0);
@@ -348,7 +337,7 @@ static int tune(gt_lt *lt, gt_lt_plan *p, const gt_matmul_args *a, cudaStream_t 
     const size_t d_bytes = (output_bytes(&p->key) + 255) & ~(size_t)255;
     const size_t aux_bytes = p->key.epilogue == GT_EPI_GELU_BIAS
                                  ? (size_t)p->key.ldd * (size_t)p->key.n * 2 : 0;
-    const int n = p->n_candidates, reps = tune_reps();
+    const int n = p->n_candidates;
     float cand_ms[GT_TUNE_MAX_CANDIDATES], round_ms[GT_TUNE_MAX_CANDIDATES][GT_TUNE_ROUNDS];
     int ok[GT_TUNE_MAX_CANDIDATES], best = -1;
     p->tuned = 1;
@@ -383,15 +372,12 @@ static int tune(gt_lt *lt, gt_lt_plan *p, const gt_matmul_args *a, cudaStream_t 
         CUDA_CHECK(cudaEventRecord(ev[0], stream));
         for (int j = 0; j < n; j++) {
             int c = (r + j) % n;
-            for (int i = 0; i < reps && ok[c]; i++) ok[c] = run_candidate(lt, p, a, c, stream);
+            if (ok[c]) ok[c] = run_candidate(lt, p, a, c, stream);
             CUDA_CHECK(cudaEventRecord(ev[j + 1], stream));
         }
         CUDA_CHECK(cudaEventSynchronize(ev[n]));
-        for (int j = 0; j < n; j++) {
-            float *slot = &round_ms[(r + j) % n][r];
-            CUDA_CHECK(cudaEventElapsedTime(slot, ev[j], ev[j + 1]));
-            *slot /= (float)reps;
-        }
+        for (int j = 0; j < n; j++)
+            CUDA_CHECK(cudaEventElapsedTime(&round_ms[(r + j) % n][r], ev[j], ev[j + 1]));
     }
     CUDA_CHECK(cudaGetLastError());
     for (int c = 0; c < n; c++) {
@@ -399,7 +385,7 @@ static int tune(gt_lt *lt, gt_lt_plan *p, const gt_matmul_args *a, cudaStream_t 
         if (ok[c] && (best < 0 || cand_ms[c] < cand_ms[best])) best = c;
     }
     if (best >= 0) p->algo = p->candidates[best];
-    if (tune_log_enabled()) tune_log(&p->key, cand_ms, n, best, reps);
+    if (tune_log_enabled()) tune_log(&p->key, cand_ms, n, best);
 remember:
     choice_add(&p->key, &p->algo);
 cleanup:
