@@ -23,10 +23,6 @@
 #                                     GANTRY_RESID_LN 1 / 0 alternating)
 #                                     lnbwd (1.5B / 350M single with GANTRY_LN_BWD_IMPL 3 / 2
 #                                     alternating: the prefetching LayerNorm backward)
-#                                     attnknobs (1.5B / 350M: every cuDNN attention candidate of
-#                                     heuristic modes A, B and fallback, and their knob variants,
-#                                     timed and logged; then 1.5B single with them vs the
-#                                     default candidates, alternating)
 #                                     cudnnlib (1.5B single with the torch wheel's cuDNN; with the
 #                                     heuristic's attention plan instead of the tuned one)
 #                                     kernels (gantry-kernel-bench: LayerNorm/column-sum variants,
@@ -162,19 +158,6 @@ if has lnbwd; then  # LayerNorm backward impl 3 vs 2, alternating so clock drift
   for impl in 3 2; do
     GANTRY_LN_BWD_IMPL=$impl gantry "lnbwd$impl-single350" 90 --layout single \
       --variant "ln bwd impl $impl" "${m350[@]}"
-  done
-fi
-if has attnknobs; then  # more attention candidates: heuristic modes B and fallback, knob variants
-  GANTRY_ATTN_KNOBS=1 GANTRY_ATTN_HEUR_MODES=ABF bench_steps=2 bench_warmup=1 \
-    gantry attnknobs-probe15 150 --layout single --variant "attention knob probe" "${m15[@]}"
-  GANTRY_ATTN_KNOBS=1 GANTRY_ATTN_HEUR_MODES=ABF bench_steps=2 bench_warmup=1 \
-    gantry attnknobs-probe350 90 --layout single --variant "attention knob probe" "${m350[@]}"
-  grep -h "cuDNN attention" "$logs/attnknobs-probe15.log" "$logs/attnknobs-probe350.log" \
-    > "$out/attnknobs.txt"
-  for i in 1 2; do
-    GANTRY_ATTN_KNOBS=1 GANTRY_ATTN_HEUR_MODES=ABF gantry "attnknobs1-single15-$i" 150 \
-      --layout single --variant "attention knob variants" "${m15[@]}"
-    gantry "attnknobs0-single15-$i" 150 --layout single --variant "attention default" "${m15[@]}"
   done
 fi
 if has prefill; then  # kernels' own times: the host queues each action before the GPU starts it

@@ -101,74 +101,12 @@ TensorPtr scale_tensor(fe::graph::Graph &g) {
                         .set_data_type(fe::DataType_t::FLOAT));
 }
 
-bool env_on(const char *name) {
-    const char *env = std::getenv(name);
-    return env != nullptr && env[0] != '\0' && std::strcmp(env, "0") != 0;
-}
-
-// The heuristic modes asked for candidates: GANTRY_ATTN_HEUR_MODES, letters of A, B and F
-// (fallback); default A.
-std::vector<fe::HeurMode_t> heuristic_modes() {
-    const char *env = std::getenv("GANTRY_ATTN_HEUR_MODES");
-    std::vector<fe::HeurMode_t> modes;
-    for (const char *c = env != nullptr ? env : ""; *c != '\0'; c++) {
-        if (*c == 'A' || *c == 'a') modes.push_back(fe::HeurMode_t::A);
-        if (*c == 'B' || *c == 'b') modes.push_back(fe::HeurMode_t::B);
-        if (*c == 'F' || *c == 'f') modes.push_back(fe::HeurMode_t::FALLBACK);
-    }
-    if (modes.empty()) modes.push_back(fe::HeurMode_t::A);
-    return modes;
-}
-
-std::string knobs_text(const std::unordered_map<fe::KnobType_t, int64_t> &knobs) {
-    std::string s;
-    for (const auto &[type, value] : knobs)
-        s += (s.empty() ? "" : ",") + std::to_string((int64_t)type) + "=" + std::to_string(value);
-    return s;
-}
-
-// GANTRY_ATTN_KNOBS=1 (a probe): each heuristic candidate's engine again with one knob at a
-// time stepped through its range (the others as the heuristic set them), as more candidates
-// for the tuner; every candidate's engine and knobs, and each engine's knob ranges, on stderr.
-void add_knob_variants(fe::graph::Graph &g, const char *what) {
-    const int max_added = 96, max_steps = 16;
-    int added = 0;
-    std::vector<std::pair<int64_t, std::unordered_map<fe::KnobType_t, int64_t>>> bases;
-    for (int64_t i = 0;; i++) {
-        int64_t engine = -1;
-        std::unordered_map<fe::KnobType_t, int64_t> knobs;
-        if (g.get_engine_and_knobs_at_index(i, engine, knobs).is_bad()) break;
-        std::fprintf(stderr, "gantry: cuDNN attention %s candidate %lld: engine %lld knobs {%s}\n",
-                     what, (long long)i, (long long)engine, knobs_text(knobs).c_str());
-        bases.emplace_back(engine, knobs);
-    }
-    for (const auto &[engine, base] : bases) {
-        std::vector<fe::Knob> list;
-        if (g.get_knobs_for_engine(engine, list).is_bad()) continue;
-        for (const fe::Knob &k : list) {
-            std::fprintf(stderr, "gantry: cuDNN attention %s engine %lld knob %lld: %lld..%lld step %lld\n",
-                         what, (long long)engine, (long long)k.type, (long long)k.minValue,
-                         (long long)k.maxValue, (long long)k.stride);
-            const int64_t step = k.stride > 0 ? k.stride : 1;
-            for (int64_t v = k.minValue, n = 0; v <= k.maxValue && n < max_steps; v += step, n++) {
-                auto it = base.find(k.type);
-                if ((it != base.end() && it->second == v) || added >= max_added) continue;
-                auto variant = base;
-                variant[k.type] = v;
-                if (g.create_execution_plan(engine, variant).is_good()) added++;
-            }
-        }
-    }
-    std::fprintf(stderr, "gantry: cuDNN attention %s: %d knob variants added\n", what, added);
-}
-
-bool build(gt_cudnn_attn *ctx, fe::graph::Graph &g, const char *what, char *err, size_t len) {
+bool build(gt_cudnn_attn *ctx, fe::graph::Graph &g, char *err, size_t len) {
     if (!check(g.validate(), "validate", err, len)) return false;
     if (!check(g.build_operation_graph(ctx->handle), "build_operation_graph", err, len))
         return false;
-    if (!check(g.create_execution_plans(heuristic_modes()), "create_execution_plans", err, len))
+    if (!check(g.create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans", err, len))
         return false;
-    if (tuning_wanted() && env_on("GANTRY_ATTN_KNOBS")) add_knob_variants(g, what);
     if (!check(g.check_support(ctx->handle), "check_support", err, len)) return false;
     if (tuning_wanted()) { // every candidate (fails only if none builds), sized for all of them
         if (!check(g.build_plans(ctx->handle, fe::BuildPlanPolicy_t::ALL), "build_plans", err,
@@ -210,7 +148,7 @@ FwdGraph *forward_graph(gt_cudnn_attn *ctx, int B, int T, int NH, int hs, char *
         .set_data_type(fe::DataType_t::FLOAT)
         .set_dim({B, NH, T, 1})
         .set_stride({(int64_t)NH * T, T, 1, 1});
-    if (!build(ctx, g, "forward", err, len)) return nullptr;
+    if (!build(ctx, g, err, len)) return nullptr;
     return &ctx->fwd.emplace(key, f).first->second;
 }
 
@@ -251,7 +189,7 @@ BwdGraph *backward_graph(gt_cudnn_attn *ctx, int B, int T, int NH, int hs, char 
     b.dq->set_output(true).set_dim(o_dim).set_stride(qkv_stride);
     b.dk->set_output(true).set_dim(o_dim).set_stride(qkv_stride);
     b.dv->set_output(true).set_dim(o_dim).set_stride(qkv_stride);
-    if (!build(ctx, g, "backward", err, len)) return nullptr;
+    if (!build(ctx, g, err, len)) return nullptr;
     return &ctx->bwd.emplace(key, b).first->second;
 }
 
@@ -279,12 +217,6 @@ int64_t fastest_plan(gt_cudnn_attn *ctx, fe::graph::Graph &g, Pack &pack, const 
     float best_ms = 0.0f, first_ms = -1.0f;
     for (int64_t i = 0; i < n; i++) {
         float ms = time_plan(ctx, g, pack, i, t0, t1);
-        if (env_on("GANTRY_ATTN_KNOBS")) {
-            std::string name;
-            if (g.get_plan_name_at_index(i, name).is_bad()) name = "?";
-            std::fprintf(stderr, "gantry: cuDNN attention %s plan #%lld %s: %.4f ms\n", what,
-                         (long long)i, name.c_str(), ms);
-        }
         if (ms < 0.0f) continue;
         if (first_ms < 0.0f) first_ms = ms;
         if (best < 0 || ms < best_ms) best = i, best_ms = ms;
