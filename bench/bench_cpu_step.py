@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
@@ -67,7 +68,7 @@ def run_side(args: argparse.Namespace) -> dict[str, object]:
             optimizer.step()
             if i >= args.warmup:
                 times.append(time.perf_counter() - start)
-        version = torch.__version__
+        version = str(torch.__version__)
     else:
         from launcher.native.binding import NativeLibrary, NativeStage
 
@@ -110,7 +111,7 @@ def main() -> int:
         return 0
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads),
                OPENBLAS_NUM_THREADS=str(args.threads), PYTHONPATH=str(REPO))
-    results = {}
+    results: dict[str, dict[str, Any]] = {}
     for side in ("torch", "native", "torch", "native"):  # interleaved: drift hits both
         cmd = [sys.executable, __file__, "--side", side, "--lib", args.lib]
         for flag in ("layers", "embd", "heads", "seq", "batch", "vocab", "steps", "warmup",

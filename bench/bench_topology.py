@@ -14,6 +14,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -30,6 +31,11 @@ from topology.placement import (
 from topology.synthetic import SITE_NODES, fat_tree_conf, node_name, nvl72_conf
 
 REPEATS = 5
+
+
+def parse_site(path: Path, names: list[str]) -> Topology:
+    """The site's topology from its topology.conf at path."""
+    return build_topology(load_topology_conf(path), names)
 
 
 def timed(func: Callable[[], object]) -> tuple[float, object]:
@@ -62,10 +68,10 @@ def main() -> int:
         ):
             path = Path(tmp) / "topology.conf"
             path.write_text(text)
-            parse_s, topo = timed(lambda p=path: build_topology(load_topology_conf(p), names))
+            parse_s, topo = timed(partial(parse_site, path, names))
             assert isinstance(topo, Topology)
             place_s, plan = timed(
-                lambda t=topo, v=version: plan_placement(t, request, state, SlurmVersion.parse(v))
+                partial(plan_placement, topo, request, state, SlurmVersion.parse(version))
             )
             rows.append((f"parse {label}, {SITE_NODES} nodes", parse_s))
             rows.append((f"place 4,096+16 nodes on {label}", place_s))

@@ -52,8 +52,8 @@ def gantry_step_s(lib: Path, pp: int, schedule: str) -> float:
         if result.returncode != 0:
             raise SystemExit(result.stderr)
         lines = (Path(tmp) / "run" / "metrics.jsonl").read_text().splitlines()
-        return statistics.median(
-            max(r["total_s"] for r in json.loads(line)["ranks"]) for line in lines[2:])
+        return float(statistics.median(
+            max(r["total_s"] for r in json.loads(line)["ranks"]) for line in lines[2:]))
 
 
 def main() -> None:

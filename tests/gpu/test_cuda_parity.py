@@ -8,6 +8,7 @@ import itertools
 import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -138,8 +139,8 @@ def test_restart_with_the_optimizer_hook_in_the_same_action(cuda_lib: NativeLibr
     _, weights = _reference(tmp_path, seed=16)
     tokens, targets = make_batch(CONFIG, BATCH, SEQ, seed=17)
     chains = {mode: _chain(cuda_lib, [(0, 2), (2, 3)], weights) for mode in ("zero", "restart")}
-    kwargs = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8, "weight_decay": 0.1,
-              "step": 1}
+    kwargs: dict[str, Any] = {"lr": 1e-3, "beta1": 0.9, "beta2": 0.95, "eps": 1e-8,
+                              "weight_decay": 0.1, "step": 1}
     for mode, stages in chains.items():
         chain_step(stages, tokens, targets, split=split)  # stale gradients
         for stage in stages:

@@ -26,8 +26,8 @@ MPI_ENV = {
 
 # Odd shapes on purpose: 9 layers (not divisible by 2 or 4), head size 5, sequences of 5.
 ODD_MODEL = {"n_layer": 9, "n_head": 3, "n_embd": 15, "vocab_size": 50, "seq_len": 5}
-TRAIN = {"steps": 10, "lr": 1.0e-3, "lr_schedule": "cosine", "warmup_steps": 3,
-         "min_lr": 1.0e-4, "weight_decay": 0.1, "grad_clip": 1.0, "seed": 7}
+TRAIN: dict[str, Any] = {"steps": 10, "lr": 1.0e-3, "lr_schedule": "cosine", "warmup_steps": 3,
+                         "min_lr": 1.0e-4, "weight_decay": 0.1, "grad_clip": 1.0, "seed": 7}
 
 
 def train_settings(total_steps: int | None = None) -> TrainSettings:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 import numpy as np
 import torch
@@ -20,7 +20,7 @@ TOLERANCE = 1e-5
 def rel_err(native: np.ndarray, reference: np.ndarray) -> float:
     diff = np.linalg.norm((native.astype(np.float64) - reference.astype(np.float64)).ravel())
     scale = np.linalg.norm(reference.astype(np.float64).ravel())
-    return float(diff / max(scale, 1e-30))
+    return float(diff / max(float(scale), 1e-30))
 
 
 def saved_model(
@@ -48,14 +48,28 @@ def stage_bounds(n_layer: int, n_stages: int) -> list[tuple[int, int]]:
 StageT = TypeVar("StageT", bound=BaseStage)
 
 
+@overload
+def make_chain(
+    lib: NativeLibrary, config: GPTConfig, bounds: list[tuple[int, int]], batch: int,
+    seq_len: int, weights: Path, n_slots: int = 1,
+) -> list[NativeStage]: ...
+
+
+@overload
+def make_chain(
+    lib: NativeLibrary, config: GPTConfig, bounds: list[tuple[int, int]], batch: int,
+    seq_len: int, weights: Path, n_slots: int = 1, *, stage_class: Callable[..., StageT],
+) -> list[StageT]: ...
+
+
 def make_chain(
     lib: NativeLibrary, config: GPTConfig, bounds: list[tuple[int, int]], batch: int,
     seq_len: int, weights: Path, n_slots: int = 1, *,
-    stage_class: Callable[..., StageT] = NativeStage,  # type: ignore[assignment]
-) -> list[StageT]:
+    stage_class: Callable[..., BaseStage] = NativeStage,
+) -> list[Any]:
     """One stage per (begin, end) layer range in pipeline order (host or CUDA stages),
     loaded from ``weights``."""
-    stages = []
+    stages: list[BaseStage] = []
     for k, (begin, end) in enumerate(bounds):
         stage = stage_class(lib, config, begin, end, is_first=k == 0,
                             is_last=k == len(bounds) - 1, batch=batch, seq_len=seq_len,
