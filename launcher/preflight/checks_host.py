@@ -152,30 +152,30 @@ def check_mounts(facts: NodeFacts, exp: Expectations, th: Thresholds) -> CheckRe
 def check_ib_ports(facts: NodeFacts, exp: Expectations, th: Thresholds) -> CheckResult:
     """Every port ACTIVE/LinkUp at >= ib_rate_min_gbps; at least ib_ports_min ports."""
     cid, ports = "net.ib_ports", facts.ib_ports
-    expected = f">= {th.ib_ports_min:g} ports, each ACTIVE/LinkUp" + (
-        f" at >= {th.ib_rate_min_gbps:g} Gb/s" if th.ib_rate_min_gbps > 0 else ""
-    )
+    count = f">= {th.ib_ports_min:g} ports, each" if th.ib_ports_min > 0 else "every port"
+    rate = f" at >= {th.ib_rate_min_gbps:g} Gb/s" if th.ib_rate_min_gbps > 0 else ""
+    expected = f"{count} ACTIVE/LinkUp{rate}"
     evidence = "<sysfs>/class/infiniband/*/ports/*"
     if not ports and th.ib_ports_min <= 0:
         return skipped(cid, "no InfiniBand/RoCE ports on this node (ib_ports_min=0)")
-    bad = []
+    bad: list[tuple[str, str]] = []  # (finding, drain-reason detail)
     for p in ports:
         name = f"{p.device}/{p.port}"
         if p.state != "ACTIVE" or (p.phys_state is not None and p.phys_state != "LinkUp"):
-            bad.append(f"{name}: {p.state}/{p.phys_state}")
+            bad.append((f"{name}: {p.state}/{p.phys_state}", f"{name}-down"))
         elif th.ib_rate_min_gbps > 0 and (p.rate_gbps or 0) < th.ib_rate_min_gbps:
-            bad.append(f"{name}: rate {p.rate_gbps} Gb/s")
+            bad.append((f"{name}: rate {p.rate_gbps} Gb/s", f"{name}-slow"))
     if len(ports) < th.ib_ports_min:
-        bad.insert(0, f"{len(ports)} ports found")
+        bad.insert(0, (f"{len(ports)} ports found", f"{len(ports)}-ports"))
     if bad:
         return CheckResult(
             cid,
             "FAIL",
-            "; ".join(bad),
+            "; ".join(finding for finding, _ in bad),
             expected,
             evidence,
             "check cable/transceiver and the switch port; ibstat",
-            detail=token(bad[0].split(":")[0] + "-down"),
+            detail=token(bad[0][1]),
         )
     observed = "; ".join(
         f"{p.device}/{p.port} {p.state} {p.rate_gbps:g} Gb/s"

@@ -262,6 +262,7 @@ def test_ib_ports(tmp_path: Path) -> None:
     down = run(env, expect=CPU_SITE, thresholds=th, state_dir=state)
     port = next(c for c in down.checks if c.id == "net.ib_ports")
     assert port.status == "FAIL" and "mlx5_1/1: DOWN/Polling" in port.observed
+    assert port.detail == "mlx5_1-1-down" and port.expected.startswith(">= 2 ports, each ACTIVE")
     # link_downed counter increase since the previous run (a flap)
     make_ib_tree(tmp_path / "sys", {"mlx5_1/1": {**good, "link_downed": "4"}})
     flap = run(env, expect=CPU_SITE, thresholds=th, state_dir=state)
@@ -269,9 +270,18 @@ def test_ib_ports(tmp_path: Path) -> None:
     assert flapped.status == "FAIL" and "mlx5_1/1 +3" in flapped.observed
     # slow port, and too few ports
     make_ib_tree(tmp_path / "sys", {"mlx5_1/1": {**good, "rate": "200 Gb/sec (4X HDR)"}})
-    assert by_id(run(env, expect=CPU_SITE, thresholds=th))["net.ib_ports"] == "FAIL"
+    slow = next(c for c in run(env, expect=CPU_SITE, thresholds=th).checks
+                if c.id == "net.ib_ports")
+    assert slow.status == "FAIL" and slow.detail == "mlx5_1-1-slow"
     none = run(cpu_env(tmp_path / "empty"), expect=CPU_SITE, thresholds=th)
-    assert by_id(none)["net.ib_ports"] == "FAIL"
+    few = next(c for c in none.checks if c.id == "net.ib_ports")
+    assert few.status == "FAIL" and few.detail == "0-ports" and few.observed == "0 ports found"
+    # no port count required: the expectation names no count
+    any_count = Thresholds(ib_ports_min=0)
+    make_ib_tree(tmp_path / "sys", {"mlx5_1/1": {"state": "1: DOWN", "phys_state": "2: Polling"}})
+    uncounted = next(c for c in run(env, expect=CPU_SITE, thresholds=any_count).checks
+                     if c.id == "net.ib_ports")
+    assert uncounted.status == "FAIL" and uncounted.expected == "every port ACTIVE/LinkUp"
 
 
 def test_verdict_json_round_trip() -> None:
