@@ -37,6 +37,7 @@ from gpu_clocks import ClockSampler  # noqa: E402
 
 from launcher.schedules import CHUNKED, SCHEDULES, Op, generate  # noqa: E402
 from launcher.schedules.simulator import UNIT_COSTS, SimResult, simulate  # noqa: E402
+from launcher.schedules.table import ScheduleTable  # noqa: E402
 
 _TUNING_PREFIXES = ("GANTRY_", "NCCL_")
 """Variables that change the native library's or NCCL's behaviour (GANTRY_P2P_TRANSPORT,
@@ -178,14 +179,15 @@ def _with_unit_defaults(costs: dict[Op, float]) -> dict[Op, float]:
     return full
 
 
-def rank_cost_simulation(schedule: str, pp: int, m: int, v: int,
-                         op_ms_by_rank: list[dict[str, list[float]]]) -> SimResult:
-    """The simulator on the schedule's table with each rank's own measured op costs
-    (`op_ms_by_rank`: per rank, op name -> [mean ms per chunk op, total ms])."""
+def rank_cost_simulation(table: ScheduleTable, op_ms_by_rank: list[dict[str, list[float]]]
+                         ) -> SimResult:
+    """The simulator on `table` with each rank's own measured op costs (`op_ms_by_rank`: per
+    rank, op name -> [mean ms per chunk op, total ms]; a stage op is v chunk ops)."""
+    v = table.virtual_stages
     per_rank = [_with_unit_defaults({_OPS[name]: mean * 1e-3 * v
                                      for name, (mean, _) in ops.items() if name in _OPS})
                 for ops in op_ms_by_rank]
-    return simulate(generate(schedule, pp, m, v), per_rank)
+    return simulate(table, per_rank)
 
 
 def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
@@ -204,7 +206,7 @@ def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
     by_rank = op_times_by_rank(trace, last["step"] - 1)
     extra: dict[str, Any] = {}
     if a.dp == 1:  # the trace's pids are the pipeline ranks
-        sim = rank_cost_simulation(a.schedule, a.pp, a.nmb, v, by_rank)
+        sim = rank_cost_simulation(table, by_rank)
         extra = {"bubble_theory_rank_costs": round(sim.bubble_fraction, 4),
                  "makespan_theory_ms": round(sim.makespan * 1e3, 2),
                  "makespan_ms": round(makespan * 1e3, 2)}

@@ -17,7 +17,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_gantry_gpu import rank_cost_simulation
 
-from launcher.schedules import CHUNKED
+from launcher.schedules import CHUNKED, generate
 
 BENCH_VIRTUAL_STAGES = 2
 """bench_gantry_gpu.py's --virtual-stages default, which every recorded chunked row ran with."""
@@ -25,14 +25,16 @@ BENCH_VIRTUAL_STAGES = 2
 
 def rank_cost_rows(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per gantry PP=2 row with a timeline: schedule, measured bubble, the theory with each
-    rank's costs (its own value where recorded, else computed here) and the makespans."""
+    rank's costs computed here (and the row's own value, `recorded`, where it wrote one) and
+    the makespans."""
     out = []
     for r in rows:
         t = r.get("timeline")
         if r.get("impl") != "gantry" or r.get("mode") != "pp2" or not t:
             continue
-        v = int(r.get("v", BENCH_VIRTUAL_STAGES if r["schedule"] in CHUNKED else 1))
-        sim = rank_cost_simulation(r["schedule"], 2, int(r["nmb"]), v, t["op_ms_by_rank"])
+        v = BENCH_VIRTUAL_STAGES if r["schedule"] in CHUNKED else 1
+        sim = rank_cost_simulation(generate(r["schedule"], 2, int(r["nmb"]), v),
+                                   t["op_ms_by_rank"])
         table_ms = max(x["total_s"] - x["sync_s"] for x in t["ranks"])
         out.append({"schedule": r["schedule"], "variant": r.get("variant"),
                     "bubble_measured": t["bubble_measured"],
