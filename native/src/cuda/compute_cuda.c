@@ -575,7 +575,7 @@ static int layer_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, int 
     float *Gb = s->buffers[GT_BUF_GRADS];
     gt_cu_layer *L = &a->layers[l];
     gt_cu_layer_grads *G = layer_grads(g, l);
-    gt_bf16 *x = l == 0 ? a->x0 : a->layers[l - 1].res3;
+    const gt_bf16 *x = l == 0 ? a->x0 : a->layers[l - 1].res3;
     const gt_bf16 *dout = dresid(g, l + 1);
 #define W(k) (P + gt_layer_tensor_offset(&s->layout, l, (k)))
 #define DW(k) (Gb + gt_layer_tensor_offset(&s->layout, l, (k)))
@@ -645,7 +645,7 @@ static int head_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, float
     int V = s->layout.cfg.vocab_size, nl = s->layout.nl;
     const gt_bf16 *P = s->params16;
     float *Gb = s->buffers[GT_BUF_GRADS];
-    gt_bf16 *out = nl > 0 ? a->layers[nl - 1].res3 : a->x0;
+    const gt_bf16 *out = nl > 0 ? a->layers[nl - 1].res3 : a->x0;
     gt_matmul_args m;
     memset(&m, 0, sizeof(m));
     m.scaled = 1, m.alpha = a->dlogits_scale; /* fused: the forward left softmax - onehot */

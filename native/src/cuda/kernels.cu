@@ -984,9 +984,8 @@ static cudaError_t launch_ln_bwd_k(int K, bf16 *dinp, const bf16 *dresid, const 
                                                               rstd, w, scratch, N, C, blocks,
                                                               stream);
     if (g_ln_bwd_impl == 3) /* 2 rows a step: with 4 the prefetch spills (ptxas -v) */
-        return launch_ln_bwd_block<2, SUMS, true>(dinp, dresid, dout, inp, mean,
-                                                             rstd, w, scratch, N, C, blocks,
-                                                             stream);
+        return launch_ln_bwd_block<2, SUMS, true>(dinp, dresid, dout, inp, mean, rstd, w,
+                                                   scratch, N, C, blocks, stream);
 #define LN_K_CASE(KK)                                                                              \
     case KK:                                                                                       \
         return launch_ln_bwd_warp<KK, SUMS>(dinp, dresid, dout, inp, mean, rstd, w, scratch, N, C, \
