@@ -1,5 +1,6 @@
 """Fixtures of the GPU tests: skip cleanly without a CUDA GPU; the CUDA library built once;
-``nccl_lib``, the NCCL build for the two-GPU tests.
+``nccl_lib``, the NCCL build for
+the `gantry train` tests.
 
 ``GANTRY_CUDA_LIB`` names an already built CUDA ``libgantry_native.so``; otherwise it is built
 with CMake into ``native/build-cuda`` (cuDNN attention when ``GANTRY_CUDNN_FRONTEND_DIR`` names
@@ -55,12 +56,13 @@ def cuda_lib() -> NativeLibrary:
 
 @pytest.fixture(scope="module")
 def nccl_lib() -> Path:
-    """The CUDA library built with NCCL that GANTRY_CUDA_LIB names, on a machine with 2 GPUs
-    (else skip): the multi-rank GPU tests run it under mpirun."""
+    """The CUDA library built with NCCL that GANTRY_CUDA_LIB names, on a machine with a GPU
+    (else skip): the `gantry train` tests run it, under mpirun where they need several ranks;
+    a test that needs more GPUs than one says so with `need_gpus`."""
     import torch
 
-    if not torch.cuda.is_available() or torch.cuda.device_count() < 2:
-        pytest.skip("GPU test: needs 2 CUDA GPUs")
+    if not torch.cuda.is_available():
+        pytest.skip("GPU test: no CUDA GPU visible to torch")
     given = os.environ.get("GANTRY_CUDA_LIB")
     if not given:
         pytest.skip("GPU test: set GANTRY_CUDA_LIB to a CUDA library built with NCCL")

@@ -3,8 +3,8 @@ buckets started from the gradients-ready hook during an eager backward) trains b
 like GANTRY_DP_OVERLAP=0 at dp=2 (two-rank NCCL sums are a + b either way; autotuning off so
 both processes pick the same kernels), and follows the fp32 PyTorch reference.
 
-Needs 2 visible GPUs and a CUDA library built with NCCL (``GANTRY_CUDA_LIB``); skips
-otherwise.
+Needs 2 visible GPUs and a CUDA library built with NCCL (``GANTRY_CUDA_LIB``);
+skips otherwise.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from tests.gpu.gpus import need_gpus
 from tests.gpu.test_nccl_pipeline import BATCH, LOSS_TOL, MODEL, _reference
 from tests.integration.pipeline_helpers import gantry_train, read_metrics, write_job
 
@@ -31,6 +32,7 @@ def _run(tmp_path: Path, lib: Path, name: str, m: int, weights: Path,
 
 @pytest.mark.parametrize("graphs", ["1", "0"])
 def test_gpu_dp_overlap_matches_blocking(tmp_path: Path, nccl_lib: Path, graphs: str) -> None:
+    need_gpus(2)
     m = 2
     weights = tmp_path / "init.safetensors"
     expected = _reference(2 * m, weights)

@@ -2,7 +2,7 @@
 communicator, under real mpirun ranks (one GPU each), for every schedule at PP=2, against the
 fp32 PyTorch reference trained on the same global batches (bf16 tolerance).
 
-Needs 2 visible GPUs and a CUDA library built with NCCL (``GANTRY_CUDA_LIB``, as
+Needs a GPU (2 for PP=2) and a CUDA library built with NCCL (``GANTRY_CUDA_LIB``, as
 bench/run_gpu_bench.sh builds it); skips otherwise.
 """
 
@@ -17,6 +17,7 @@ import torch
 from launcher.native.model_config import GPTConfig
 from launcher.reference.gpt2_torch import TrainSettings, make_model, save_weights, train
 from launcher.train.data import global_batch
+from tests.gpu.gpus import need_gpus
 from tests.integration.pipeline_helpers import (
     TRAIN,
     gantry_train,
@@ -55,6 +56,7 @@ LAYOUTS = [("1f1b", 1, 1), ("gpipe", 2, 1), ("1f1b", 2, 1), ("interleaved", 2, 2
 @pytest.mark.parametrize("schedule,pp,v", LAYOUTS, ids=[f"pp{p}-{s}" for s, p, v in LAYOUTS])
 def test_gpu_trajectory_matches_pytorch(tmp_path: Path, nccl_lib: Path, schedule: str, pp: int,
                                         v: int) -> None:
+    need_gpus(pp)
     m = 4
     weights = tmp_path / "init.safetensors"
     expected = _reference(m, weights)

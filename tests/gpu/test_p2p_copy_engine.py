@@ -4,8 +4,8 @@ arrive in the same buffers, only the mover differs (autotuning off so both proce
 same kernels) — including the wrap-around edges of the interleaved schedule and a one-message
 ring (the most back-pressure), and follow the fp32 PyTorch reference.
 
-Needs 2 visible GPUs and a CUDA library built with NCCL (``GANTRY_CUDA_LIB``); skips
-otherwise.
+Needs 2 visible GPUs and a CUDA library built with NCCL (``GANTRY_CUDA_LIB``);
+skips otherwise.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from tests.gpu.gpus import need_gpus
 from tests.gpu.test_nccl_dp_overlap import SAME_KERNELS
 from tests.gpu.test_nccl_pipeline import BATCH, LOSS_TOL, MODEL, _reference
 from tests.integration.pipeline_helpers import gantry_train, read_metrics, write_job
@@ -38,6 +39,7 @@ CASES = [("zb-h2", 1, "4"), ("interleaved", 2, "4"), ("1f1b", 1, "1")]
 @pytest.mark.parametrize("schedule,v,slots", CASES, ids=[f"{s}-ring{n}" for s, _, n in CASES])
 def test_copy_engine_edges_match_nccl(tmp_path: Path, nccl_lib: Path, schedule: str, v: int,
                                       slots: str) -> None:
+    need_gpus(2)
     weights = tmp_path / "init.safetensors"
     expected = _reference(4, weights)
     ce, ce_log = _run(tmp_path, nccl_lib, "ce", schedule, v, weights,
@@ -54,6 +56,7 @@ def test_copy_engine_edges_match_nccl(tmp_path: Path, nccl_lib: Path, schedule: 
 
 
 def test_bad_transport_is_refused(tmp_path: Path, nccl_lib: Path) -> None:
+    need_gpus(2)
     weights = tmp_path / "init.safetensors"
     _reference(4, weights)
     job = write_job(tmp_path, "bad", pp=2, dp=1, schedule="1f1b", m=4, batch=BATCH,
