@@ -21,6 +21,8 @@
 #                                     residln (1.5B / 350M single with the residual adds in
 #                                     the LayerNorms after them vs in the products' epilogues,
 #                                     GANTRY_RESID_LN 1 / 0 alternating)
+#                                     mbsize (1.5B single, 32,768 tokens a step as 16 x 2,
+#                                     8 x 4 and 4 x 8 sequences, alternating twice)
 #                                     lnbwd (1.5B / 350M single with GANTRY_LN_BWD_IMPL 3 / 2
 #                                     alternating: the prefetching LayerNorm backward)
 #                                     cudnnlib (1.5B single with the torch wheel's cuDNN; with the
@@ -158,6 +160,16 @@ if has lnbwd; then  # LayerNorm backward impl 3 vs 2, alternating so clock drift
   for impl in 3 2; do
     GANTRY_LN_BWD_IMPL=$impl gantry "lnbwd$impl-single350" 90 --layout single \
       --variant "ln bwd impl $impl" "${m350[@]}"
+  done
+fi
+if has mbsize; then  # the same 32,768 tokens a step in 16 / 8 / 4 micro-batches, alternating:
+  # what a step pays per micro-batch (the weight gradients' fp32 accumulation, launches, fills)
+  for i in 1 2; do
+    for shape in "2 16" "4 8" "8 4"; do
+      read -r mbs nmb <<< "$shape"
+      gantry "mbs$mbs-single15-$i" 150 --layout single --variant "mbs $mbs x $nmb" "${m15[@]}" \
+        --mbs "$mbs" --nmb "$nmb"
+    done
   done
 fi
 if has prefill; then  # kernels' own times: the host queues each action before the GPU starts it
