@@ -22,16 +22,22 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.integration.pipeline_helpers import gantry_train, write_job
 
-MODEL = {"n_layer": 4, "n_head": 4, "n_embd": 128, "vocab_size": 512, "seq_len": 64}
-M, B, STEPS = 2, 2, 18
+MODELS: dict[str, tuple[dict[str, int], int, int]] = {
+    "tiny": ({"n_layer": 4, "n_head": 4, "n_embd": 128, "vocab_size": 512, "seq_len": 64}, 2, 2),
+    "350m": ({"n_layer": 24, "n_head": 16, "n_embd": 1024, "vocab_size": 50304,
+              "seq_len": 1024}, 8, 8),
+}
+"""name -> (model, micro-batches, sequences per micro-batch)."""
 
 
-def run(lib: Path, checkpoint: dict[str, Any] | None) -> tuple[list[float], float]:
+def run(lib: Path, checkpoint: dict[str, Any] | None, model: str = "tiny",
+        steps: int = 18) -> tuple[list[float], float]:
     """(per-step wall seconds after the first 2 steps, checkpoint MB)."""
+    shape, m, batch = MODELS[model]
     with tempfile.TemporaryDirectory() as tmp:
         ckpt = {**checkpoint, "dir": str(Path(tmp) / "ckpt")} if checkpoint else None
-        job = write_job(Path(tmp), "bench", pp=1, dp=1, schedule="1f1b", m=M, batch=B,
-                        model=MODEL, train={"steps": STEPS}, checkpoint=ckpt)
+        job = write_job(Path(tmp), "bench", pp=1, dp=1, schedule="1f1b", m=m, batch=batch,
+                        model=shape, train={"steps": steps}, checkpoint=ckpt)
         result = gantry_train(job, 1, lib, run_dir=Path(tmp) / "run")
         if result.returncode != 0:
             raise SystemExit(result.stderr)
@@ -50,19 +56,22 @@ def main() -> None:
                         default=Path(__file__).resolve().parents[1] / "native" / "build"
                         / "libgantry_native.so")
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--model", choices=sorted(MODELS), default="tiny")
+    parser.add_argument("--steps", type=int, default=18)
+    parser.add_argument("--interval", type=int, default=0,
+                        help="only checkpoints every N steps (default: every step and every 4)")
     args = parser.parse_args()
-    variants: list[tuple[str, dict[str, Any] | None]] = [
-        ("no checkpoint (anchor)", None),
-        ("checkpoint every step, sync", {"interval": 1, "keep": 2, "async_write": False}),
-        ("checkpoint every step, async", {"interval": 1, "keep": 2, "async_write": True}),
-        ("checkpoint every 4 steps, sync", {"interval": 4, "keep": 2, "async_write": False}),
-        ("checkpoint every 4 steps, async", {"interval": 4, "keep": 2, "async_write": True}),
-    ]
+    intervals = [args.interval] if args.interval > 0 else [1, 4]
+    variants: list[tuple[str, dict[str, Any] | None]] = [("no checkpoint (anchor)", None)]
+    for interval, background in itertools.product(intervals, (False, True)):
+        every = "every step" if interval == 1 else f"every {interval} steps"
+        variants.append((f"checkpoint {every}, {'async' if background else 'sync'}",
+                         {"interval": interval, "keep": 2, "async_write": background}))
     samples: dict[str, list[float]] = {name: [] for name, _ in variants}
     sizes: dict[str, float] = {}
     for _ in range(args.repeat):  # interleaved, so load drifts hit every variant alike
         for name, ckpt in variants:
-            steps, size = run(args.lib, ckpt)
+            steps, size = run(args.lib, ckpt, args.model, args.steps)
             samples[name].extend(steps)
             sizes[name] = size
     anchor = statistics.mean(samples[variants[0][0]])
