@@ -72,6 +72,8 @@ def main() -> None:
     for _ in range(args.repeat):  # interleaved, so load drifts hit every variant alike
         for name, ckpt in variants:
             steps, size = run(args.lib, ckpt, args.model, args.steps)
+            print(f"{name}: steps ms {[round(x * 1e3, 1) for x in steps]}", file=sys.stderr,
+                  flush=True)
             samples[name].extend(steps)
             sizes[name] = size
     anchor = statistics.mean(samples[variants[0][0]])

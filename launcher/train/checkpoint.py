@@ -23,12 +23,13 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 from safetensors import SafetensorError
-from safetensors.numpy import load_file, save
+from safetensors.numpy import load_file
 
 from launcher.errors import UserInputError
 from launcher.native.binding import Buffer
 from launcher.train import faults
 from launcher.train.native_pipeline import Chunk
+from launcher.train.safetensors_stream import file_size, write_safetensors
 
 MANIFEST = "manifest.json"
 _PREFIX = {Buffer.PARAMS: "", Buffer.ADAM_M: "exp_avg.", Buffer.ADAM_V: "exp_avg_sq."}
@@ -72,39 +73,39 @@ Snapshot = dict[str, npt.NDArray[np.float32]]
 
 
 def snapshot_chunk(chunk: Chunk) -> Snapshot:
-    """Copies of one stage's params and AdamW moments (taken between steps; writing the
-    copies can then overlap the next steps)."""
+    """Views of fresh host copies of one stage's params and AdamW moments (taken between
+    steps; writing them can then overlap the next steps)."""
     tensors: Snapshot = {}
     for which, prefix in _PREFIX.items():
-        buf = chunk.read(which)
+        buf = chunk.read(which)  # a new array each time: the views below keep it alive
         for info in chunk.tensors:
             tensors[prefix + info.name] = buf[info.offset : info.offset + info.numel].reshape(
-                info.shape).copy()
+                info.shape)
     return tensors
 
 
 def write_shard(root: Path, step: int, stage: int, tensors: Snapshot, seed: int,
                 rank: int = 0) -> tuple[str, str]:
-    """Writes one stage shard atomically (temp file, fsync, rename, fsync of the directory);
-    returns (file name, sha256). The crash fault hook fires half-way through the temp file."""
+    """Writes one stage shard atomically (temp file, fsync, rename, fsync of the directory),
+    streaming the tensors into the file and the hash (safetensors_stream.py); returns (file
+    name, sha256). The crash fault hook fires half-way through the temp file."""
     directory = step_dir(root, step)
     directory.mkdir(parents=True, exist_ok=True)
     meta = {"format": "pt", "step": str(step), "data_position": str(step), "seed": str(seed)}
-    data = save(tensors, metadata=meta)
     path = directory / shard_name(stage)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as handle:
         if faults.crash_point(step, rank):
-            handle.write(data[: len(data) // 2])
+            write_safetensors(handle, tensors, meta, limit=file_size(tensors, meta) // 2)
             handle.flush()
             os.fsync(handle.fileno())
             faults.crash_now(str(tmp))
-        handle.write(data)
+        digest = write_safetensors(handle, tensors, meta)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
     _fsync_dir(directory)
-    return path.name, hashlib.sha256(data).hexdigest()
+    return path.name, digest
 
 
 def save_chunk(root: Path, step: int, chunk: Chunk, seed: int) -> tuple[str, str]:
