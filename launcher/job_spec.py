@@ -146,10 +146,17 @@ class CheckpointSpec:
     """Write shards in a background thread from copies of the buffers, overlapping the next
     step (the manifest follows once every rank's shards are durable). Pays off only where
     the rank has idle cores (see docs/BENCHMARKS.md)."""
+    max_lag_steps: int = 1
+    """With async_write: how many steps a background write may overlap before the loop waits
+    for it (checkpoint N is complete by the end of step N + max_lag_steps; sooner when every
+    rank's write is done). Raise it where a shard takes longer to write than a step."""
 
     def validate(self) -> None:
         if self.interval < 0:
             raise FieldError("interval", f"{self.interval} is not allowed (expected >= 0)")
+        if self.max_lag_steps < 1:
+            raise FieldError("max_lag_steps",
+                             f"{self.max_lag_steps} is not allowed (expected >= 1)")
         if self.keep < 0:
             raise FieldError("keep", f"{self.keep} is not allowed (expected >= 0, 0 = all)")
 

@@ -94,6 +94,7 @@ def write_shard(root: Path, step: int, stage: int, tensors: Snapshot, seed: int,
     meta = {"format": "pt", "step": str(step), "data_position": str(step), "seed": str(seed)}
     path = directory / shard_name(stage)
     tmp = path.with_name(path.name + ".tmp")
+    faults.slow_checkpoint()
     with open(tmp, "wb") as handle:
         if faults.crash_point(step, rank):
             write_safetensors(handle, tensors, meta, limit=file_size(tensors, meta) // 2)

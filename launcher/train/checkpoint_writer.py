@@ -7,8 +7,10 @@ checkpoint is complete:
   hold identical state), then writes the shards now (sync) or in a background thread
   (async; the copies make the next steps safe to run meanwhile). Only one save is in flight:
   a new save first completes the previous one.
-- :meth:`CheckpointWriter.poll` (after every step): completes the pending save, so a write
-  overlaps exactly one step and checkpoint N is complete by the end of step N + 1.
+- :meth:`CheckpointWriter.poll` (after every step): completes the pending save once every
+  rank's write is done (a one-int allgather while a save is pending), and at the latest once
+  it is ``max_lag`` steps old: checkpoint N is complete by the end of step N + max_lag
+  (``checkpoint.max_lag_steps``, default 1: the write overlaps one step).
 - :meth:`CheckpointWriter.wait` blocks until the pending save is complete (before a stop or
   at the end of training).
 
@@ -29,6 +31,9 @@ from launcher.train import checkpoint
 from launcher.train.native_pipeline import Chunk
 
 Agree = Callable[[Any, GantryError | None], None]
+Completed = Callable[[int, int], None]
+"""Called on rank 0 with (checkpoint step, step after which it completed) once its manifest
+is written."""
 
 
 class _Pending:
@@ -45,7 +50,10 @@ class CheckpointWriter:
     """Saves checkpoints of this rank's chunks under ``root``; see the module docstring."""
 
     def __init__(self, world: Any, agree: Agree, root: Path, *, keep: int, seed: int,
-                 writes: bool, background: bool) -> None:
+                 writes: bool, background: bool, max_lag: int = 1,
+                 on_complete: Completed | None = None) -> None:
+        if max_lag < 1:
+            raise ValueError(f"max_lag {max_lag} is not allowed (expected >= 1)")
         self.world = world
         self.agree = agree
         self.root = root
@@ -55,7 +63,12 @@ class CheckpointWriter:
         """True on the ranks that write shards (replica 0)."""
         self.background = background
         self.rank = int(world.Get_rank())
+        self.max_lag = max_lag
+        """Steps a background write may overlap before the loop waits for it."""
+        self.on_complete = on_complete
         self._pending: _Pending | None = None
+        self._now = 0
+        """The step the loop last reported (save / poll)."""
         self.completed: list[int] = []
         """Steps whose manifest was written, in order."""
 
@@ -65,6 +78,7 @@ class CheckpointWriter:
 
     def save(self, step: int, chunks: Sequence[Chunk]) -> None:
         """Collective: start saving the state after ``step`` steps."""
+        self._now = step
         self.wait()
         pending = _Pending(step)
         snapshots = [(c.stage, checkpoint.snapshot_chunk(c)) for c in chunks] if self.writes \
@@ -89,10 +103,19 @@ class CheckpointWriter:
         except (GantryError, OSError, ValueError) as err:
             pending.error = GantryError(f"checkpoint at step {pending.step}: {err}")
 
-    def poll(self) -> None:
-        """Collective, after the step that followed a save: complete that save (its write
-        overlapped the step). Bounding the lag to one step makes checkpoint N durable by the
-        end of step N + 1, whatever happens later."""
+    def poll(self, step: int) -> None:
+        """Collective, after a step (``step`` steps done) that saved nothing: complete the
+        pending save if every rank's write is done, or, done or not, once it is ``max_lag``
+        steps old. Bounding the lag makes checkpoint N durable by the end of step
+        N + max_lag, whatever happens later."""
+        self._now = step
+        pending = self._pending
+        if pending is None:
+            return
+        if step - pending.step < self.max_lag:
+            done = pending.thread is None or not pending.thread.is_alive()
+            if not min(self.world.allgather(int(done))):
+                return
         self.wait()
 
     def wait(self) -> None:
@@ -107,5 +130,7 @@ class CheckpointWriter:
         if self.rank == 0:
             merged = {k: v for part in gathered for k, v in part.items()}
             checkpoint.write_manifest(self.root, pending.step, merged, self.keep)
+            if self.on_complete is not None:
+                self.on_complete(pending.step, max(self._now, pending.step))
         self.world.barrier()
         self.completed.append(pending.step)

@@ -13,6 +13,8 @@ from it).
   before running step STEP (1-based, as in metrics.jsonl), like a peer gone mid-collective.
 - ``GANTRY_FAULT_STEP_DELAY_S=SECONDS``: every rank sleeps this long after each step, so
   that a test can act while the job is mid-run.
+- ``GANTRY_FAULT_SLOW_CHECKPOINT_S=SECONDS``: every shard write sleeps this long before it
+  writes (slow storage), so that a test can see a background write outlast steps.
 
 Malformed values are one-line errors naming the variable (exit 2).
 """
@@ -32,6 +34,7 @@ from launcher.job_exit_codes import TRAINER_FAULT_INJECTED
 CRASH_IN_CHECKPOINT = "GANTRY_FAULT_CRASH_IN_CHECKPOINT"
 HANG = "GANTRY_FAULT_HANG"
 STEP_DELAY = "GANTRY_FAULT_STEP_DELAY_S"
+SLOW_CHECKPOINT = "GANTRY_FAULT_SLOW_CHECKPOINT_S"
 STATE_DIR = "GANTRY_FAULT_STATE_DIR"
 
 
@@ -60,8 +63,9 @@ def step_fault(variable: str) -> StepFault | None:
     return parse_step_fault(variable, value) if value else None
 
 
-def step_delay() -> float:
-    value = os.environ.get(STEP_DELAY)
+def _seconds(variable: str) -> float:
+    """A 0..3600 s delay hook's value (0 when unset)."""
+    value = os.environ.get(variable)
     if not value:
         return 0.0
     try:
@@ -69,8 +73,19 @@ def step_delay() -> float:
     except ValueError:
         delay = -1.0
     if not 0.0 <= delay <= 3600.0:
-        raise UserInputError(f"{STEP_DELAY}: {value!r} is not allowed (expected 0..3600 s)")
+        raise UserInputError(f"{variable}: {value!r} is not allowed (expected 0..3600 s)")
     return delay
+
+
+def step_delay() -> float:
+    return _seconds(STEP_DELAY)
+
+
+def slow_checkpoint() -> None:
+    """GANTRY_FAULT_SLOW_CHECKPOINT_S: sleep before a shard write (slow storage)."""
+    delay = _seconds(SLOW_CHECKPOINT)
+    if delay:
+        time.sleep(delay)
 
 
 def check_environment() -> None:
@@ -78,6 +93,7 @@ def check_environment() -> None:
     step_fault(CRASH_IN_CHECKPOINT)
     step_fault(HANG)
     step_delay()
+    _seconds(SLOW_CHECKPOINT)
 
 
 def _state_dir() -> Path | None:

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -213,7 +214,9 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
     if ckpt_root is not None:
         writer = CheckpointWriter(world, _agree, ckpt_root, keep=spec.checkpoint.keep,
                                   seed=train.seed, writes=layout.replica == 0,
-                                  background=spec.checkpoint.async_write)
+                                  background=spec.checkpoint.async_write,
+                                  max_lag=spec.checkpoint.max_lag_steps,
+                                  on_complete=_checkpoint_event(opts.run_dir))
     resuming = opts.resume or opts.resume_from is not None
     nodes = sorted(set(world.allgather(node_name())))
     if rank == 0:
@@ -273,7 +276,7 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
                 watchdog.beat(f"checkpoint {step + 1}")
                 writer.save(step + 1, pipe.chunks)
             elif writer is not None:
-                writer.poll()
+                writer.poll(step + 1)
             if signum and step + 1 < end:
                 watchdog.beat(f"checkpoint {step + 1} (stopping)")
                 if writer is not None:
@@ -289,6 +292,17 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
         flat = [e for part in all_events for e in part]
         metrics.write_trace(opts.run_dir / "trace.json", flat, world.Get_size())
     return 0
+
+
+def _checkpoint_event(run_dir: Path) -> Callable[[int, int], None]:
+    """Rank 0's record of each completed checkpoint in events.jsonl: its step and the step
+    after which its manifest was written (later than its step when written in the
+    background)."""
+    def record(step: int, completed_after: int) -> None:
+        metrics.append_jsonl(run_dir / metrics.EVENTS, {
+            "event": "checkpoint", "time": time.time(), "step": step,
+            "completed_after_step": completed_after})
+    return record
 
 
 def _stopped(world: Any, opts: TrainOptions, signum: int, step: int,

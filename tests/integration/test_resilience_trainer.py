@@ -1,7 +1,7 @@
 """The trainer's resilience under mpirun (no Slurm): background checkpoints hold exactly the
-tensors of synchronous ones, SIGUSR1 stops every rank at one step after a checkpoint (exit
-75) and the resume is bit-exact, a hung rank is aborted by the watchdog (exit 76), bad hook
-values are one-line errors."""
+tensors of synchronous ones and overlap up to checkpoint.max_lag_steps steps, SIGUSR1 stops
+every rank at one step after a checkpoint (exit 75) and the resume is bit-exact, a hung rank
+is aborted by the watchdog (exit 76), bad hook values are one-line errors."""
 
 from __future__ import annotations
 
@@ -79,6 +79,32 @@ def test_async_checkpoints_equal_sync_ones(sync_run: Path, lib: Path, tmp_path: 
             assert sha256_of(tmp_path / "ckpt" / step / name) == digest
 
 
+@pytest.mark.parametrize("slow_write_s", [4.0, 0.0], ids=["slow-storage", "fast-storage"])
+def test_background_writes_overlap_up_to_max_lag_steps(sync_run: Path, lib: Path,
+                                                       tmp_path: Path,
+                                                       slow_write_s: float) -> None:
+    """checkpoint.max_lag_steps 3, a checkpoint after steps 5 and 10: a write slower than three
+    steps completes after step 8 (the loop waits for it then), a fast one as soon as every
+    rank's write is done (after step 6, 7 or 8); the training is the same either way."""
+    job = write_job(tmp_path, "lag", pp=2, dp=1, schedule="1f1b", m=2, model=MODEL,
+                    checkpoint={"dir": str(tmp_path / "ckpt"), "interval": 5, "keep": 3,
+                                "async_write": True, "max_lag_steps": 3})
+    env = {"GANTRY_FAULT_SLOW_CHECKPOINT_S": str(slow_write_s)}
+    result = gantry_train(job, 2, lib, run_dir=tmp_path / "run", env=env)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert _trajectory(tmp_path / "run") == _trajectory(sync_run / "run")
+    lines = (tmp_path / "run" / "events.jsonl").read_text().splitlines()
+    done = {e["step"]: e["completed_after_step"] for e in map(json.loads, lines)
+            if e["event"] == "checkpoint"}
+    assert sorted(done) == [5, 10] and done[10] == 10
+    assert done[5] == 8 if slow_write_s else 6 <= done[5] <= 8
+    for step in (5, 10):
+        directory = tmp_path / "ckpt" / f"step_{step:08d}"
+        manifest = json.loads((directory / "manifest.json").read_text())
+        for name, digest in manifest["files"].items():
+            assert sha256_of(directory / name) == digest
+
+
 def test_sigusr1_stops_at_one_step_and_resumes_bit_exact(sync_run: Path, lib: Path,
                                                          tmp_path: Path) -> None:
     job = _job(tmp_path)
@@ -129,7 +155,7 @@ def test_watchdog_aborts_a_hung_pipeline(lib: Path, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("variable", "value"), [
     ("GANTRY_FAULT_HANG", "soon"), ("GANTRY_FAULT_CRASH_IN_CHECKPOINT", "0"),
-    ("GANTRY_FAULT_STEP_DELAY_S", "-1"),
+    ("GANTRY_FAULT_STEP_DELAY_S", "-1"), ("GANTRY_FAULT_SLOW_CHECKPOINT_S", "slow"),
 ])
 def test_bad_hook_values_are_one_line_errors(lib: Path, tmp_path: Path, variable: str,
                                              value: str) -> None:

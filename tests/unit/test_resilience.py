@@ -19,7 +19,7 @@ from safetensors.numpy import load_file
 
 from launcher import job_exit_codes
 from launcher.errors import UserInputError
-from launcher.job_spec import PolicySpec
+from launcher.job_spec import CheckpointSpec, PolicySpec
 from launcher.train import checkpoint, faults, metrics
 from launcher.train.stop_signals import StopRequest, signal_name
 from launcher.train.watchdog import Watchdog
@@ -199,6 +199,9 @@ def test_policy_and_checkpoint_fields_are_validated() -> None:
     with pytest.raises(FieldError, match="max_restarts"):
         PolicySpec(max_restarts=-2).validate()
     PolicySpec(hang_timeout_s=0).validate()
+    with pytest.raises(FieldError, match=r"max_lag_steps.*0 is not allowed \(expected >= 1\)"):
+        CheckpointSpec(max_lag_steps=0).validate()
+    CheckpointSpec(max_lag_steps=4).validate()
 
 
 def test_script_exit_codes_are_distinct_and_documented() -> None:
