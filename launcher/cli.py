@@ -19,12 +19,21 @@ import launcher
 import launcher.commands
 from launcher.errors import EXIT_BAD_INPUT, GantryError
 
+_LINE_BREAKS = {ord(c): repr(c)[1:-1] for c in "\n\r\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}
+"""What str.splitlines() breaks on, written as escapes (\\n, \\x85, ...)."""
+
+
+def one_line(message: str) -> str:
+    """``message`` with any line break escaped: an error is always exactly one line, whatever
+    value it quotes."""
+    return message.translate(_LINE_BREAKS)
+
 
 class GantryArgumentParser(argparse.ArgumentParser):
     """argparse with the project's one-line error format (exit 2)."""
 
     def error(self, message: str) -> NoReturn:
-        sys.stderr.write(f"error: {self.prog}: {message} (see --help)\n")
+        sys.stderr.write(f"error: {one_line(f'{self.prog}: {message}')} (see --help)\n")
         raise SystemExit(EXIT_BAD_INPUT)
 
 
@@ -64,7 +73,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(func(args))
     except GantryError as err:
-        sys.stderr.write(f"error: {err}\n")
+        sys.stderr.write(f"error: {one_line(str(err))}\n")
         return err.exit_status
     except KeyboardInterrupt:
         sys.stderr.write("error: interrupted\n")

@@ -7,6 +7,12 @@ EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
 
 
+def shown(value: str) -> str:
+    """``value`` for a one-line message: as it is when printable, else its repr (line breaks
+    and control characters escaped)."""
+    return value if value.isprintable() else repr(value)
+
+
 class GantryError(Exception):
     """A failure that is reported as one `error: ...` line (exit 1), never a traceback."""
 

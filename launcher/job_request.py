@@ -14,7 +14,7 @@ from typing import Any
 
 from launcher.errors import UserInputError
 from launcher.job_spec import JobSpec, check_layout
-from launcher.site_config import LoadedSite, load_site
+from launcher.site_config import LoadedSite, SiteConfig, load_site
 from launcher.typed_config import FieldError, from_mapping, load_yaml_file
 
 
@@ -123,6 +123,16 @@ class JobRequest:
         return self.spec.parallelism.pp * self.spec.parallelism.dp
 
 
+def check_ranks_per_node(cfg: SiteConfig, ranks_per_node: int, where: str) -> None:
+    """Ranks per node must fit on one node of the site: its GPUs, or on a CPU site its CPUs
+    (Slurm refuses more tasks per node than CPUs); raise UserInputError naming ``where``."""
+    limit, unit = ((cfg.nodes.gpus_per_node, "GPUs") if cfg.nodes.gpus_per_node
+                   else (cfg.nodes.cpus, "CPUs"))
+    if ranks_per_node > limit:
+        raise UserInputError(f"{where}: {ranks_per_node} is not allowed "
+                             f"(site {cfg.name} has {limit} {unit} per node)")
+
+
 def _site_path(spec: JobSpec, spec_path: Path, cli_site: Path | None) -> Path | None:
     if cli_site is not None:
         return cli_site
@@ -147,10 +157,7 @@ def resolve_request(spec_path: Path, site_path: Path | None = None,
     site = load_site(_site_path(spec, spec_path, site_path))
     cfg = site.config
     ranks_per_node = spec.resources.gpus_per_node or cfg.nodes.gpus_per_node or 1
-    if cfg.nodes.gpus_per_node and ranks_per_node > cfg.nodes.gpus_per_node:
-        raise UserInputError(
-            f"{source}: resources.gpus_per_node: {ranks_per_node} is not allowed "
-            f"(site {cfg.name} has {cfg.nodes.gpus_per_node} GPUs per node)")
+    check_ranks_per_node(cfg, ranks_per_node, f"{source}: resources.gpus_per_node")
     try:
         check_layout(spec, ranks_per_node)
     except FieldError as err:

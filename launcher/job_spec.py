@@ -11,13 +11,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from launcher.typed_config import FieldError, load_dataclass
+from launcher.typed_config import FieldError, key_path, load_dataclass
 
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-interleaved"]
 CHUNKED_SCHEDULES = ("interleaved", "zb-interleaved")
 """Schedules with virtual_stages >= 2 chunks per rank (launcher.schedules.CHUNKED)."""
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
-_TIME_RE = re.compile(r"^(?:(\d+)-)?(\d{1,2}):(\d{2})(?::(\d{2}))?$|^(\d+)$")
+_TIME_RE = re.compile(r"^(?:(\d+)-)?(\d{1,2}):(\d{2})(?::(\d{2}))?$|^(\d+)$", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -170,7 +170,8 @@ class ResourcesSpec:
     spares: int = 0
     """Extra nodes allocated to replace nodes that fail preflight."""
     gpus_per_node: int | None = None
-    """Ranks (GPUs) per node; default: the site's gpus_per_node, or 1 on CPU sites."""
+    """Ranks (GPUs) per node; default: the site's gpus_per_node, or 1 on CPU sites. At most
+    the site's GPUs per node (its CPUs per node on CPU sites)."""
     cpus_per_task: int | None = None
     """CPUs per rank."""
     time_limit: str = "01:00:00"
@@ -263,7 +264,9 @@ class JobSpec:
             )
         for key in self.env:
             if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-                raise FieldError(f"env.{key}", "is not a valid environment variable name")
+                raise FieldError(key_path("env", key),
+                                 "is not a valid environment variable name (expected letters, "
+                                 "digits and _, not starting with a digit)")
         if self.command is not None and not self.command:
             raise FieldError("command", "[] is not allowed (expected at least the program)")
 

@@ -241,6 +241,8 @@ def _finalize(value: Any) -> Shell:
     """Applied to every ``{{ ... }}``: quote unless already Shell; refuse None and bools."""
     if value is None:
         raise TypeError("sbatch template: a value is None (guard it with {% if %})")
+    if isinstance(value, jinja2.Undefined):
+        value._fail_with_undefined_error()  # raises UndefinedError naming the missing variable
     return quote(value)
 
 
@@ -262,23 +264,42 @@ def _environment(template_dir: Path) -> jinja2.Environment:
     return env
 
 
+def _one_line(err: BaseException) -> str:
+    text = " ".join(str(err).split())
+    return f"{type(err).__name__}: {text}" if text else type(err).__name__
+
+
 def render_script(inputs: ScriptInputs, template: str = DEFAULT_TEMPLATE,
                   template_dir: Path = TEMPLATE_DIR) -> str:
-    """The batch script text for ``inputs`` (raises UserInputError for unsafe values)."""
+    """The batch script text for ``inputs`` (raises UserInputError for unsafe values, and for
+    a site's own template that cannot be read, parsed or rendered)."""
     inputs.check()
     try:
         tmpl = _environment(template_dir).get_template(template)
     except jinja2.TemplateNotFound:
         raise UserInputError(f"slurm.sbatch_template: {template!r} not found in "
                              f"{template_dir}") from None
+    except jinja2.TemplateSyntaxError as err:
+        raise UserInputError(f"slurm.sbatch_template: {err.filename or template}:{err.lineno}: "
+                             f"{' '.join(err.message.split()) if err.message else 'syntax error'}"
+                             " (expected a jinja2 template)") from None
+    except (OSError, ValueError) as err:  # a directory, not UTF-8, a NUL in the name
+        raise UserInputError(f"slurm.sbatch_template: cannot read {template!r} in "
+                             f"{template_dir} ({_one_line(err)})") from None
     header = [opt.text for opt in inputs.sbatch_options()]
-    return tmpl.render(
-        job=inputs,
-        sbatch_lines=header,
-        exit_codes=job_exit_codes.DOCUMENTED,
-        codes=job_exit_codes,
-        raw=Shell,
-    )
+    try:
+        return tmpl.render(
+            job=inputs,
+            sbatch_lines=header,
+            exit_codes=job_exit_codes.DOCUMENTED,
+            codes=job_exit_codes,
+            raw=Shell,
+        )
+    except Exception as err:
+        if template_dir == TEMPLATE_DIR:
+            raise  # gantry's own templates: a bug, keep the traceback
+        raise UserInputError(f"slurm.sbatch_template: {template_dir / template} fails to "
+                             f"render ({_one_line(err)})") from None
 
 
 def env_pairs(*sources: Sequence[tuple[str, str]] | dict[str, str]) -> tuple[tuple[str, str], ...]:

@@ -12,6 +12,8 @@ tuple[X, ...], dict[str, X] and nested dataclasses. A dataclass may define
 from __future__ import annotations
 
 import dataclasses
+import math
+import re
 import types
 import typing
 from collections.abc import Mapping
@@ -40,6 +42,17 @@ def _join(prefix: str, name: str | int) -> str:
     return f"{prefix}.{name}" if prefix else name
 
 
+_PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
+
+
+def key_path(prefix: str, key: Any) -> str:
+    """The path of a key found in the user's mapping: ``env.FOO``, or ``env['a b']`` when the
+    key is not plain (so that any key, even one with a line break, stays one readable line)."""
+    if isinstance(key, str) and _PLAIN_KEY.fullmatch(key):
+        return _join(prefix, key)
+    return f"{prefix}[{key!r}]"
+
+
 def _describe(tp: Any) -> str:
     origin = get_origin(tp)
     if tp is bool:
@@ -47,7 +60,7 @@ def _describe(tp: Any) -> str:
     if tp is int:
         return "an integer"
     if tp is float:
-        return "a number"
+        return "a finite number"
     if tp is str:
         return "a string"
     if origin is typing.Literal:
@@ -102,7 +115,12 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
         raise _bad(path, value, tp)
     if tp is float:
         if isinstance(value, int | float) and not isinstance(value, bool):
-            return float(value)
+            try:
+                number = float(value)
+            except OverflowError:  # an integer beyond the float range
+                number = math.inf
+            if math.isfinite(number):
+                return number
         raise _bad(path, value, tp)
     if tp is str:
         if isinstance(value, str):
@@ -120,8 +138,8 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
         key_tp, val_tp = get_args(tp)
         out: dict[Any, Any] = {}
         for k, v in value.items():
-            key = _convert(k, key_tp, _join(path, str(k)))
-            out[key] = _convert(v, val_tp, _join(path, str(k)))
+            key = _convert(k, key_tp, key_path(path, k))
+            out[key] = _convert(v, val_tp, key_path(path, k))
         return out
     if dataclasses.is_dataclass(tp) and isinstance(tp, type):
         return _build(tp, value, path)
@@ -139,7 +157,7 @@ def _build(cls: type[T], data: Any, path: str) -> T:
     if unknown:
         allowed = ", ".join(fields)
         raise FieldError(
-            _join(path, str(unknown[0])), f"unknown key (allowed here: {allowed})"
+            key_path(path, unknown[0]), f"unknown key (allowed here: {allowed})"
         )
     kwargs: dict[str, Any] = {}
     for name, field in fields.items():
@@ -168,21 +186,59 @@ def from_mapping(cls: type[T], data: Any, source: str) -> T:
         raise UserInputError(f"{source}: {err}") from None
 
 
+class _SafeLoader(yaml.SafeLoader):
+    """yaml.SafeLoader whose tag constructors fail with a marked YAML error; PyYAML's raise
+    plain exceptions without the line (``!!int abc``: ValueError, ``!!bool x``: KeyError, a
+    ``!!timestamp`` over two lines: AttributeError)."""
+
+    def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
+        try:
+            return super().construct_object(node, deep)
+        except (yaml.YAMLError, RecursionError):
+            raise
+        except Exception as err:
+            tag = node.tag.replace("tag:yaml.org,2002:", "!!")
+            shown = (repr(node.value) if isinstance(node, yaml.ScalarNode)
+                     else "(a mapping)" if isinstance(node, yaml.MappingNode) else "(a list)")
+            raise yaml.constructor.ConstructorError(
+                None, None, f"{tag} {shown} cannot be read ({tag_problem(err)})",
+                node.start_mark,
+            ) from None
+
+
+def tag_problem(err: Exception) -> str:
+    """What a failed YAML tag constructor says, as words (ValueError's text, else generic)."""
+    if isinstance(err, ValueError | OverflowError) and str(err):
+        return str(err)
+    return "not a value of this tag"
+
+
+def parse_yaml(text: str, source: str) -> Any:
+    """Parse YAML text (safe tags only); every failure is one UserInputError naming
+    ``source`` (and the line where YAML knows it)."""
+    try:
+        return yaml.load(text, Loader=_SafeLoader)  # a SafeLoader: standard tags only
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f"{source}:{mark.line + 1}" if mark is not None else source
+        problem = getattr(err, "problem", None) or "invalid YAML"
+        raise UserInputError(f"{where}: {problem}") from None
+    except RecursionError:
+        raise UserInputError(f"{source}: nested too deeply to read") from None
+
+
 def load_yaml_file(path: Path) -> Any:
     """Parse a YAML file, turning I/O and syntax errors into one-line UserInputErrors."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserInputError(f"{path}: no such file") from None
+    except UnicodeDecodeError as err:
+        raise UserInputError(f"{path}: cannot read ({err.reason} at byte {err.start}; "
+                             "expected UTF-8 text)") from None
     except OSError as err:
         raise UserInputError(f"{path}: cannot read ({err.strerror})") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f"{path}:{mark.line + 1}" if mark is not None else str(path)
-        problem = getattr(err, "problem", None) or "invalid YAML"
-        raise UserInputError(f"{where}: {problem}") from None
+    return parse_yaml(text, str(path))
 
 
 def load_dataclass(cls: type[T], path: Path) -> T:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from launcher.errors import UserInputError
+from launcher.errors import UserInputError, shown
 from topology import hostlists
 from topology.document import BlockDecl, SwitchDecl, TopologyDoc
 from topology.model import SYNTHETIC_ROOT, Topology
@@ -257,7 +257,7 @@ class _TreeBuilder:
                         path = path[path.index(self.decls[child].name) :]
                         raise UserInputError(
                             f"{self.decls[child].where}: switch configuration is not a tree "
-                            f"(cycle {' -> '.join(path)})"
+                            f"(cycle {' -> '.join(shown(p) for p in path)})"
                         )
                     if state[child] == 0:
                         state[child] = 1

@@ -122,7 +122,7 @@ def parse_topology_conf(text: str, source: str) -> TopologyDoc:
             if not value:
                 raise UserInputError(f"{where}: SwitchName= is empty")
             options = _options(where, pairs, _SWITCH_KEYS)
-            if "LinkSpeed" in options and not options["LinkSpeed"].isdigit():
+            if "LinkSpeed" in options and not _is_uint(options["LinkSpeed"]):
                 raise UserInputError(
                     f"{where}: LinkSpeed={options['LinkSpeed']} is not allowed "
                     "(expected a non-negative integer)"
@@ -163,10 +163,15 @@ def parse_topology_conf(text: str, source: str) -> TopologyDoc:
     )
 
 
+def _is_uint(text: str) -> bool:
+    """ASCII digits only: str.isdigit() also takes "²", which int() refuses."""
+    return text.isascii() and text.isdigit()
+
+
 def _parse_sizes(where: str, value: str) -> tuple[int, ...]:
     sizes: list[int] = []
     for part in value.split(","):
-        if not part.strip().isdigit() or int(part) <= 0:
+        if not _is_uint(part.strip()) or int(part) <= 0:
             raise UserInputError(
                 f"{where}: BlockSizes value {part!r} is not allowed (expected positive integers)"
             )

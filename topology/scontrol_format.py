@@ -43,7 +43,7 @@ def parse_scontrol_topology(text: str, source: str = SOURCE) -> TopologyDoc:
         if line.startswith("SwitchName="):
             f = _fields(where, line)
             level = f.get("Level", "0")
-            if not level.isdigit():
+            if not (level.isascii() and level.isdigit()):
                 raise UserInputError(f"{where}: Level={level} is not an integer")
             if int(level) > 0:
                 if "Switches" not in f:
@@ -55,7 +55,7 @@ def parse_scontrol_topology(text: str, source: str = SOURCE) -> TopologyDoc:
             f = _fields(where, line)
             size = f.get("BlockSize")
             if size is not None:
-                if not size.isdigit() or int(size) <= 0:
+                if not (size.isascii() and size.isdigit()) or int(size) <= 0:
                     raise UserInputError(f"{where}: BlockSize={size} is not a positive integer")
                 sizes.add(int(size))
             if "BlockName" in f:

@@ -32,6 +32,7 @@ from typing import Any
 import yaml
 
 from launcher.errors import UserInputError
+from launcher.typed_config import tag_problem
 from topology import hostlists
 from topology.document import BlockDecl, SwitchDecl, TopologyDoc
 from topology.model import Topology
@@ -75,7 +76,17 @@ class _Reader:
     def scalar(self, node: yaml.Node, what: str, kind: type) -> Any:
         if not isinstance(node, yaml.ScalarNode):
             raise UserInputError(f"{self.where(node)}: {what} must be a {kind.__name__}")
-        value = self.constructor.construct_object(node)
+        try:
+            value = self.constructor.construct_object(node)
+        except yaml.YAMLError as err:  # a tag it has no constructor for: !foo, !!python/...
+            raise UserInputError(
+                f"{self.where(node)}: {what} {node.value!r} is not allowed "
+                f"({getattr(err, 'problem', None) or 'invalid YAML'})"
+            ) from None
+        except Exception as err:  # PyYAML's constructors: !!int abc, !!bool x, ...
+            raise UserInputError(
+                f"{self.where(node)}: {what} {node.value!r} is not allowed ({tag_problem(err)})"
+            ) from None
         if kind is str and isinstance(value, int | float) and not isinstance(value, bool):
             value = str(node.value)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
@@ -89,13 +100,15 @@ class _Reader:
 def parse_topology_yaml(text: str, source: str, name: str | None = None) -> TopologyDoc:
     """Parse topology.yaml text and return the chosen topology's declarations."""
     try:
-        root = yaml.compose(text)
+        root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark is not None else source
         raise UserInputError(
             f"{where}: {getattr(err, 'problem', None) or 'invalid YAML'}"
         ) from None
+    except RecursionError:
+        raise UserInputError(f"{source}: nested too deeply to read") from None
     if root is None:
         raise UserInputError(f"{source}: empty file (expected a list of topologies)")
     reader = _Reader(source)

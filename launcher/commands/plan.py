@@ -23,7 +23,7 @@ from rich.tree import Tree
 from launcher.console import make_console, print_json
 from launcher.errors import UserInputError
 from launcher.job_placement import LiveState, probe_live_state
-from launcher.job_request import resolve_request
+from launcher.job_request import check_ranks_per_node, resolve_request
 from launcher.site_config import LoadedSite, load_site
 from launcher.typed_config import from_mapping
 from topology import hostlists
@@ -108,6 +108,8 @@ def _shape(args: argparse.Namespace) -> tuple[LoadedSite, dict[str, Any], str]:
         names = ", ".join("--" + k.replace("_", "-") for k in flagged)
         source = str(request.spec_path) + (f" with {names}" if flagged else "")
     data.update(given)
+    if args.gpus_per_node is not None:
+        check_ranks_per_node(site.config, args.gpus_per_node, "command line: --gpus-per-node")
     if args.dp is not None:
         data["dp"] = args.dp
     elif args.job is None or given:  # every rank slot used: dp = nodes x ranks/node / pp
@@ -134,8 +136,9 @@ def run(args: argparse.Namespace) -> int:
     topology = site_topology(site)
     request = from_mapping(PlacementRequest, data, source)
     state, live, state_note = _state(args, site)
-    if args.slurm_version:
-        version, version_note = SlurmVersion.parse(args.slurm_version), "from --slurm-version"
+    if args.slurm_version is not None:  # given, even empty: never fall back to detection
+        version = SlurmVersion.parse(args.slurm_version, "--slurm-version")
+        version_note = "from --slurm-version"
     elif live is not None:
         version, version_note = live.version, "of the live cluster"
     else:

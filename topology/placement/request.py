@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from launcher.errors import UserInputError
+from launcher.errors import UserInputError, shown
 from launcher.typed_config import FieldError
 from topology.model import Topology
 
@@ -70,7 +70,8 @@ class PlacementRequest:
                 f"pp({self.pp}) * dp({self.dp}) = {ranks} ranks but nodes({self.nodes}) x "
                 f"{self.ranks_per_node} ranks/node = {slots}",
             )
-        if not re.fullmatch(r"\d+(:\d{1,2}){0,2}|\d+-\d+(:\d{1,2}){0,2}", self.switch_wait):
+        if not re.fullmatch(r"\d+(:\d{1,2}){0,2}|\d+-\d+(:\d{1,2}){0,2}", self.switch_wait,
+                            re.ASCII):
             raise FieldError(
                 "switch_wait",
                 f"{self.switch_wait!r} is not allowed (expected a Slurm time: minutes, "
@@ -100,7 +101,8 @@ class ClusterState:
             unknown = sorted(n for n in names if n not in ids)
             if unknown:
                 raise UserInputError(
-                    f"{label}: {', '.join(unknown[:5])} {'is' if len(unknown) == 1 else 'are'} "
+                    f"{label}: {', '.join(shown(n) for n in unknown[:5])} "
+                    f"{'is' if len(unknown) == 1 else 'are'} "
                     f"not in the topology ({topology.source})"
                 )
         if self.free is None:
@@ -126,11 +128,12 @@ class SlurmVersion:
     """Maintenance release."""
 
     @staticmethod
-    def parse(text: str) -> SlurmVersion:
-        match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    def parse(text: str, where: str = "slurm version") -> SlurmVersion:
+        """The first X.Y[.Z] in ``text`` (e.g. `sinfo -V` output); ``where`` names its origin."""
+        match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text, re.ASCII)
         if match is None:
             raise UserInputError(
-                f"slurm version: {text!r} is not allowed (expected e.g. 22.05.8 or 24.11)"
+                f"{where}: {text!r} is not allowed (expected e.g. 22.05.8 or 24.11)"
             )
         return SlurmVersion(int(match[1]), int(match[2]), int(match[3] or 0))
 
