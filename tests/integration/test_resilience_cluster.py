@@ -65,7 +65,12 @@ def reference(cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPathFactory
     assert info["state"] == "COMPLETED" and info["restarts"] == 0, job.log()
     trajectory = job.trajectory()
     assert [step for step, _, _ in trajectory] == list(range(1, STEPS + 1))
-    assert [e["event"] for e in job.events()] == ["start"]
+    events = job.events()
+    assert [e["event"] for e in events if e["event"] != "checkpoint"] == ["start"]
+    # interval 2, async: each checkpoint complete after the step that follows it at the latest
+    done = [(e["step"], e["completed_after_step"]) for e in events if e["event"] == "checkpoint"]
+    assert [step for step, _ in done] == list(range(2, STEPS + 1, 2))
+    assert all(step <= after <= step + 1 for step, after in done)
     return trajectory
 
 
