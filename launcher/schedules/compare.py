@@ -1,0 +1,98 @@
+"""Every schedule side by side for one layout, in theory: each one's table run on the abstract
+machine (bubble, makespan, activations held per rank), and a text timeline of each rank."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from launcher.schedules import CHUNKED, SCHEDULES, ScheduleError, generate, simulate
+from launcher.schedules.simulator import UNIT_COSTS, SimResult
+from launcher.schedules.table import Op
+
+COST_KEYS = {"F": Op.FORWARD, "B": Op.BACKWARD_INPUT, "W": Op.WEIGHT}
+"""The letters of ``--costs``: forward, backward to the input, weight gradient (a full
+backward costs B + W)."""
+
+_LETTER = {"FORWARD": "F", "BACKWARD": "B", "BACKWARD_INPUT": "B", "WEIGHT": "W"}
+
+
+@dataclass(frozen=True)
+class ScheduleRow:
+    """One schedule's theory at one layout (``error`` set where the layout does not fit it)."""
+
+    schedule: str
+    virtual_stages: int
+    bubble: float | None = None
+    """Idle share of all ranks up to the makespan."""
+    makespan: float | None = None
+    """In the units of the costs."""
+    peak_in_flight: tuple[int, ...] = ()
+    """Per rank: most (chunk, micro-batch) activations it holds at once (a chunk is 1/v of
+    the rank's layers)."""
+    error: str | None = None
+    result: SimResult | None = None
+
+
+def parse_costs(text: str) -> dict[Op, float]:
+    """``F=1,B=1.2,W=0.8`` -> op costs (letters not given keep 1); ValueError naming the part
+    that is wrong."""
+    costs = {op: 1.0 for op in COST_KEYS.values()}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, _, value = part.partition("=")
+        op = COST_KEYS.get(key.strip().upper())
+        try:
+            number = float(value)
+        except ValueError:
+            number = -1.0
+        if op is None or not 0.0 < number < 1e9:
+            raise ValueError(f"{part!r} is not allowed (expected F=, B= or W= a positive "
+                             f"number, e.g. F=1,B=1,W=1)")
+        costs[op] = number
+    return costs
+
+
+def full_costs(costs: Mapping[Op, float]) -> dict[Op, float]:
+    """The simulator's cost table: F, B (input), W, and the full backward as B + W."""
+    full = {**UNIT_COSTS, **costs}
+    full[Op.BACKWARD] = full[Op.BACKWARD_INPUT] + full[Op.WEIGHT]
+    return full
+
+
+def compare(pp: int, micro_batches: int, virtual_stages: int,
+            costs: Mapping[Op, float] | None = None) -> list[ScheduleRow]:
+    """Each schedule at pp ranks and m micro-batches (the chunked ones with virtual_stages
+    chunks per rank, the others with one). ScheduleError where pp or m is not positive."""
+    if pp < 1 or micro_batches < 1 or virtual_stages < 2:
+        raise ScheduleError(f"pp({pp}) and micro_batches({micro_batches}) must be >= 1, "
+                            f"virtual_stages({virtual_stages}) >= 2")
+    table_costs = full_costs(costs or {})
+    rows = []
+    for name in SCHEDULES:
+        v = virtual_stages if name in CHUNKED else 1
+        try:
+            result = simulate(generate(name, pp, micro_batches, v), table_costs)
+        except ScheduleError as err:
+            rows.append(ScheduleRow(name, v, error=str(err)))
+            continue
+        rows.append(ScheduleRow(name, v, result.bubble_fraction, result.makespan,
+                                tuple(result.peak_in_flight), result=result))
+    return rows
+
+
+def timeline(result: SimResult, width: int) -> list[str]:
+    """One line per rank, ``width`` characters for the makespan: each compute as its letter
+    (F, B, W) then its micro-batch's last digit, idle as '.'."""
+    lines = []
+    scale = width / result.makespan if result.makespan else 0.0
+    for spans in result.spans:
+        cells = ["."] * width
+        for label, start, end in spans:
+            first, last = round(start * scale), max(round(end * scale), round(start * scale) + 1)
+            op = label.split("(")[0]
+            micro_batch = label.split("mb")[1].split(",")[0] if "mb" in label else "?"
+            text = _LETTER.get(op, "?") + micro_batch[-1] * (last - first - 1)
+            for i, char in enumerate(text[: max(0, min(last, width) - first)]):
+                cells[first + i] = char
+        lines.append("".join(cells))
+    return lines
