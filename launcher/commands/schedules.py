@@ -13,6 +13,7 @@ from launcher.console import make_console, print_json
 from launcher.errors import EXIT_OK, UserInputError
 from launcher.schedules import ScheduleError
 from launcher.schedules.compare import COST_KEYS, ScheduleRow, compare, parse_costs, timeline
+from launcher.schedules.table import Op
 
 
 def register(subparsers: Any) -> None:
@@ -34,6 +35,9 @@ def register(subparsers: Any) -> None:
                         help="chunks per rank of the interleaved schedules (default 2)")
     parser.add_argument("--costs", default="", metavar="F=..,B=..,W=..",
                         help="op costs relative to each other (default F=1,B=1,W=1)")
+    parser.add_argument("--trace", type=Path, default=None, metavar="TRACE_JSON",
+                        help="take the op costs (ms per stage) from a run's trace.json (a "
+                             "full backward splits evenly into B and W); --costs overrides")
     parser.add_argument("--timeline", action="store_true",
                         help="also draw each schedule's ranks over time (F/B/W + micro-batch)")
     parser.add_argument("--width", type=int, default=96, help="timeline width in characters")
@@ -73,10 +77,35 @@ def _row_json(row: ScheduleRow, width: int, with_timeline: bool) -> dict[str, An
     return out
 
 
+def trace_costs(path: Path) -> dict[Op, float]:
+    """Mean ms of F, B (input) and W per full stage in a gantry trace.json (each rank's
+    chunks count as its stages: a chunk's time x the chunks the rank ran); a full backward
+    is split evenly into B and W."""
+    from launcher.report.run_data import read_trace
+    from launcher.report.theory import measured_op_costs
+
+    events = read_trace(path)
+    chunks: dict[int, set[int]] = {}
+    for event in events:
+        chunks.setdefault(event.rank, set()).add(event.stage)
+    if not events:
+        raise UserInputError(f"--trace: {path} has no compute events (expected a gantry "
+                             "trace.json)")
+    measured = measured_op_costs(events, max(len(s) for s in chunks.values()))
+    if Op.BACKWARD in measured and Op.BACKWARD_INPUT not in measured:
+        measured[Op.BACKWARD_INPUT] = measured[Op.WEIGHT] = measured[Op.BACKWARD] / 2
+    if Op.FORWARD not in measured or Op.BACKWARD_INPUT not in measured:
+        raise UserInputError(f"--trace: {path} has no forward and backward ops")
+    return {op: measured[op] * 1e3 for op in COST_KEYS.values() if op in measured}
+
+
 def run(args: argparse.Namespace) -> int:
     pp, m, v = _layout(args)
+    costs = {op: 1.0 for op in COST_KEYS.values()}
+    if args.trace is not None:
+        costs.update(trace_costs(args.trace))
     try:
-        costs = parse_costs(args.costs)
+        costs.update(parse_costs(args.costs))
     except ValueError as err:
         raise UserInputError(f"--costs: {err}") from None
     if not 8 <= args.width <= 1000:

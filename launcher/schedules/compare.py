@@ -35,9 +35,9 @@ class ScheduleRow:
 
 
 def parse_costs(text: str) -> dict[Op, float]:
-    """``F=1,B=1.2,W=0.8`` -> op costs (letters not given keep 1); ValueError naming the part
-    that is wrong."""
-    costs = {op: 1.0 for op in COST_KEYS.values()}
+    """``F=1,B=1.2,W=0.8`` -> the costs of the ops named (the others are left out); ValueError
+    naming the part that is wrong."""
+    costs: dict[Op, float] = {}
     for part in filter(None, (p.strip() for p in text.split(","))):
         key, _, value = part.partition("=")
         op = COST_KEYS.get(key.strip().upper())

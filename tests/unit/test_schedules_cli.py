@@ -101,7 +101,7 @@ def test_bad_flags_are_one_line_errors(capsys: pytest.CaptureFixture[str], args:
     assert len(lines) == 1 and lines[0].startswith("error: ") and needle in lines[0], err
 
 
-def test_parse_costs_defaults_unnamed_letters_to_one() -> None:
-    assert parse_costs("B=2") == {Op.FORWARD: 1.0, Op.BACKWARD_INPUT: 2.0, Op.WEIGHT: 1.0}
-    assert parse_costs(" f=0.5 , w=3 ") == {Op.FORWARD: 0.5, Op.BACKWARD_INPUT: 1.0,
-                                             Op.WEIGHT: 3.0}
+def test_parse_costs_returns_the_letters_given() -> None:
+    assert parse_costs("B=2") == {Op.BACKWARD_INPUT: 2.0}
+    assert parse_costs(" f=0.5 , w=3 ") == {Op.FORWARD: 0.5, Op.WEIGHT: 3.0}
+    assert parse_costs("") == {}
