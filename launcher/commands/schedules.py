@@ -12,7 +12,14 @@ from rich.table import Table
 from launcher.console import make_console, print_json
 from launcher.errors import EXIT_OK, UserInputError
 from launcher.schedules import ScheduleError
-from launcher.schedules.compare import COST_KEYS, ScheduleRow, compare, parse_costs, timeline
+from launcher.schedules.compare import (
+    COST_KEYS,
+    ScheduleRow,
+    compare,
+    parse_costs,
+    split_full_backward,
+    timeline,
+)
 from launcher.schedules.table import Op
 
 
@@ -91,9 +98,8 @@ def trace_costs(path: Path) -> dict[Op, float]:
     if not events:
         raise UserInputError(f"--trace: {path} has no compute events (expected a gantry "
                              "trace.json)")
-    measured = measured_op_costs(events, max(len(s) for s in chunks.values()))
-    if Op.BACKWARD in measured and Op.BACKWARD_INPUT not in measured:
-        measured[Op.BACKWARD_INPUT] = measured[Op.WEIGHT] = measured[Op.BACKWARD] / 2
+    measured = split_full_backward(
+        measured_op_costs(events, max(len(s) for s in chunks.values())))
     if Op.FORWARD not in measured or Op.BACKWARD_INPUT not in measured:
         raise UserInputError(f"--trace: {path} has no forward and backward ops")
     return {op: measured[op] * 1e3 for op in COST_KEYS.values() if op in measured}

@@ -83,6 +83,8 @@ class ReportResult:
             "theoretical_bubble_measured_costs":
                 None if self.theory is None else self.theory.with_measured_costs,
             "schedule": None if self.theory is None else self.theory.describe(),
+            "schedules_in_theory": None if self.theory is None else
+            {name: bubble for name, bubble in self.theory.alternatives},
             "shown_step": self.shown_step, "notes": list(self.notes),
         }
 
@@ -192,6 +194,10 @@ def _write(sources: RunSources, name: str, records: list[StepRecord], events: li
          f"{theory.fraction:.1%} ({theory.describe()}, unit op costs)"
          + ("" if theory.with_measured_costs is None else
             f"; {theory.with_measured_costs:.1%} with the trace's mean op times")),
+        ("every schedule in theory", "-" if theory is None else
+         ", ".join(f"{n} {b:.1%}" for n, b in theory.alternatives)
+         + (" (the trace's op times; `gantry schedules --trace` for more)"
+            if theory.with_measured_costs is not None else " (unit op costs)")),
     ]
     attempts = []
     for run_dir in sources.run_dirs:

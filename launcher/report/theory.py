@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from launcher.report.run_data import TraceEvent
 from launcher.schedules import Op, ScheduleError, generate, simulate
+from launcher.schedules.compare import compare, split_full_backward
 from launcher.schedules.simulator import UNIT_COSTS
 
 _OPS = {"forward": Op.FORWARD, "backward": Op.BACKWARD, "backward_input": Op.BACKWARD_INPUT,
@@ -32,6 +33,10 @@ class TheoreticalBubble:
     """Idle share of all pipeline ranks' time up to the makespan (unit costs)."""
     with_measured_costs: float | None = None
     """The same with the trace's mean op times (None without a trace)."""
+    alternatives: tuple[tuple[str, float], ...] = ()
+    """Every schedule possible at this layout (the chunked ones with max(v, 2) chunks) and
+    its bubble at the same costs (the trace's op times, a full backward split evenly into
+    input and weight gradients; else unit costs)."""
 
     def describe(self) -> str:
         chunks = f" v={self.virtual_stages}" if self.virtual_stages > 1 else ""
@@ -64,8 +69,12 @@ def theoretical_bubble(schedule: str, pp: int, micro_batches: int, virtual_stage
         if Op.BACKWARD not in costs and Op.BACKWARD_INPUT in costs and Op.WEIGHT in costs:
             full[Op.BACKWARD] = costs[Op.BACKWARD_INPUT] + costs[Op.WEIGHT]
         measured = simulate(table, full).bubble_fraction
+    rows = compare(pp, micro_batches, max(virtual_stages, 2),
+                   split_full_backward(costs) if costs else None)
+    alternatives = tuple((f"{r.schedule} v={r.virtual_stages}" if r.virtual_stages > 1
+                          else r.schedule, r.bubble) for r in rows if r.bubble is not None)
     return TheoreticalBubble(schedule, pp, micro_batches, virtual_stages,
-                             simulate(table).bubble_fraction, measured)
+                             simulate(table).bubble_fraction, measured, alternatives)
 
 
 __all__ = ["ScheduleError", "TheoreticalBubble", "theoretical_bubble"]

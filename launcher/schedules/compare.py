@@ -52,6 +52,15 @@ def parse_costs(text: str) -> dict[Op, float]:
     return costs
 
 
+def split_full_backward(costs: Mapping[Op, float]) -> dict[Op, float]:
+    """Costs measured on a schedule without the split backward have only the full backward:
+    give B (input) and W half of it each, so the split schedules can be priced too."""
+    out = dict(costs)
+    if Op.BACKWARD in out and Op.BACKWARD_INPUT not in out and Op.WEIGHT not in out:
+        out[Op.BACKWARD_INPUT] = out[Op.WEIGHT] = out[Op.BACKWARD] / 2
+    return out
+
+
 def full_costs(costs: Mapping[Op, float]) -> dict[Op, float]:
     """The simulator's cost table: F, B (input), W, and the full backward as B + W."""
     full = {**UNIT_COSTS, **costs}

@@ -231,3 +231,23 @@ def test_theory_with_measured_op_costs() -> None:
     assert zb.with_measured_costs is not None
     assert zb.with_measured_costs != pytest.approx(zb.fraction)
     assert theoretical_bubble("zb-h1", 4, 8).with_measured_costs is None
+
+
+def test_every_schedule_is_priced_at_the_runs_own_costs() -> None:
+    """The report lists each schedule's bubble at the run's op times; the run's own schedule
+    among them has the bubble the report gives it, a full backward split in halves for the
+    zero-bubble ones."""
+    full = {Op.FORWARD: 1.0, Op.BACKWARD: 2.6}
+    theory = theoretical_bubble("1f1b", 2, 8, 1, full)
+    alternatives = dict(theory.alternatives)
+    assert list(alternatives) == ["gpipe", "1f1b", "interleaved v=2", "zb-h1", "zb-h2",
+                                  "zb-interleaved v=2"]
+    assert alternatives["1f1b"] == pytest.approx(theory.with_measured_costs)
+    split = {Op.FORWARD: 1.0, Op.BACKWARD_INPUT: 1.3, Op.WEIGHT: 1.3}
+    assert alternatives["zb-h1"] == pytest.approx(
+        theoretical_bubble("zb-h1", 2, 8, 1, split).with_measured_costs)
+    assert alternatives["zb-h2"] < alternatives["1f1b"]
+    unit = dict(theoretical_bubble("zb-interleaved", 3, 4, 3).alternatives)
+    assert "interleaved v=3" not in unit  # m = 4 is not a multiple of pp = 3
+    assert unit["zb-interleaved v=3"] == pytest.approx(
+        theoretical_bubble("zb-interleaved", 3, 4, 3).fraction)
