@@ -36,7 +36,7 @@ sys.path.insert(0, str(REPO))
 from gpu_clocks import ClockSampler  # noqa: E402
 
 from launcher.schedules import CHUNKED, SCHEDULES, Op, generate  # noqa: E402
-from launcher.schedules.simulator import UNIT_COSTS, SimResult, simulate  # noqa: E402
+from launcher.schedules.simulator import SimResult, simulate, with_unit_defaults  # noqa: E402
 from launcher.schedules.table import ScheduleTable  # noqa: E402
 
 _TUNING_PREFIXES = ("GANTRY_", "NCCL_")
@@ -170,21 +170,12 @@ def waits_by_rank(trace: dict[str, Any], step: int,
     return out
 
 
-def _with_unit_defaults(costs: dict[Op, float]) -> dict[Op, float]:
-    """Measured op costs, unit costs for ops that did not run, a full backward as B + W."""
-    full = dict(UNIT_COSTS)
-    full.update(costs)
-    if Op.BACKWARD not in costs and Op.BACKWARD_INPUT in costs and Op.WEIGHT in costs:
-        full[Op.BACKWARD] = costs[Op.BACKWARD_INPUT] + costs[Op.WEIGHT]
-    return full
-
-
 def rank_cost_simulation(table: ScheduleTable, op_ms_by_rank: list[dict[str, list[float]]]
                          ) -> SimResult:
     """The simulator on `table` with each rank's own measured op costs (`op_ms_by_rank`: per
     rank, op name -> [mean ms per chunk op, total ms]; a stage op is v chunk ops)."""
     v = table.virtual_stages
-    per_rank = [_with_unit_defaults({_OPS[name]: mean * 1e-3 * v
+    per_rank = [with_unit_defaults({_OPS[name]: mean * 1e-3 * v
                                      for name, (mean, _) in ops.items() if name in _OPS})
                 for ops in op_ms_by_rank]
     return simulate(table, per_rank)
@@ -202,7 +193,7 @@ def timeline(a: argparse.Namespace, records: list[dict[str, Any]],
     v = a.v
     table = generate(a.schedule, a.pp, a.nmb, v)
     costs = op_costs(trace, last["step"] - 1, v)
-    full = _with_unit_defaults(costs)
+    full = with_unit_defaults(costs)
     by_rank = op_times_by_rank(trace, last["step"] - 1)
     extra: dict[str, Any] = {}
     if a.dp == 1:  # the trace's pids are the pipeline ranks

@@ -26,29 +26,23 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_gantry_gpu import rank_cost_simulation
+from rank_cost_theory import BENCH_VIRTUAL_STAGES
 
-from launcher.schedules import CHUNKED
+from launcher.schedules import CHUNKED, compute_orders
 from launcher.schedules.table import ComputeStep, Op, build_table
-from launcher.schedules.zb_h1 import zb_h1_orders
-from launcher.schedules.zb_h2 import zb_h2_orders
-from launcher.schedules.zb_interleaved import zb_interleaved_orders
 
 MEASURED_SAVING = 0.043
 """Weight products of 8-sequence micro-batches vs 4-sequence ones, 1.5B, one H200 (above)."""
 
-BENCH_VIRTUAL_STAGES = 2
-"""bench_gantry_gpu.py's --virtual-stages default, which the recorded chunked rows ran with."""
+SPLIT_BACKWARD = ("zb-h1", "zb-h2", "zb-interleaved")
+"""The schedules whose W passes run on their own."""
 
 
 def split_backward_orders(name: str, pp: int, m: int, v: int) -> list[list[ComputeStep]]:
     """The compute orders of a split-backward (zero-bubble) schedule."""
-    if name == "zb-h1":
-        return zb_h1_orders(pp, m)
-    if name == "zb-h2":
-        return zb_h2_orders(pp, m)
-    if name == "zb-interleaved":
-        return zb_interleaved_orders(pp, m, v)
-    raise ValueError(f"{name}: not a split-backward schedule (zb-h1, zb-h2, zb-interleaved)")
+    if name not in SPLIT_BACKWARD:
+        raise ValueError(f"{name}: not a split-backward schedule ({', '.join(SPLIT_BACKWARD)})")
+    return compute_orders(name, pp, m, v)
 
 
 def pair_weight_steps(orders: list[list[ComputeStep]]) -> list[list[ComputeStep]]:
@@ -130,7 +124,7 @@ def recorded_rows(lines: list[str]) -> list[dict[str, Any]]:
     """gantry's PP=2 rows of the split-backward schedules that carry per-rank op costs."""
     rows = [json.loads(line) for line in lines if line.strip()]
     return [r for r in rows if r.get("impl") == "gantry" and r.get("mode") == "pp2"
-            and r.get("schedule") in ("zb-h1", "zb-h2", "zb-interleaved")
+            and r.get("schedule") in SPLIT_BACKWARD
             and r.get("timeline", {}).get("op_ms_by_rank")]
 
 

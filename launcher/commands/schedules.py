@@ -92,12 +92,12 @@ def trace_costs(path: Path) -> dict[Op, float]:
     from launcher.report.theory import measured_op_costs
 
     events = read_trace(path)
-    chunks: dict[int, set[int]] = {}
-    for event in events:
-        chunks.setdefault(event.rank, set()).add(event.stage)
     if not events:
         raise UserInputError(f"--trace: {path} has no compute events (expected a gantry "
                              "trace.json)")
+    chunks: dict[int, set[int]] = {}
+    for event in events:
+        chunks.setdefault(event.rank, set()).add(event.stage)
     measured = split_full_backward(
         measured_op_costs(events, max(len(s) for s in chunks.values())))
     if Op.FORWARD not in measured or Op.BACKWARD_INPUT not in measured:
@@ -105,53 +105,51 @@ def trace_costs(path: Path) -> dict[Op, float]:
     return {op: measured[op] * 1e3 for op in COST_KEYS.values() if op in measured}
 
 
+def _label(row: ScheduleRow) -> str:
+    return f"{row.schedule} (v={row.virtual_stages})" if row.virtual_stages > 1 else row.schedule
+
+
 def run(args: argparse.Namespace) -> int:
     pp, m, v = _layout(args)
-    costs = {op: 1.0 for op in COST_KEYS.values()}
-    if args.trace is not None:
-        costs.update(trace_costs(args.trace))
     try:
-        costs.update(parse_costs(args.costs))
+        given = parse_costs(args.costs)
     except ValueError as err:
         raise UserInputError(f"--costs: {err}") from None
     if not 8 <= args.width <= 1000:
         raise UserInputError(f"--width: {args.width} is not allowed (expected 8..1000)")
+    costs = {op: 1.0 for op in COST_KEYS.values()}
+    if args.trace is not None:
+        costs.update(trace_costs(args.trace))
+    costs.update(given)
+    by_letter = {letter: costs[op] for letter, op in COST_KEYS.items()}
     try:
         rows = compare(pp, m, v, costs)
     except ScheduleError as err:
         raise UserInputError(str(err)) from None
     if args.json:
         print_json({"pp": pp, "micro_batches": m, "virtual_stages": v,
-                    "costs": {"F": costs_of(costs, "F"), "B": costs_of(costs, "B"),
-                              "W": costs_of(costs, "W")},
+                    "costs": by_letter,
                     "schedules": [_row_json(r, args.width, args.timeline) for r in rows]})
         return EXIT_OK
     console = make_console()
-    table = Table(title=f"pp={pp}, {m} micro-batches, costs F={costs_of(costs, 'F'):g} "
-                        f"B={costs_of(costs, 'B'):g} W={costs_of(costs, 'W'):g}")
+    table = Table(title=f"pp={pp}, {m} micro-batches, costs "
+                        + " ".join(f"{letter}={cost:g}" for letter, cost in by_letter.items()))
     for column in ("schedule", "bubble", "step (cost units)",
                    "activations held per rank (micro-batches x its layers)"):
         table.add_column(column)
     for row in rows:
-        name = f"{row.schedule} (v={row.virtual_stages})" if row.virtual_stages > 1 \
-            else row.schedule
         if row.error is not None:
-            table.add_row(name, "-", "-", f"not possible: {row.error}")
+            table.add_row(_label(row), "-", "-", f"not possible: {row.error}")
             continue
-        table.add_row(name, f"{(row.bubble or 0.0) * 100:.1f}%", f"{row.makespan:g}",
+        table.add_row(_label(row), f"{(row.bubble or 0.0) * 100:.1f}%", f"{row.makespan:g}",
                       " / ".join(f"{n / row.virtual_stages:g}" for n in row.peak_in_flight))
     console.print(table)
     if args.timeline:
         for row in rows:
             if row.result is None:
                 continue
-            console.print(f"\n{row.schedule}" + (f" (v={row.virtual_stages})"
-                                                  if row.virtual_stages > 1 else ""))
+            console.print(f"\n{_label(row)}")
             for rank, line in enumerate(timeline(row.result, args.width)):
                 console.print(f"  rank {rank} |{line}|", markup=False)
     return EXIT_OK
 
-
-def costs_of(costs: dict[Any, float], letter: str) -> float:
-    """The cost of op letter F, B or W."""
-    return costs[COST_KEYS[letter]]

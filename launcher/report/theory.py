@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from launcher.report.run_data import TraceEvent
 from launcher.schedules import Op, ScheduleError, generate, simulate
 from launcher.schedules.compare import compare, split_full_backward
-from launcher.schedules.simulator import UNIT_COSTS
+from launcher.schedules.simulator import with_unit_defaults
 
 _OPS = {"forward": Op.FORWARD, "backward": Op.BACKWARD, "backward_input": Op.BACKWARD_INPUT,
         "weight": Op.WEIGHT}
@@ -65,10 +65,7 @@ def theoretical_bubble(schedule: str, pp: int, micro_batches: int, virtual_stage
     table = generate(schedule, pp, micro_batches, virtual_stages)
     measured = None
     if costs:
-        full = {**UNIT_COSTS, **costs}
-        if Op.BACKWARD not in costs and Op.BACKWARD_INPUT in costs and Op.WEIGHT in costs:
-            full[Op.BACKWARD] = costs[Op.BACKWARD_INPUT] + costs[Op.WEIGHT]
-        measured = simulate(table, full).bubble_fraction
+        measured = simulate(table, with_unit_defaults(costs)).bubble_fraction
     rows = compare(pp, micro_batches, max(virtual_stages, 2),
                    split_full_backward(costs) if costs else None)
     alternatives = tuple((f"{r.schedule} v={r.virtual_stages}" if r.virtual_stages > 1

@@ -1,8 +1,8 @@
 """Pipeline schedules: per-rank action tables generated once, proven by the simulator.
 
-``generate(name, pp, m, v)`` returns a :class:`ScheduleTable` for gpipe, 1f1b,
-interleaved (v chunks per rank), zb-h1, zb-h2 or zb-interleaved (v chunks per rank, split
-backward); ``simulate`` proves and costs it.
+``generate(name, pp, m, v)`` returns a :class:`ScheduleTable` for gpipe, 1f1b, interleaved
+(v chunks per rank), zb-h1, zb-h2 or zb-interleaved (v chunks per rank, split backward),
+built from the per-rank ``compute_orders``; ``simulate`` proves and costs it.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from launcher.schedules.one_f_one_b import one_f_one_b_orders
 from launcher.schedules.simulator import SimResult, simulate
 from launcher.schedules.table import (
     Action,
+    ComputeStep,
     Op,
     ScheduleError,
     ScheduleTable,
@@ -29,29 +30,32 @@ CHUNKED = ("interleaved", "zb-interleaved")
 
 __all__ = [
     "CHUNKED", "SCHEDULES", "Action", "Op", "ScheduleError", "ScheduleTable", "SimResult",
-    "generate", "simulate", "table_from_bytes",
+    "compute_orders", "generate", "simulate", "table_from_bytes",
 ]
 
 
-def generate(name: str, pp: int, m: int, v: int = 1) -> ScheduleTable:
-    """The action table of schedule ``name`` for pp ranks, m micro-batches, v chunks/rank."""
+def compute_orders(name: str, pp: int, m: int, v: int = 1) -> list[list[ComputeStep]]:
+    """The per-rank compute orders of schedule ``name`` (before communication and slots)."""
     if pp < 1 or m < 1 or v < 1:
         raise ScheduleError(f"{name}: pp({pp}), m({m}) and v({v}) must be >= 1")
     if name in SCHEDULES and name not in CHUNKED and v != 1:
         raise ScheduleError(f"{name}: virtual_stages({v}) needs schedule 'interleaved' "
                             "or 'zb-interleaved'")
     if name == "gpipe":
-        orders = gpipe_orders(pp, m)
-    elif name == "1f1b":
-        orders = one_f_one_b_orders(pp, m)
-    elif name == "interleaved":
-        orders = interleaved_orders(pp, m, v)
-    elif name == "zb-h1":
-        orders = zb_h1_orders(pp, m)
-    elif name == "zb-h2":
-        orders = zb_h2_orders(pp, m)
-    elif name == "zb-interleaved":
-        orders = zb_interleaved_orders(pp, m, v)
-    else:
-        raise ScheduleError(f"unknown schedule {name!r} (expected one of {', '.join(SCHEDULES)})")
-    return build_table(name, pp, v, m, orders)
+        return gpipe_orders(pp, m)
+    if name == "1f1b":
+        return one_f_one_b_orders(pp, m)
+    if name == "interleaved":
+        return interleaved_orders(pp, m, v)
+    if name == "zb-h1":
+        return zb_h1_orders(pp, m)
+    if name == "zb-h2":
+        return zb_h2_orders(pp, m)
+    if name == "zb-interleaved":
+        return zb_interleaved_orders(pp, m, v)
+    raise ScheduleError(f"unknown schedule {name!r} (expected one of {', '.join(SCHEDULES)})")
+
+
+def generate(name: str, pp: int, m: int, v: int = 1) -> ScheduleTable:
+    """The action table of schedule ``name`` for pp ranks, m micro-batches, v chunks/rank."""
+    return build_table(name, pp, v, m, compute_orders(name, pp, m, v))

@@ -7,14 +7,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from launcher.schedules import CHUNKED, SCHEDULES, ScheduleError, generate, simulate
-from launcher.schedules.simulator import UNIT_COSTS, SimResult
+from launcher.schedules.simulator import SimResult, with_unit_defaults
 from launcher.schedules.table import Op
 
 COST_KEYS = {"F": Op.FORWARD, "B": Op.BACKWARD_INPUT, "W": Op.WEIGHT}
 """The letters of ``--costs``: forward, backward to the input, weight gradient (a full
 backward costs B + W)."""
 
-_LETTER = {"FORWARD": "F", "BACKWARD": "B", "BACKWARD_INPUT": "B", "WEIGHT": "W"}
+_LETTER = {Op.FORWARD: "F", Op.BACKWARD: "B", Op.BACKWARD_INPUT: "B", Op.WEIGHT: "W"}
 
 
 @dataclass(frozen=True)
@@ -61,13 +61,6 @@ def split_full_backward(costs: Mapping[Op, float]) -> dict[Op, float]:
     return out
 
 
-def full_costs(costs: Mapping[Op, float]) -> dict[Op, float]:
-    """The simulator's cost table: F, B (input), W, and the full backward as B + W."""
-    full = {**UNIT_COSTS, **costs}
-    full[Op.BACKWARD] = full[Op.BACKWARD_INPUT] + full[Op.WEIGHT]
-    return full
-
-
 def compare(pp: int, micro_batches: int, virtual_stages: int,
             costs: Mapping[Op, float] | None = None) -> list[ScheduleRow]:
     """Each schedule at pp ranks and m micro-batches (the chunked ones with virtual_stages
@@ -75,7 +68,7 @@ def compare(pp: int, micro_batches: int, virtual_stages: int,
     if pp < 1 or micro_batches < 1 or virtual_stages < 2:
         raise ScheduleError(f"pp({pp}) and micro_batches({micro_batches}) must be >= 1, "
                             f"virtual_stages({virtual_stages}) >= 2")
-    table_costs = full_costs(costs or {})
+    table_costs = with_unit_defaults(costs or {})
     rows = []
     for name in SCHEDULES:
         v = virtual_stages if name in CHUNKED else 1
@@ -96,11 +89,9 @@ def timeline(result: SimResult, width: int) -> list[str]:
     scale = width / result.makespan if result.makespan else 0.0
     for spans in result.spans:
         cells = ["."] * width
-        for label, start, end in spans:
+        for action, start, end in spans:
             first, last = round(start * scale), max(round(end * scale), round(start * scale) + 1)
-            op = label.split("(")[0]
-            micro_batch = label.split("mb")[1].split(",")[0] if "mb" in label else "?"
-            text = _LETTER.get(op, "?") + micro_batch[-1] * (last - first - 1)
+            text = _LETTER[action.op] + str(action.micro_batch)[-1] * (last - first - 1)
             for i, char in enumerate(text[: max(0, min(last, width) - first)]):
                 cells[first + i] = char
         lines.append("".join(cells))

@@ -13,7 +13,7 @@ time, bubble fraction and peak in-flight micro-batches per rank.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from launcher.schedules.table import COMPUTE_OPS, Action, Op, ScheduleError, ScheduleTable
@@ -22,6 +22,15 @@ UNIT_COSTS: dict[Op, float] = {
     Op.FORWARD: 1.0, Op.BACKWARD: 2.0, Op.BACKWARD_INPUT: 1.0, Op.WEIGHT: 1.0,
 }
 """F = B = W = 1 (a full backward is B + W = 2)."""
+
+
+def with_unit_defaults(costs: Mapping[Op, float]) -> dict[Op, float]:
+    """Measured op costs completed for the simulator: unit costs for ops not given, and a
+    full backward not given priced as B + W where both are."""
+    full = {**UNIT_COSTS, **costs}
+    if Op.BACKWARD not in costs and Op.BACKWARD_INPUT in costs and Op.WEIGHT in costs:
+        full[Op.BACKWARD] = costs[Op.BACKWARD_INPUT] + costs[Op.WEIGHT]
+    return full
 
 
 @dataclass
@@ -35,8 +44,8 @@ class SimResult:
     peak_in_flight: list[int]
     """Most micro-batches with forward done and weight gradient not yet done, per rank
     (activations held; receive buffers posted ahead are counted in slots_per_stage)."""
-    spans: list[list[tuple[str, float, float]]] = field(default_factory=list)
-    """Per rank: (label, start, end) of each compute."""
+    spans: list[list[tuple[Action, float, float]]] = field(default_factory=list)
+    """Per rank: (action, start, end) of each compute."""
 
     @property
     def bubble_fraction(self) -> float:
@@ -71,7 +80,7 @@ class _Rank:
     live: int = 0
     """Micro-batches whose forward ran and whose slot is not yet released."""
     peak: int = 0
-    spans: list[tuple[str, float, float]] = field(default_factory=list)
+    spans: list[tuple[Action, float, float]] = field(default_factory=list)
 
 
 class _Machine:
@@ -125,7 +134,7 @@ class _Machine:
         if a.op is Op.WEIGHT and (Op.BACKWARD_INPUT, s, mb) not in self.done:
             raise self.fail(rank, a, "input gradient has not run")
         cost = self.costs[rank.index][a.op] / self.table.virtual_stages
-        rank.spans.append((str(a), rank.time, rank.time + cost))
+        rank.spans.append((a, rank.time, rank.time + cost))
         rank.time += cost
         rank.busy += cost
         self.done.add((a.op, s, mb))

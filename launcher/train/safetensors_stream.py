@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+import sys
 from collections.abc import Mapping
 from typing import Any, BinaryIO
 
@@ -36,11 +37,12 @@ def storage_order(tensors: Tensors) -> list[str]:
     return sorted(tensors, key=lambda name: (-_RANK.get(tensors[name].dtype, -1), name))
 
 
-def encode_header(tensors: Tensors, metadata: dict[str, str]) -> bytes:
-    """The length prefix and JSON header for `tensors` in `storage_order`."""
+def _header(tensors: Tensors, metadata: dict[str, str]) -> tuple[bytes, list[str]]:
+    """The length prefix and JSON header, and the names in `storage_order`."""
+    order = storage_order(tensors)
     entries: dict[str, object] = {"__metadata__": dict(metadata)}
     offset = 0
-    for name in storage_order(tensors):
+    for name in order:
         array = tensors[name]
         dtype = _DTYPES.get(array.dtype)
         if dtype is None:
@@ -50,12 +52,12 @@ def encode_header(tensors: Tensors, metadata: dict[str, str]) -> bytes:
         offset += array.nbytes
     header = json.dumps(entries, separators=(",", ":"), ensure_ascii=False).encode()
     header += b" " * (-len(header) % 8)
-    return struct.pack("<Q", len(header)) + header
+    return struct.pack("<Q", len(header)) + header, order
 
 
 def file_size(tensors: Tensors, metadata: dict[str, str]) -> int:
     """Bytes `write_safetensors` writes for these tensors."""
-    return len(encode_header(tensors, metadata)) + sum(a.nbytes for a in tensors.values())
+    return len(_header(tensors, metadata)[0]) + sum(a.nbytes for a in tensors.values())
 
 
 def write_safetensors(handle: BinaryIO, tensors: Tensors, metadata: dict[str, str],
@@ -63,7 +65,8 @@ def write_safetensors(handle: BinaryIO, tensors: Tensors, metadata: dict[str, st
     """Writes the file to `handle`; returns its sha256 (hex). With `limit`, stops after that
     many bytes (a deliberately torn file, for the crash fault)."""
     digest = hashlib.sha256()
-    budget = file_size(tensors, metadata) if limit is None else limit
+    header, order = _header(tensors, metadata)
+    budget = sys.maxsize if limit is None else limit
 
     def put(view: memoryview) -> None:
         nonlocal budget
@@ -73,8 +76,8 @@ def write_safetensors(handle: BinaryIO, tensors: Tensors, metadata: dict[str, st
             handle.write(part)
             budget -= len(part)
 
-    put(memoryview(encode_header(tensors, metadata)))
-    for name in storage_order(tensors):
+    put(memoryview(header))
+    for name in order:
         array = np.ascontiguousarray(tensors[name])
         if array.dtype.byteorder == ">":
             array = array.astype(array.dtype.newbyteorder("<"))

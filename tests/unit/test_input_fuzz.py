@@ -373,9 +373,15 @@ def plan_argv(site: Path, nodes: int) -> list[str]:
 @example(text="- topology: t\n  tree: " + "[" * 2000, plugin="flat", nodes=1, render=False)
 @example(text="- topology: t\n  flat: !!bool x\n", plugin="flat", nodes=1, render=False)
 def test_topology_yaml(text: str, plugin: str, nodes: int, render: bool) -> None:
+    check_topology_file("topo.yaml", text, plugin, nodes, render)
+
+
+def check_topology_file(name: str, text: str, plugin: str, nodes: int, render: bool) -> None:
+    """A site naming topology file `name` (holding `text`): render the example job against
+    it, or plan `nodes` nodes on it."""
     with workdir() as tmp:
-        (tmp / "topo.yaml").write_text(text, encoding="utf-8")
-        site = site_with_topology(tmp, "topo.yaml", plugin)
+        (tmp / name).write_text(text, encoding="utf-8")
+        site = site_with_topology(tmp, name, plugin)
         if render:
             check(run_cli(["render", str(EXAMPLE_JOB), "--site", str(site)]))
         else:
@@ -418,13 +424,7 @@ def conf_text(draw: st.DrawFn) -> str:
 @example(text="BlockSizes=\u00b2\nBlockName=b1 Nodes=n[1-8]\n", plugin="block", nodes=1,
          render=False)
 def test_topology_conf(text: str, plugin: str, nodes: int, render: bool) -> None:
-    with workdir() as tmp:
-        (tmp / "topology.conf").write_text(text, encoding="utf-8")
-        site = site_with_topology(tmp, "topology.conf", plugin)
-        if render:
-            check(run_cli(["render", str(EXAMPLE_JOB), "--site", str(site)]))
-        else:
-            check(run_cli(plan_argv(site, nodes)), infeasible_ok=True)
+    check_topology_file("topology.conf", text, plugin, nodes, render)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -13,7 +13,8 @@ import yaml
 
 from launcher.cli import main
 from launcher.schedules import CHUNKED, SCHEDULES, generate, simulate
-from launcher.schedules.compare import full_costs, parse_costs
+from launcher.schedules.compare import parse_costs
+from launcher.schedules.simulator import with_unit_defaults
 from launcher.schedules.table import Op
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,7 +28,7 @@ def _json(capsys: pytest.CaptureFixture[str], *args: str) -> dict[str, Any]:
 def test_every_schedule_matches_its_simulated_table(capsys: pytest.CaptureFixture[str]) -> None:
     out = _json(capsys, "--pp", "4", "-m", "8", "-v", "2", "--costs", "F=1,B=1.2,W=0.85")
     assert [row["schedule"] for row in out["schedules"]] == list(SCHEDULES)
-    costs = full_costs({Op.FORWARD: 1.0, Op.BACKWARD_INPUT: 1.2, Op.WEIGHT: 0.85})
+    costs = with_unit_defaults({Op.FORWARD: 1.0, Op.BACKWARD_INPUT: 1.2, Op.WEIGHT: 0.85})
     for row in out["schedules"]:
         v = 2 if row["schedule"] in CHUNKED else 1
         result = simulate(generate(row["schedule"], 4, 8, v), costs)
