@@ -60,13 +60,20 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=18)
     parser.add_argument("--interval", type=int, default=0,
                         help="only checkpoints every N steps (default: every step and every 4)")
+    parser.add_argument("--lags", type=int, nargs="+", default=[1],
+                        help="checkpoint.max_lag_steps values for the async runs (default: 1)")
     args = parser.parse_args()
     intervals = [args.interval] if args.interval > 0 else [1, 4]
     variants: list[tuple[str, dict[str, Any] | None]] = [("no checkpoint (anchor)", None)]
-    for interval, background in itertools.product(intervals, (False, True)):
+    for interval in intervals:
         every = "every step" if interval == 1 else f"every {interval} steps"
-        variants.append((f"checkpoint {every}, {'async' if background else 'sync'}",
-                         {"interval": interval, "keep": 2, "async_write": background}))
+        variants.append((f"checkpoint {every}, sync",
+                         {"interval": interval, "keep": 2, "async_write": False}))
+        for lag in args.lags:
+            lag_note = "" if lag == 1 else f", max_lag_steps {lag}"
+            variants.append((f"checkpoint {every}, async{lag_note}",
+                             {"interval": interval, "keep": 2, "async_write": True,
+                              "max_lag_steps": lag}))
     samples: dict[str, list[float]] = {name: [] for name, _ in variants}
     sizes: dict[str, float] = {}
     for _ in range(args.repeat):  # interleaved, so load drifts hit every variant alike
