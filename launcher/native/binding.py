@@ -176,6 +176,9 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
         ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.c_size_t, ctypes.c_size_t, _f32p]
     ),
     "gt_stage_params_updated": (ctypes.c_int, [ctypes.c_void_p]),
+    # page-locked host memory (API version 7)
+    "gt_host_pin": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]),
+    "gt_host_unpin": (ctypes.c_int, [ctypes.c_void_p]),
 }
 
 
@@ -277,12 +280,31 @@ def tensor_table(lib: NativeLibrary, handle: Any) -> list[TensorInfo]:
     return infos
 
 
-def read_buffer(lib: NativeLibrary, handle: Any, which: Buffer, num_params: int) -> FloatArray:
-    """A host copy of one whole buffer (host or device memory alike)."""
-    out = np.empty(num_params, dtype=np.float32)
+def read_buffer(lib: NativeLibrary, handle: Any, which: Buffer, num_params: int,
+                out: FloatArray | None = None) -> FloatArray:
+    """A host copy of one whole buffer (host or device memory alike), into ``out`` when given
+    (float32, contiguous, ``num_params`` elements: e.g. a pinned staging array)."""
+    if out is None:
+        out = np.empty(num_params, dtype=np.float32)
+    elif out.dtype != np.float32 or out.size != num_params or not out.flags.c_contiguous:
+        raise ValueError(f"read_buffer: out must be {num_params} contiguous float32 values")
     lib.check(lib.lib.gt_stage_read_buffer(handle, int(which), 0, num_params,
                                            out.ctypes.data_as(_f32p)))
     return out
+
+
+def pin_host(lib: NativeLibrary, array: npt.NDArray[Any]) -> str | None:
+    """Page-locks ``array``'s memory (a no-op on the CPU build) so buffer copies into it run
+    as direct DMA; None when done, else why not (the array stays usable, only unpinned).
+    Call :func:`unpin_host` before the array is freed."""
+    if lib.lib.gt_host_pin(array.ctypes.data, array.nbytes) == GT_OK:
+        return None
+    return lib.last_error()
+
+
+def unpin_host(lib: NativeLibrary, array: npt.NDArray[Any]) -> None:
+    """Undoes a successful :func:`pin_host`."""
+    lib.check(lib.lib.gt_host_unpin(array.ctypes.data))
 
 
 def write_buffer(lib: NativeLibrary, handle: Any, which: Buffer, offset: int,

@@ -18,6 +18,8 @@ import hashlib
 import json
 import os
 import shutil
+import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,6 +30,7 @@ from safetensors.numpy import load_file
 from launcher.errors import UserInputError
 from launcher.native.binding import Buffer
 from launcher.train import faults
+from launcher.train.host_staging import HostStaging
 from launcher.train.native_pipeline import Chunk
 from launcher.train.safetensors_stream import file_size, write_safetensors
 
@@ -72,12 +75,26 @@ def sha256_of(path: Path) -> str:
 Snapshot = dict[str, npt.NDArray[np.float32]]
 
 
-def snapshot_chunk(chunk: Chunk) -> Snapshot:
-    """Views of fresh host copies of one stage's params and AdamW moments (taken between
-    steps; writing them can then overlap the next steps)."""
+@dataclass
+class WriteTiming:
+    """Where one rank's time on a checkpoint went, summed over its shards."""
+
+    bytes: int = 0
+    copy_s: float = 0.0
+    """Device (or stage) buffers to host memory, on the training loop."""
+    write_s: float = 0.0
+    """Streaming the shards into their files and the sha256."""
+    sync_s: float = 0.0
+    """fsync of each file, its rename and the directory's fsync."""
+
+
+def snapshot_chunk(chunk: Chunk, staging: HostStaging | None = None) -> Snapshot:
+    """Views of host copies of one stage's params and AdamW moments (taken between steps;
+    writing them can then overlap the next steps): fresh arrays, or ``staging``'s, which the
+    next snapshot overwrites."""
     tensors: Snapshot = {}
     for which, prefix in _PREFIX.items():
-        buf = chunk.read(which)  # a new array each time: the views below keep it alive
+        buf = chunk.read(which) if staging is None else staging.read(chunk, which)
         for info in chunk.tensors:
             tensors[prefix + info.name] = buf[info.offset : info.offset + info.numel].reshape(
                 info.shape)
@@ -85,10 +102,11 @@ def snapshot_chunk(chunk: Chunk) -> Snapshot:
 
 
 def write_shard(root: Path, step: int, stage: int, tensors: Snapshot, seed: int,
-                rank: int = 0) -> tuple[str, str]:
+                rank: int = 0, timing: WriteTiming | None = None) -> tuple[str, str]:
     """Writes one stage shard atomically (temp file, fsync, rename, fsync of the directory),
     streaming the tensors into the file and the hash (safetensors_stream.py); returns (file
-    name, sha256). The crash fault hook fires half-way through the temp file."""
+    name, sha256) and adds its bytes and times to ``timing``. The crash fault hook fires
+    half-way through the temp file."""
     directory = step_dir(root, step)
     directory.mkdir(parents=True, exist_ok=True)
     meta = {"format": "pt", "step": str(step), "data_position": str(step), "seed": str(seed)}
@@ -101,17 +119,18 @@ def write_shard(root: Path, step: int, stage: int, tensors: Snapshot, seed: int,
             handle.flush()
             os.fsync(handle.fileno())
             faults.crash_now(str(tmp))
+        t_write = time.perf_counter()
         digest = write_safetensors(handle, tensors, meta)
         handle.flush()
+        t_sync = time.perf_counter()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
     _fsync_dir(directory)
+    if timing is not None:
+        timing.bytes += path.stat().st_size
+        timing.write_s += t_sync - t_write
+        timing.sync_s += time.perf_counter() - t_sync
     return path.name, digest
-
-
-def save_chunk(root: Path, step: int, chunk: Chunk, seed: int) -> tuple[str, str]:
-    """Writes one stage shard now; returns (file name, sha256)."""
-    return write_shard(root, step, chunk.stage, snapshot_chunk(chunk), seed)
 
 
 def write_manifest(root: Path, step: int, files: dict[str, str], keep: int) -> None:

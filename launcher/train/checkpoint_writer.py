@@ -4,7 +4,8 @@ Every call is collective (all ranks call it in the same order), so the ranks agr
 checkpoint is complete:
 
 - :meth:`CheckpointWriter.save` copies this rank's stage buffers (replica 0 only: replicas
-  hold identical state), then writes the shards now (sync) or in a background thread
+  hold identical state) into its reusable, page-locked staging arrays (host_staging.py),
+  then writes the shards now (sync) or in a background thread
   (async; the copies make the next steps safe to run meanwhile). Only one save is in flight:
   a new save first completes the previous one.
 - :meth:`CheckpointWriter.poll` (after every step): completes the pending save once every
@@ -15,25 +16,30 @@ checkpoint is complete:
   at the end of training).
 
 Completing = agree on errors (a failed write fails every rank), gather (name, sha256) of all
-shards to rank 0, rank 0 writes the manifest (the completeness marker) and prunes to keep K,
-barrier. A crash before the manifest leaves the previous checkpoint the newest complete one.
+shards and each rank's WriteTiming to rank 0, rank 0 writes the manifest (the completeness
+marker) and prunes to keep K, barrier. A crash before the manifest leaves the previous
+checkpoint the newest complete one. :meth:`CheckpointWriter.close` (not collective: also on
+the way out of an error) unpins the staging arrays.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from launcher.errors import GantryError
 from launcher.train import checkpoint
+from launcher.train.checkpoint import WriteTiming
+from launcher.train.host_staging import HostStaging
 from launcher.train.native_pipeline import Chunk
 
 Agree = Callable[[Any, GantryError | None], None]
-Completed = Callable[[int, int], None]
-"""Called on rank 0 with (checkpoint step, step after which it completed) once its manifest
-is written."""
+Completed = Callable[[int, int, list[WriteTiming]], None]
+"""Called on rank 0 with (checkpoint step, step after which it completed, the writing ranks'
+timings) once its manifest is written."""
 
 
 class _Pending:
@@ -42,6 +48,7 @@ class _Pending:
     def __init__(self, step: int) -> None:
         self.step = step
         self.files: dict[str, str] = {}
+        self.timing = WriteTiming()
         self.error: GantryError | None = None
         self.thread: threading.Thread | None = None
 
@@ -67,6 +74,7 @@ class CheckpointWriter:
         """Steps a background write may overlap before the loop waits for it."""
         self.on_complete = on_complete
         self._pending: _Pending | None = None
+        self._staging = HostStaging()
         self._now = 0
         """The step the loop last reported (save / poll)."""
         self.completed: list[int] = []
@@ -81,8 +89,10 @@ class CheckpointWriter:
         self._now = step
         self.wait()
         pending = _Pending(step)
-        snapshots = [(c.stage, checkpoint.snapshot_chunk(c)) for c in chunks] if self.writes \
-            else []
+        t_copy = time.perf_counter()
+        snapshots = [(c.stage, checkpoint.snapshot_chunk(c, self._staging)) for c in chunks] \
+            if self.writes else []
+        pending.timing.copy_s = time.perf_counter() - t_copy
         if self.background and snapshots:
             pending.thread = threading.Thread(target=self._write, args=(pending, snapshots),
                                               name=f"gantry-ckpt-{step}", daemon=True)
@@ -98,7 +108,7 @@ class CheckpointWriter:
         try:
             for stage, tensors in snapshots:
                 name, digest = checkpoint.write_shard(self.root, pending.step, stage, tensors,
-                                                      self.seed, self.rank)
+                                                      self.seed, self.rank, pending.timing)
                 pending.files[name] = digest
         except (GantryError, OSError, ValueError) as err:
             pending.error = GantryError(f"checkpoint at step {pending.step}: {err}")
@@ -126,11 +136,21 @@ class CheckpointWriter:
         if pending.thread is not None:
             pending.thread.join()
         self.agree(self.world, pending.error)
-        gathered = self.world.gather(pending.files, root=0)
+        gathered = self.world.gather((pending.files, pending.timing), root=0)
         if self.rank == 0:
-            merged = {k: v for part in gathered for k, v in part.items()}
+            merged = {k: v for files, _ in gathered for k, v in files.items()}
             checkpoint.write_manifest(self.root, pending.step, merged, self.keep)
             if self.on_complete is not None:
-                self.on_complete(pending.step, max(self._now, pending.step))
+                self.on_complete(pending.step, max(self._now, pending.step),
+                                 [timing for files, timing in gathered if files])
         self.world.barrier()
         self.completed.append(pending.step)
+
+    @property
+    def unpinned(self) -> str | None:
+        """Why the staging arrays are not page-locked (None when they are, or none exist)."""
+        return self._staging.unpinned
+
+    def close(self) -> None:
+        """Unpins the staging arrays (a write still running keeps its views of them valid)."""
+        self._staging.close()

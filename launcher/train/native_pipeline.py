@@ -135,9 +135,10 @@ class Chunk:
         """The backend's one-line description of this stage's kernels."""
         return str(self.lib.lib.gt_stage_backend_info(self.handle).decode())
 
-    def read(self, which: Buffer) -> npt.NDArray[np.float32]:
-        """A host copy of one whole buffer."""
-        return read_buffer(self.lib, self.handle, which, self.num_params)
+    def read(self, which: Buffer,
+             out: npt.NDArray[np.float32] | None = None) -> npt.NDArray[np.float32]:
+        """A host copy of one whole buffer (into ``out`` when given)."""
+        return read_buffer(self.lib, self.handle, which, self.num_params, out)
 
     def write(self, which: Buffer, offset: int, values: npt.NDArray[np.float32]) -> None:
         """Copies float32 ``values`` into buffer ``which`` at element ``offset``."""

@@ -4,17 +4,23 @@
 the dev VM, more than the write and the fsync together) and the caller hashes that copy
 again; a checkpoint shard of a 350M model is 4.3 GB. Here the header is encoded once, then
 each tensor's buffer goes to the file and into the sha256 as a memoryview: no copy of the
-data in Python. The file is a plain safetensors file (8-byte little-endian header length,
-the JSON header padded with spaces to 8 bytes, the tensors' bytes in header order), which
-`safetensors.numpy.load_file` reads.
+data in Python. The sha256 runs in a second thread beside the writes (both release the GIL),
+and after each piece written the kernel is asked to start writing it to disk, so the caller's
+fsync waits only for the tail (docs/BENCHMARKS.md, "Checkpoint cost"). The file is a plain
+safetensors file (8-byte little-endian header length, the JSON header padded with spaces to 8
+bytes, the tensors' bytes in header order), which `safetensors.numpy.load_file` reads.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import io
 import json
+import os
 import struct
 import sys
+import threading
 from collections.abc import Mapping
 from typing import Any, BinaryIO
 
@@ -60,26 +66,69 @@ def file_size(tensors: Tensors, metadata: dict[str, str]) -> int:
     return len(_header(tensors, metadata)[0]) + sum(a.nbytes for a in tensors.values())
 
 
-def write_safetensors(handle: BinaryIO, tensors: Tensors, metadata: dict[str, str],
-                      limit: int | None = None) -> str:
-    """Writes the file to `handle`; returns its sha256 (hex). With `limit`, stops after that
-    many bytes (a deliberately torn file, for the crash fault)."""
-    digest = hashlib.sha256()
-    header, order = _header(tensors, metadata)
-    budget = sys.maxsize if limit is None else limit
+PIECE_BYTES = 64 << 20
+"""Bytes per write (and per writeback request): big enough to amortise the calls, small
+enough that the hash thread and the disk follow close behind the writes."""
 
-    def put(view: memoryview) -> None:
-        nonlocal budget
-        part = view[:budget] if len(view) > budget else view
-        if len(part):
-            digest.update(part)
-            handle.write(part)
-            budget -= len(part)
 
-    put(memoryview(header))
+def _pieces(header: bytes, tensors: Tensors, order: list[str], limit: int | None,
+            piece_bytes: int) -> list[memoryview]:
+    """The file's bytes as views of the header and the tensors' own buffers, at most
+    ``piece_bytes`` each, cut at ``limit``."""
+    views = [memoryview(header)]
     for name in order:
         array = np.ascontiguousarray(tensors[name])
         if array.dtype.byteorder == ">":
             array = array.astype(array.dtype.newbyteorder("<"))
-        put(array.reshape(-1).view(np.uint8).data)
+        views.append(array.reshape(-1).view(np.uint8).data)
+    budget = sys.maxsize if limit is None else limit
+    pieces: list[memoryview] = []
+    for view in views:
+        for start in range(0, len(view), piece_bytes):
+            if budget <= 0:
+                return pieces
+            piece = view[start : start + min(piece_bytes, budget)]
+            pieces.append(piece)
+            budget -= len(piece)
+    return pieces
+
+
+def _start_writeback(handle: BinaryIO, length: int) -> None:
+    """Asks the kernel to start writing the last ``length`` bytes written to disk now (Linux:
+    POSIX_FADV_DONTNEED starts the writeback of dirty pages and drops clean ones, which a
+    checkpoint will not read again). Nothing where the handle has no file or the OS no fadvise."""
+    advise = getattr(os, "posix_fadvise", None)
+    try:
+        fd = handle.fileno()
+    except (AttributeError, io.UnsupportedOperation, OSError):
+        return
+    if advise is None:
+        return
+    handle.flush()
+    end = handle.tell()
+    with contextlib.suppress(OSError):
+        advise(fd, max(0, end - length), length, os.POSIX_FADV_DONTNEED)
+
+
+def write_safetensors(handle: BinaryIO, tensors: Tensors, metadata: dict[str, str],
+                      limit: int | None = None, piece_bytes: int = PIECE_BYTES) -> str:
+    """Writes the file to `handle`; returns its sha256 (hex). With `limit`, stops after that
+    many bytes (a deliberately torn file, for the crash fault)."""
+    header, order = _header(tensors, metadata)
+    pieces = _pieces(header, tensors, order, limit, piece_bytes)
+    digest = hashlib.sha256()
+
+    def hash_all() -> None:
+        for piece in pieces:
+            digest.update(piece)
+
+    hasher = threading.Thread(target=hash_all, name="gantry-sha256", daemon=True)
+    hasher.start()
+    try:
+        for piece in pieces:
+            handle.write(piece)
+            if len(piece) >= piece_bytes:
+                _start_writeback(handle, len(piece))
+    finally:
+        hasher.join()
     return digest.hexdigest()

@@ -30,6 +30,7 @@ from launcher.job_spec import JobSpec
 from launcher.native.model_config import GPTConfig
 from launcher.schedules import ScheduleError, generate
 from launcher.train import checkpoint, data, faults, metrics
+from launcher.train.checkpoint import WriteTiming
 from launcher.train.checkpoint_writer import CheckpointWriter
 from launcher.train.init_weights import init_chunk
 from launcher.train.layout import make_layout, node_name, read_rank_order
@@ -234,6 +235,7 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
     # Trace times count from rank 0's wall clock: ranks (and hosts with synchronised clocks)
     # share one time axis in trace.json, so the report can line their timelines up.
     t_begin = float(world.bcast(time.time(), root=0))
+    warned_unpinned = False
     try:
         for step in range(start, end):
             faults.maybe_hang(step + 1, rank, world.Get_size())
@@ -275,6 +277,10 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
                                        or step + 1 == train.steps or signum):
                 watchdog.beat(f"checkpoint {step + 1}")
                 writer.save(step + 1, pipe.chunks)
+                if writer.unpinned is not None and not warned_unpinned:
+                    warned_unpinned = True
+                    sys.stderr.write(f"gantry train: rank {rank}: checkpoint copies run "
+                                     f"unpinned (slower): {writer.unpinned}\n")
             elif writer is not None:
                 writer.poll(step + 1)
             if signum and step + 1 < end:
@@ -287,6 +293,8 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
             writer.wait()
     finally:
         watchdog.stop()
+        if writer is not None:
+            writer.close()
     all_events = world.gather(events, root=0)
     if rank == 0:
         flat = [e for part in all_events for e in part]
@@ -294,14 +302,19 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
     return 0
 
 
-def _checkpoint_event(run_dir: Path) -> Callable[[int, int], None]:
-    """Rank 0's record of each completed checkpoint in events.jsonl: its step and the step
-    after which its manifest was written (later than its step when written in the
-    background)."""
-    def record(step: int, completed_after: int) -> None:
+def _checkpoint_event(run_dir: Path) -> Callable[[int, int, list[WriteTiming]], None]:
+    """Rank 0's record of each completed checkpoint in events.jsonl: its step, the step after
+    which its manifest was written (later than its step when written in the background), its
+    bytes (all shards) and the slowest writing rank's seconds copying to host memory (on the
+    loop), streaming into the files and the hash, and syncing them."""
+    def record(step: int, completed_after: int, timings: list[WriteTiming]) -> None:
         metrics.append_jsonl(run_dir / metrics.EVENTS, {
             "event": "checkpoint", "time": time.time(), "step": step,
-            "completed_after_step": completed_after})
+            "completed_after_step": completed_after,
+            "bytes": sum(t.bytes for t in timings),
+            "copy_s": max((t.copy_s for t in timings), default=0.0),
+            "write_s": max((t.write_s for t in timings), default=0.0),
+            "sync_s": max((t.sync_s for t in timings), default=0.0)})
     return record
 
 

@@ -63,6 +63,15 @@ cleanup:
     return rc;
 }
 
+int gt_host_pin(void *ptr, size_t bytes) {
+    (void)bytes;
+    return ptr ? GT_OK : gt_set_error(GT_EINPUT, "gt_host_pin: NULL pointer");
+}
+
+int gt_host_unpin(void *ptr) {
+    return ptr ? GT_OK : gt_set_error(GT_EINPUT, "gt_host_unpin: NULL pointer");
+}
+
 int gt_stage_write_buffer(gt_stage *s, gt_buffer which, size_t offset, size_t count,
                           const float *host_src) {
     int rc = GT_OK;

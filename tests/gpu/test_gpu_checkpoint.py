@@ -3,7 +3,8 @@ checkpoint reproduces the uninterrupted 10 steps bit for bit on the GPU (the fp3
 weights and AdamW moments come back from the device, the bf16 copies are refreshed from them,
 CUDA graphs captured anew), at PP=1 on one GPU with and without clipping (without it AdamW runs
 from the gradients-ready hook) and at PP=2 zb-h1 on two; a GPU shard holds the same tensors as
-the CPU backend's.
+the CPU backend's; the checkpoint staging arrays are page-locked on the GPU build and read
+the device buffers.
 
 Needs a GPU (2 for PP=2) and a CUDA library built with NCCL (``GANTRY_CUDA_LIB``); skips
 otherwise. Autotuning is off so the resumed process picks the same kernels as the first.
@@ -18,6 +19,11 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
+from launcher.native.binding import Buffer, NativeLibrary
+from launcher.native.cuda_stage import CudaStage
+from launcher.native.model_config import GPTConfig
+from launcher.train.host_staging import HostStaging
+from launcher.train.native_pipeline import Chunk
 from tests.gpu.conftest import REPO
 from tests.gpu.gpus import need_gpus
 from tests.gpu.test_nccl_dp_overlap import SAME_KERNELS
@@ -35,6 +41,7 @@ def _train(root: Path, lib: Path, pp: int, schedule: str, clip: float, weights: 
                     checkpoint={"dir": str(root / "ckpt"), "interval": 2, "keep": 2})
     result = gantry_train(job, pp, lib, *extra, run_dir=root / "run", env=SAME_KERNELS)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert "unpinned" not in result.stderr  # the staging arrays were page-locked
     return read_metrics(root / "run")
 
 
@@ -105,3 +112,24 @@ def test_gpu_shard_has_the_cpu_backends_tensors(tmp_path: Path, nccl_lib: Path,
     update_gpu = np.concatenate([(gpu[k] - initial[k]).ravel() for k in params])
     assert np.linalg.norm(update_cpu) > 0
     assert np.linalg.norm(update_gpu - update_cpu) <= 0.3 * np.linalg.norm(update_cpu)
+
+
+def test_staging_is_page_locked_and_reads_the_device_buffers(cuda_lib: NativeLibrary) -> None:
+    config = GPTConfig(vocab_size=256, max_seq_len=64, n_layer=2, n_head=4, n_embd=64)
+    stage = CudaStage(cuda_lib, config, 0, 2, is_first=True, is_last=True, batch=1, seq_len=8)
+    try:
+        chunk = Chunk(cuda_lib, int(stage.handle.value or 0), 0, stage.tensors,
+                      stage.num_params)
+        values = np.linspace(-1, 1, stage.num_params, dtype=np.float32)
+        stage.write(Buffer.ADAM_V, values)
+        staging = HostStaging()
+        got = staging.read(chunk, Buffer.ADAM_V)
+        assert staging.unpinned is None and staging.pinned_bytes == values.nbytes
+        np.testing.assert_array_equal(got, values)
+        stage.write(Buffer.ADAM_V, -values)
+        assert staging.read(chunk, Buffer.ADAM_V) is got
+        np.testing.assert_array_equal(got, -values)
+        staging.close()
+        assert staging.pinned_bytes == 0
+    finally:
+        stage.close()

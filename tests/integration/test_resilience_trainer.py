@@ -1,5 +1,6 @@
 """The trainer's resilience under mpirun (no Slurm): background checkpoints hold exactly the
-tensors of synchronous ones and overlap up to checkpoint.max_lag_steps steps, SIGUSR1 stops
+tensors of synchronous ones (written from the same reused staging arrays; events.jsonl names
+each one's bytes and phase times) and overlap up to checkpoint.max_lag_steps steps, SIGUSR1 stops
 every rank at one step after a checkpoint (exit 75) and the resume is bit-exact, a hung rank
 is aborted by the watchdog (exit 76), bad hook values are one-line errors."""
 
@@ -77,6 +78,15 @@ def test_async_checkpoints_equal_sync_ones(sync_run: Path, lib: Path, tmp_path: 
         assert manifest["step"] == int(step[5:])
         for name, digest in manifest["files"].items():
             assert sha256_of(tmp_path / "ckpt" / step / name) == digest
+    events = [json.loads(line) for line in
+              (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    saved = {e["step"]: e for e in events if e["event"] == "checkpoint"}
+    assert sorted(saved) == [2, 4, 6, 8, 10]
+    for step in steps:  # the event's bytes are the shards' sizes; every phase took time
+        record = saved[int(step[5:])]
+        shards = (tmp_path / "ckpt" / step).glob("stage_*.safetensors")
+        assert record["bytes"] == sum(p.stat().st_size for p in shards)
+        assert record["copy_s"] > 0 and record["write_s"] > 0 and record["sync_s"] > 0
 
 
 @pytest.mark.parametrize("slow_write_s", [4.0, 0.0], ids=["slow-storage", "fast-storage"])

@@ -329,6 +329,28 @@ cleanup:
     return rc;
 }
 
+int gt_host_pin(void *ptr, size_t bytes) {
+    int rc = GT_OK;
+    cudaError_t status;
+    if (ptr == NULL || bytes == 0) GT_INPUT_FAIL("gt_host_pin: NULL pointer or 0 bytes");
+    status = cudaHostRegister(ptr, bytes, cudaHostRegisterDefault);
+    if (status != cudaSuccess) {
+        (void)cudaGetLastError(); /* not sticky: clear it, the memory stays usable unpinned */
+        GT_FAIL(GT_EIO, "cudaHostRegister of %zu bytes failed: %s (%s)", bytes,
+                cudaGetErrorName(status), cudaGetErrorString(status));
+    }
+cleanup:
+    return rc;
+}
+
+int gt_host_unpin(void *ptr) {
+    int rc = GT_OK;
+    if (ptr == NULL) GT_INPUT_FAIL("gt_host_unpin: NULL pointer");
+    CUDA_CHECK(cudaHostUnregister(ptr));
+cleanup:
+    return rc;
+}
+
 int gt_stage_write_buffer(gt_stage *s, gt_buffer which, size_t offset, size_t count,
                           const float *host_src) {
     int rc = GT_OK;
