@@ -114,8 +114,9 @@ def test_small_pieces_give_the_same_file_and_hash(tensors: dict[str, npt.NDArray
 def test_a_file_written_in_pieces_with_writeback_reads_back(tmp_path: Path) -> None:
     """Written to a real file (where each full piece asks the kernel to start its writeback),
     the file is the one safetensors builds and loads back."""
-    tensors = {"w": np.arange(3000, dtype=np.float32).reshape(30, 100),
-               "b": np.arange(7, dtype=np.int64)}
+    tensors: dict[str, npt.NDArray[Any]] = {
+        "w": np.arange(3000, dtype=np.float32).reshape(30, 100),
+        "b": np.arange(7, dtype=np.int64)}
     path = tmp_path / "shard.safetensors"
     with open(path, "wb") as handle:
         digest = write_safetensors(handle, tensors, {"step": "2"}, piece_bytes=4096)
