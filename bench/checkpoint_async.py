@@ -43,6 +43,13 @@ def run(lib: Path, checkpoint: dict[str, Any] | None, model: str = "tiny",
             raise SystemExit(result.stderr)
         times = [json.loads(line)["time"] for line in
                  (Path(tmp) / "run" / "metrics.jsonl").read_text().splitlines()]
+        for line in (Path(tmp) / "run" / "events.jsonl").read_text().splitlines():
+            event = json.loads(line)
+            if event["event"] == "checkpoint":  # where each save's time went
+                print(f"  checkpoint step {event['step']} (complete after step "
+                      f"{event['completed_after_step']}): {event['bytes'] / 1e6:.1f} MB, copy "
+                      f"{event['copy_s']:.2f} s, write + hash {event['write_s']:.2f} s, sync "
+                      f"{event['sync_s']:.2f} s", file=sys.stderr, flush=True)
         size = 0.0
         if ckpt:
             newest = sorted((Path(tmp) / "ckpt").iterdir())[-1]
