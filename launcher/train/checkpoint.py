@@ -2,7 +2,8 @@
 
 Layout: ``<dir>/step_<N>/stage_<S>.safetensors`` (params under their HF names, AdamW moments
 as ``exp_avg.<name>`` / ``exp_avg_sq.<name>``; metadata: step, data position, seed) and
-``<dir>/step_<N>/manifest.json`` ({"step", "files": {name: sha256}}), which rank 0 writes
+``<dir>/step_<N>/manifest.json`` ({"step", "files": {name: digest}}; piece_hash.py's
+``sha256-pieces-<bytes>:<hex>``, or a plain sha256 hex from older writers), which rank 0 writes
 after every shard is durable: a directory without a valid manifest is incomplete.
 Writes go to a temp file, fsync, rename, fsync of the directory. A write that crashes leaves
 a directory without a manifest, which resume ignores and the next manifest write removes.
@@ -29,7 +30,7 @@ from safetensors.numpy import load_file
 
 from launcher.errors import UserInputError
 from launcher.native.binding import Buffer
-from launcher.train import faults
+from launcher.train import faults, piece_hash
 from launcher.train.host_staging import HostStaging
 from launcher.train.native_pipeline import Chunk
 from launcher.train.safetensors_stream import file_size, write_safetensors
@@ -65,11 +66,21 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 def sha256_of(path: Path) -> str:
+    """The whole file's sha256 (the digest of checkpoints written before piece_hash.py)."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
+
+
+def matches(path: Path, recorded: str) -> bool:
+    """Whether the file has the digest the manifest recorded for it, in either form (pieces,
+    or a whole-file sha256); ValueError when ``recorded`` is neither."""
+    piece_bytes = piece_hash.piece_bytes_of(recorded)
+    if piece_bytes is None:
+        return sha256_of(path) == recorded
+    return piece_hash.file_digest(path, piece_bytes) == recorded
 
 
 Snapshot = dict[str, npt.NDArray[np.float32]]
@@ -181,7 +192,11 @@ def verify(directory: Path, n_stages: int) -> int:
         path = directory / name
         if not path.is_file():
             raise UserInputError(f"{path}: checkpoint shard is missing")
-        if sha256_of(path) != files[name]:
+        try:
+            same = matches(path, str(files[name]))
+        except ValueError as err:
+            raise UserInputError(f"{manifest}: files[{name!r}]: {err}") from None
+        if not same:
             raise UserInputError(f"{path}: checksum mismatch (corrupt or truncated shard)")
     return step
 

@@ -3,29 +3,31 @@
 `safetensors.numpy.save` first builds the whole file as one bytes object (3.1 s per GB on
 the dev VM, more than the write and the fsync together) and the caller hashes that copy
 again; a checkpoint shard of a 350M model is 4.3 GB. Here the header is encoded once, then
-each tensor's buffer goes to the file and into the sha256 as a memoryview: no copy of the
-data in Python. The sha256 runs in a second thread beside the writes (both release the GIL),
-and after each piece written the kernel is asked to start writing it to disk, so the caller's
-fsync waits only for the tail (docs/BENCHMARKS.md, "Checkpoint cost"). The file is a plain
-safetensors file (8-byte little-endian header length, the JSON header padded with spaces to 8
-bytes, the tensors' bytes in header order), which `safetensors.numpy.load_file` reads.
+each tensor's buffer goes to the file and to the checksum as a memoryview: no copy of the
+data in Python. The checksum (piece_hash.py: sha256 of fixed-size pieces, on a thread pool)
+is computed beside the writes (both release the GIL), and after each piece written the
+kernel is asked to start writing it to disk, so the caller's fsync waits only for the tail
+(docs/BENCHMARKS.md, "Checkpoint cost"). The file is a plain safetensors file (8-byte
+little-endian header length, the JSON header padded with spaces to 8 bytes, the tensors'
+bytes in header order), which `safetensors.numpy.load_file` reads.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import io
 import json
 import os
 import struct
 import sys
-import threading
 from collections.abc import Mapping
 from typing import Any, BinaryIO
 
 import numpy as np
 import numpy.typing as npt
+
+from launcher.train.piece_hash import PIECE_BYTES as HASH_PIECE_BYTES
+from launcher.train.piece_hash import PieceHasher
 
 _DTYPES = {np.dtype(np.uint8): "U8", np.dtype(np.uint16): "U16", np.dtype(np.float16): "F16",
            np.dtype(np.int32): "I32", np.dtype(np.float32): "F32", np.dtype(np.int64): "I64"}
@@ -50,6 +52,8 @@ def _header(tensors: Tensors, metadata: dict[str, str]) -> tuple[bytes, list[str
     offset = 0
     for name in order:
         array = tensors[name]
+        if name == "__metadata__":
+            raise ValueError(f"tensor {name!r}: the name is reserved for the file's metadata")
         dtype = _DTYPES.get(array.dtype)
         if dtype is None:
             raise ValueError(f"tensor {name!r}: dtype {array.dtype} cannot be stored")
@@ -111,24 +115,21 @@ def _start_writeback(handle: BinaryIO, length: int) -> None:
 
 
 def write_safetensors(handle: BinaryIO, tensors: Tensors, metadata: dict[str, str],
-                      limit: int | None = None, piece_bytes: int = PIECE_BYTES) -> str:
-    """Writes the file to `handle`; returns its sha256 (hex). With `limit`, stops after that
-    many bytes (a deliberately torn file, for the crash fault)."""
+                      limit: int | None = None, piece_bytes: int = PIECE_BYTES,
+                      hash_piece_bytes: int = HASH_PIECE_BYTES) -> str:
+    """Writes the file to `handle`; returns its digest (piece_hash.py, pieces of
+    `hash_piece_bytes`). With `limit`, stops after that many bytes (a deliberately torn file,
+    for the crash fault)."""
     header, order = _header(tensors, metadata)
     pieces = _pieces(header, tensors, order, limit, piece_bytes)
-    digest = hashlib.sha256()
-
-    def hash_all() -> None:
-        for piece in pieces:
-            digest.update(piece)
-
-    hasher = threading.Thread(target=hash_all, name="gantry-sha256", daemon=True)
-    hasher.start()
+    hasher = PieceHasher(hash_piece_bytes)
     try:
         for piece in pieces:
+            hasher.feed(piece)  # hashed on the pool while the writes go on
             handle.write(piece)
             if len(piece) >= piece_bytes:
                 _start_writeback(handle, len(piece))
-    finally:
-        hasher.join()
-    return digest.hexdigest()
+    except BaseException:
+        hasher.close()
+        raise
+    return hasher.hexdigest()

@@ -96,7 +96,8 @@ def test_wrong_tensor_name_is_rejected(interrupted: Path, native_lib_path: Path,
     manifest = json.loads((ckpt / "manifest.json").read_text())
     from launcher.train.checkpoint import sha256_of
 
-    manifest["files"][shard.name] = sha256_of(shard)  # checksum fine, content wrong
+    # checksum fine (a whole-file sha256, as older writers recorded), content wrong
+    manifest["files"][shard.name] = sha256_of(shard)
     (ckpt / "manifest.json").write_text(json.dumps(manifest))
     result = gantry_train(interrupted / "full" / "ck.yaml", 4, native_lib_path,
                           "--resume-from", str(ckpt), run_dir=tmp_path / "run")

@@ -161,7 +161,8 @@ def _tensors() -> checkpoint.Snapshot:
 def test_write_shard_is_atomic_and_checksummed(tmp_path: Path) -> None:
     name, digest = checkpoint.write_shard(tmp_path, 4, 1, _tensors(), seed=5)
     path = checkpoint.step_dir(tmp_path, 4) / name
-    assert name == "stage_001.safetensors" and checkpoint.sha256_of(path) == digest
+    assert name == "stage_001.safetensors" and checkpoint.matches(path, digest)
+    assert digest.startswith("sha256-pieces-") and not checkpoint.matches(path, "0" * 64)
     assert np.array_equal(load_file(str(path))["a"], _tensors()["a"])
     assert not list(path.parent.glob("*.tmp"))
 
