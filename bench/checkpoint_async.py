@@ -26,6 +26,8 @@ MODELS: dict[str, tuple[dict[str, int], int, int]] = {
     "tiny": ({"n_layer": 4, "n_head": 4, "n_embd": 128, "vocab_size": 512, "seq_len": 64}, 2, 2),
     "350m": ({"n_layer": 24, "n_head": 16, "n_embd": 1024, "vocab_size": 50304,
               "seq_len": 1024}, 8, 8),
+    "1.5b": ({"n_layer": 48, "n_head": 25, "n_embd": 1600, "vocab_size": 50304,
+              "seq_len": 1024}, 8, 4),
 }
 """name -> (model, micro-batches, sequences per micro-batch)."""
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -85,20 +84,35 @@ class PieceHasher:
         self._pool.shutdown(wait=True, cancel_futures=True)
 
 
+_READ_BYTES = 8 << 20
+"""Bytes per read while hashing a file's piece (what each thread holds in memory)."""
+
+
+def _hash_file_piece(fd: int, offset: int, length: int) -> bytes:
+    digest = hashlib.sha256()
+    end = offset + length
+    while offset < end:
+        block = os.pread(fd, min(_READ_BYTES, end - offset), offset)
+        if not block:
+            break
+        digest.update(block)
+        offset += len(block)
+    return digest.digest()
+
+
 def file_digest(path: Path, piece_bytes: int = PIECE_BYTES) -> str:
-    """The digest of a file already written, its pieces read in order and hashed in parallel
-    (at most two pieces per thread held in memory)."""
-    workers = _workers()
-    with ThreadPoolExecutor(workers, thread_name_prefix="gantry-hash") as pool, \
-            open(path, "rb") as handle:
-        in_flight: deque[Future[bytes]] = deque()
-        done: list[bytes] = []
-        while block := handle.read(piece_bytes):
-            in_flight.append(pool.submit(_hash_segments, [memoryview(block)]))
-            if len(in_flight) >= 2 * workers:
-                done.append(in_flight.popleft().result())
-        done.extend(f.result() for f in in_flight)
-    return _combine(iter(done), piece_bytes)
+    """The digest of a file already written: each piece read (positioned reads, 8 MiB at a
+    time) and hashed by the pool's threads, so reading runs in parallel too."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        size = os.fstat(fd).st_size
+        with ThreadPoolExecutor(_workers(), thread_name_prefix="gantry-hash") as pool:
+            digests = pool.map(lambda start: _hash_file_piece(fd, start,
+                                                              min(piece_bytes, size - start)),
+                               range(0, size, piece_bytes))
+            return _combine(iter(list(digests)), piece_bytes)
+    finally:
+        os.close(fd)
 
 
 def piece_bytes_of(recorded: str) -> int | None:
