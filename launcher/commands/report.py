@@ -36,6 +36,7 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from launcher.report.build import build_report
+    from launcher.report.checkpoints import describe as describe_checkpoints
     from launcher.report.sources import resolve_sources
 
     if args.step is not None and args.step < 1:
@@ -54,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
     console.print(f"{result.steps} steps: loss {result.first_loss:.4f} → {result.last_loss:.4f}"
                   f", {result.median_tokens_per_s:,.0f} tokens/s (median), bubble {bubble}"
                   f"{theory}", markup=False)
+    if result.checkpoints:
+        console.print(f"  checkpoints: {describe_checkpoints(list(result.checkpoints))}",
+                      markup=False)
     for label, path in (("html", result.html), ("loss", result.loss_png),
                         ("timeline", result.timeline_png), ("trace", result.trace)):
         if path is not None:

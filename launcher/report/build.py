@@ -15,6 +15,8 @@ from typing import Any
 from launcher.errors import GantryError, UserInputError
 from launcher.job_spec import load_job
 from launcher.report import html, plots
+from launcher.report.checkpoints import CheckpointRecord, read_checkpoints
+from launcher.report.checkpoints import describe as describe_checkpoints
 from launcher.report.run_data import (
     StepRecord,
     TraceEvent,
@@ -69,6 +71,8 @@ class ReportResult:
     """1-based step the timeline shows."""
     notes: tuple[str, ...] = field(default=())
     """What is missing and why."""
+    checkpoints: tuple[CheckpointRecord, ...] = field(default=())
+    """The checkpoints every attempt completed (events.jsonl)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -86,6 +90,7 @@ class ReportResult:
             "schedules_in_theory": None if self.theory is None else
             {name: bubble for name, bubble in self.theory.alternatives},
             "shown_step": self.shown_step, "notes": list(self.notes),
+            "checkpoints": [c.to_json() for c in self.checkpoints],
         }
 
 
@@ -156,6 +161,7 @@ def _write(sources: RunSources, name: str, records: list[StepRecord], events: li
            notes: list[str]) -> ReportResult:
     first, last = records[0], records[-1]
     bubble = measured_bubble(records)
+    checkpoints = read_checkpoints(sources.run_dirs)
     tokens = _median([r.tokens_per_s for r in records])
     loss_png = out / "loss.png"
     plots.loss_figure(records, f"{name}: loss {first.loss:.3f} → {last.loss:.3f} "
@@ -198,6 +204,7 @@ def _write(sources: RunSources, name: str, records: list[StepRecord], events: li
          ", ".join(f"{n} {b:.1%}" for n, b in theory.alternatives)
          + (" (the trace's op times; `gantry schedules --trace` for more)"
             if theory.with_measured_costs is not None else " (unit op costs)")),
+        ("checkpoints", describe_checkpoints(checkpoints)),
     ]
     attempts = []
     for run_dir in sources.run_dirs:
@@ -213,4 +220,5 @@ def _write(sources: RunSources, name: str, records: list[StepRecord], events: li
         if path is not None:
             os.replace(_tmp(path), path)
     return ReportResult(out, report_html, loss_png, timeline_png, trace_copy, len(records),
-                        first.loss, last.loss, tokens, bubble, theory, shown, tuple(notes))
+                        first.loss, last.loss, tokens, bubble, theory, shown, tuple(notes),
+                        tuple(checkpoints))

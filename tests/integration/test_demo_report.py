@@ -54,6 +54,13 @@ def test_report_of_a_restarted_pp2_dp2_run(tmp_path: Path, native_lib_path: Path
     assert report["theoretical_bubble"] == pytest.approx(0.2)
     assert 0.0 <= report["measured_bubble"] < 1.0
     assert report["shown_step"] in range(6, 9)  # newest attempt's trace, not its first step
+    saved = report["checkpoints"]  # both attempts' saves, each its shards' bytes and phases
+    assert [c["step"] for c in saved] == [2, 4, 6, 8]
+    for record in saved:
+        shards = (tmp_path / "ckpt" / f"step_{record['step']:08d}").glob("stage_*.safetensors")
+        if record["step"] >= 6:  # still kept (keep=2)
+            assert record["bytes"] == sum(p.stat().st_size for p in shards)
+        assert record["bytes"] > 0 and record["write_s"] > 0 and record["sync_s"] > 0
     for name in ("loss.png", "timeline.png"):
         data = (out / name).read_bytes()
         assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000, name
