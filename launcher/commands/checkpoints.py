@@ -1,0 +1,79 @@
+"""`gantry checkpoints JOB|DIR [--verify]`: a job's checkpoints (or those under a directory):
+step, complete or not, shards, size, and with --verify whether every shard still matches its
+manifest; says which one a resume would take. Exit 1 when --verify finds a bad one."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from launcher.console import make_console, print_json
+from launcher.errors import EXIT_FAILURE, EXIT_OK, UserInputError
+from launcher.job_cli import add_jobs_dir_arg, run_history
+from launcher.job_dir import find_job_dir, jobs_root
+from launcher.train.checkpoint_scan import resume_choice, scan
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "checkpoints", help="list a job's checkpoints; --verify checks every shard",
+        description="List the step_<N> checkpoint directories of a job (id, directory or "
+                    "name) or under a checkpoint directory: complete (manifest written) or "
+                    "not, shards, size; --verify recomputes every shard's checksum as resume "
+                    "does. Exit status 1 when --verify finds a complete checkpoint that fails.")
+    parser.add_argument("ref", metavar="JOB|DIR",
+                        help="job id, job directory or name, or a checkpoint directory")
+    add_jobs_dir_arg(parser)
+    parser.add_argument("--verify", action="store_true",
+                        help="recompute every shard's checksum against its manifest")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.set_defaults(func=run)
+
+
+def checkpoint_root(ref: str, jobs_dir: Path | None) -> tuple[Path, bool]:
+    """(the directory holding the step_<N> directories, whether it is a job's checkpoint.dir):
+    ``ref`` itself when it is a directory other than a job directory, else the job's."""
+    candidate = Path(ref)
+    if candidate.is_dir() and not (candidate / "meta.json").is_file():
+        return candidate.resolve(), False
+    job_dir = find_job_dir(jobs_root(jobs_dir), ref)
+    configured = run_history(job_dir)["checkpoint_dir"]
+    if not isinstance(configured, str):
+        raise UserInputError(f"job {ref}: its request names no checkpoint.dir "
+                             f"({job_dir.path / 'request.json'})")
+    return Path(configured), True
+
+
+def run(args: argparse.Namespace) -> int:
+    root, of_job = checkpoint_root(args.ref, args.jobs_dir)
+    entries = [] if of_job and not root.exists() else scan(root, verify=args.verify)
+    chosen = resume_choice(entries)
+    failed = [e for e in entries if e.verified is False]
+    if args.json:
+        print_json({"dir": str(root), "checkpoints": [e.to_json() for e in entries],
+                    "resume_step": None if chosen is None else chosen.step})
+        return EXIT_FAILURE if failed else EXIT_OK
+    console = make_console()
+    table = Table(title=f"checkpoints in {root}", title_justify="left")
+    for column in ("step", "state", "shards", "size", "checksums"):
+        table.add_column(column, justify="right" if column in ("step", "shards", "size")
+                         else "left")
+    for entry in entries:
+        state = "complete" if entry.complete else "incomplete"
+        checks = {None: "-" if not entry.complete else "not checked", True: "ok",
+                  False: f"FAILED: {entry.problem}"}[entry.verified]
+        if not entry.complete:
+            checks = entry.problem or "-"
+        table.add_row(str(entry.step), state, str(entry.shards), f"{entry.bytes / 1e9:.2f} GB",
+                      checks)
+    console.print(table)
+    if chosen is None:
+        console.print("resume: no usable checkpoint (training would start from step 0)",
+                      markup=False)
+    else:
+        how = "verified" if chosen.verified else "not verified here; resume verifies it"
+        console.print(f"resume: step {chosen.step} ({chosen.path}; {how})", markup=False)
+    return EXIT_FAILURE if failed else EXIT_OK

@@ -1,0 +1,75 @@
+"""What a checkpoint directory holds, for `gantry checkpoints`: each step_<N> directory, whether
+its manifest makes it complete, its shards and bytes, and (on request) whether every shard
+still has the checksum its manifest recorded, using the same verification as resume."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.errors import UserInputError
+from launcher.train import checkpoint
+
+
+@dataclass(frozen=True)
+class CheckpointEntry:
+    """One step_<N> directory."""
+
+    step: int
+    path: Path
+    complete: bool
+    """Has a manifest (written last by rank 0)."""
+    shards: int
+    """Shard files present."""
+    bytes: int
+    """Bytes of those shards."""
+    verified: bool | None
+    """Every shard matches the manifest (None: not checked, or not complete)."""
+    problem: str | None
+    """Why it is not usable: no manifest, or the verification error."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "path": str(self.path)}
+
+
+def _manifest_stages(directory: Path) -> int:
+    """Stages the manifest lists; raises UserInputError naming it when it is unreadable."""
+    manifest = directory / checkpoint.MANIFEST
+    try:
+        files = json.loads(manifest.read_text())["files"]
+        return len(dict(files))
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise UserInputError(f"{manifest}: not a valid checkpoint manifest ({err})") from None
+
+
+def scan(root: Path, verify: bool = False) -> list[CheckpointEntry]:
+    """The step directories under ``root``, oldest first."""
+    if not root.is_dir():
+        raise UserInputError(f"{root}: no such checkpoint directory")
+    entries = []
+    for child in sorted(root.glob("step_*")):
+        if not (child.is_dir() and child.name[5:].isdigit()):
+            continue
+        shards = sorted(child.glob("stage_*.safetensors"))
+        size = sum(p.stat().st_size for p in shards)
+        complete = (child / checkpoint.MANIFEST).is_file()
+        verified: bool | None = None
+        problem = None if complete else "no manifest (a write that did not finish)"
+        if complete and verify:
+            try:
+                checkpoint.verify(child, _manifest_stages(child))
+                verified = True
+            except UserInputError as err:
+                verified, problem = False, str(err)
+        entries.append(CheckpointEntry(int(child.name[5:]), child, complete, len(shards), size,
+                                       verified, problem))
+    return entries
+
+
+def resume_choice(entries: list[CheckpointEntry]) -> CheckpointEntry | None:
+    """The checkpoint `gantry train --resume` would take: the newest complete one that did not
+    fail verification (when verified, the same as resume's own choice)."""
+    usable = [e for e in entries if e.complete and e.verified is not False]
+    return usable[-1] if usable else None
