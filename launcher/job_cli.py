@@ -137,7 +137,7 @@ def run_history(job_dir: JobDir) -> dict[str, Any]:
     checkpoint (a step_<N> directory holding manifest.json, written last by the trainer)."""
     runs = job_dir.path / "runs"
     names = [p.name for p in runs.iterdir() if p.is_dir()] if runs.is_dir() else []
-    attempts = sorted((n for n in names if re.fullmatch(r"\d+(_\d+)?-\d+", n)),
+    attempts = sorted((n for n in names if re.fullmatch(r"\d+(_\d+)?-\d+", n, re.ASCII)),
                       key=lambda name: [int(x) for x in re.split(r"[-_]", name)])
     try:
         request = json.loads((job_dir.path / "request.json").read_text(encoding="utf-8"))
@@ -147,9 +147,9 @@ def run_history(job_dir: JobDir) -> dict[str, Any]:
     latest: int | None = None
     if isinstance(configured, str):
         root = Path(configured)
-        steps = [int(c.name[5:]) for c in root.glob("step_*") if c.name[5:].isdigit()
-                 and (c / "manifest.json").is_file()] if root.is_dir() else []
-        latest = max(steps) if steps else None
+        from launcher.train.checkpoint import complete_steps  # numpy: only when asked
+
+        latest = max(complete_steps(root), default=None)
     return {"attempts": attempts, "checkpoint_dir": configured,
             "latest_checkpoint_step": latest,
             "latest_checkpoint": None if latest is None else

@@ -8,6 +8,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from rich.markup import escape
 from rich.table import Table
 
 from launcher.console import make_console, print_json
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
                     "resume_step": None if chosen is None else chosen.step})
         return EXIT_FAILURE if failed else EXIT_OK
     console = make_console()
-    table = Table(title=f"checkpoints in {root}", title_justify="left")
+    table = Table(title=escape(f"checkpoints in {root}"), title_justify="left")
     for column in ("step", "state", "shards", "size", "checksums"):
         table.add_column(column, justify="right" if column in ("step", "shards", "size")
                          else "left")
@@ -68,7 +69,7 @@ def run(args: argparse.Namespace) -> int:
         if not entry.complete:
             checks = entry.problem or "-"
         table.add_row(str(entry.step), state, str(entry.shards), f"{entry.bytes / 1e9:.2f} GB",
-                      checks)
+                      escape(checks))
     console.print(table)
     if chosen is None:
         console.print("resume: no usable checkpoint (training would start from step 0)",

@@ -1,6 +1,6 @@
 """The checkpoints of a run, from the `checkpoint` events rank 0 appends to events.jsonl: which
-steps were saved, how big, and where each save's time went (the slowest writing rank's copy to
-host memory, write + checksum, and sync), for `gantry report`."""
+steps were saved, how big, and where each save's time went (per phase, the most any writing
+rank spent: copy to host memory, write + checksum, sync), for `gantry report`."""
 
 from __future__ import annotations
 

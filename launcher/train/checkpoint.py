@@ -1,4 +1,4 @@
-"""Per-stage checkpoints: atomic safetensors shards, a sha256 manifest written last, keep-K.
+"""Per-stage checkpoints: atomic safetensors shards, a manifest of checksums written last, keep-K.
 
 Layout: ``<dir>/step_<N>/stage_<S>.safetensors`` (params under their HF names, AdamW moments
 as ``exp_avg.<name>`` / ``exp_avg_sq.<name>``; metadata: step, data position, seed) and
@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -37,6 +38,15 @@ from launcher.train.safetensors_stream import file_size, write_safetensors
 
 MANIFEST = "manifest.json"
 _PREFIX = {Buffer.PARAMS: "", Buffer.ADAM_M: "exp_avg.", Buffer.ADAM_V: "exp_avg_sq."}
+
+
+_STEP_DIR = re.compile(r"step_([0-9]+)", re.ASCII)
+
+
+def step_of(name: str) -> int | None:
+    """The step a ``step_<N>`` directory name holds (ASCII digits), else None."""
+    match = _STEP_DIR.fullmatch(name)
+    return int(match.group(1)) if match else None
 
 
 def step_dir(root: Path, step: int) -> Path:
@@ -94,7 +104,7 @@ class WriteTiming:
     copy_s: float = 0.0
     """Device (or stage) buffers to host memory, on the training loop."""
     write_s: float = 0.0
-    """Streaming the shards into their files and the sha256."""
+    """Streaming the shards into their files and the checksum."""
     sync_s: float = 0.0
     """fsync of each file, its rename and the directory's fsync."""
 
@@ -115,8 +125,8 @@ def snapshot_chunk(chunk: Chunk, staging: HostStaging | None = None) -> Snapshot
 def write_shard(root: Path, step: int, stage: int, tensors: Snapshot, seed: int,
                 rank: int = 0, timing: WriteTiming | None = None) -> tuple[str, str]:
     """Writes one stage shard atomically (temp file, fsync, rename, fsync of the directory),
-    streaming the tensors into the file and the hash (safetensors_stream.py); returns (file
-    name, sha256) and adds its bytes and times to ``timing``. The crash fault hook fires
+    streaming the tensors into the file and the checksum (safetensors_stream.py); returns (file
+    name, checksum) and adds its bytes and times to ``timing``. The crash fault hook fires
     half-way through the temp file."""
     directory = step_dir(root, step)
     directory.mkdir(parents=True, exist_ok=True)
@@ -160,8 +170,8 @@ def remove_incomplete(root: Path, older_than: int) -> list[Path]:
     newest complete checkpoint; returns them."""
     removed = []
     for child in root.glob("step_*") if root.is_dir() else []:
-        if (child.name[5:].isdigit() and int(child.name[5:]) < older_than
-                and not (child / MANIFEST).is_file()):
+        step = step_of(child.name)
+        if step is not None and step < older_than and not (child / MANIFEST).is_file():
             shutil.rmtree(child, ignore_errors=True)
             removed.append(child)
     return removed
@@ -170,13 +180,14 @@ def remove_incomplete(root: Path, older_than: int) -> list[Path]:
 def complete_steps(root: Path) -> list[int]:
     steps = []
     for child in root.glob("step_*") if root.is_dir() else []:
-        if (child / MANIFEST).is_file() and child.name[5:].isdigit():
-            steps.append(int(child.name[5:]))
+        step = step_of(child.name)
+        if step is not None and (child / MANIFEST).is_file():
+            steps.append(step)
     return steps
 
 
 def verify(directory: Path, n_stages: int) -> int:
-    """Checks the manifest and every shard's sha256; returns the step or raises naming the
+    """Checks the manifest and every shard's checksum; returns the step or raises naming the
     bad file."""
     manifest = directory / MANIFEST
     try:
@@ -196,6 +207,8 @@ def verify(directory: Path, n_stages: int) -> int:
             same = matches(path, str(files[name]))
         except ValueError as err:
             raise UserInputError(f"{manifest}: files[{name!r}]: {err}") from None
+        except OSError as err:
+            raise UserInputError(f"{path}: cannot read the shard ({err.strerror})") from None
         if not same:
             raise UserInputError(f"{path}: checksum mismatch (corrupt or truncated shard)")
     return step

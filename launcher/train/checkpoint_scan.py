@@ -34,24 +34,24 @@ class CheckpointEntry:
         return {**self.__dict__, "path": str(self.path)}
 
 
-def _manifest_stages(directory: Path) -> int:
-    """Stages the manifest lists; raises UserInputError naming it when it is unreadable."""
-    manifest = directory / checkpoint.MANIFEST
+def _stages(directory: Path, shards: int) -> int:
+    """Stages to verify: as many as the manifest lists or the directory holds shards, whichever
+    is more (a manifest missing a shard on disk fails as it would at resume)."""
     try:
-        files = json.loads(manifest.read_text())["files"]
-        return len(dict(files))
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise UserInputError(f"{manifest}: not a valid checkpoint manifest ({err})") from None
+        listed = len(dict(json.loads((directory / checkpoint.MANIFEST).read_text())["files"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        listed = 0  # verify names the bad manifest
+    return max(listed, shards)
 
 
 def scan(root: Path, verify: bool = False) -> list[CheckpointEntry]:
-    """The step directories under ``root``, oldest first."""
+    """The step directories under ``root``, by step."""
     if not root.is_dir():
         raise UserInputError(f"{root}: no such checkpoint directory")
+    found = [(step, child) for child in root.glob("step_*")
+             if child.is_dir() and (step := checkpoint.step_of(child.name)) is not None]
     entries = []
-    for child in sorted(root.glob("step_*")):
-        if not (child.is_dir() and child.name[5:].isdigit()):
-            continue
+    for step, child in sorted(found):
         shards = sorted(child.glob("stage_*.safetensors"))
         size = sum(p.stat().st_size for p in shards)
         complete = (child / checkpoint.MANIFEST).is_file()
@@ -59,12 +59,12 @@ def scan(root: Path, verify: bool = False) -> list[CheckpointEntry]:
         problem = None if complete else "no manifest (a write that did not finish)"
         if complete and verify:
             try:
-                checkpoint.verify(child, _manifest_stages(child))
+                checkpoint.verify(child, _stages(child, len(shards)))
                 verified = True
             except UserInputError as err:
                 verified, problem = False, str(err)
-        entries.append(CheckpointEntry(int(child.name[5:]), child, complete, len(shards), size,
-                                       verified, problem))
+        entries.append(CheckpointEntry(step, child, complete, len(shards), size, verified,
+                                       problem))
     return entries
 
 

@@ -15,7 +15,7 @@ checkpoint is complete:
 - :meth:`CheckpointWriter.wait` blocks until the pending save is complete (before a stop or
   at the end of training).
 
-Completing = agree on errors (a failed write fails every rank), gather (name, sha256) of all
+Completing = agree on errors (a failed write fails every rank), gather (name, checksum) of all
 shards and each rank's WriteTiming to rank 0, rank 0 writes the manifest (the completeness
 marker) and prunes to keep K, barrier. A crash before the manifest leaves the previous
 checkpoint the newest complete one. :meth:`CheckpointWriter.close` (not collective: also on
@@ -110,7 +110,7 @@ class CheckpointWriter:
                 name, digest = checkpoint.write_shard(self.root, pending.step, stage, tensors,
                                                       self.seed, self.rank, pending.timing)
                 pending.files[name] = digest
-        except (GantryError, OSError, ValueError) as err:
+        except Exception as err:  # any failure (e.g. no thread to hash with) must reach agree
             pending.error = GantryError(f"checkpoint at step {pending.step}: {err}")
 
     def poll(self, step: int) -> None:
@@ -151,6 +151,8 @@ class CheckpointWriter:
         """Why the staging arrays are not page-locked (None when they are, or none exist)."""
         return self._staging.unpinned
 
-    def close(self) -> None:
-        """Unpins the staging arrays (a write still running keeps its views of them valid)."""
+    def close(self) -> str | None:
+        """Unpins the staging arrays (a write still running keeps its views of them valid);
+        returns why an unpin failed, if one did (never raises: it runs on error paths too)."""
         self._staging.close()
+        return self._staging.close_error

@@ -15,6 +15,7 @@ from __future__ import annotations
 import numpy as np
 import numpy.typing as npt
 
+from launcher.errors import GantryError
 from launcher.native.binding import Buffer, NativeLibrary, pin_host, unpin_host
 from launcher.train.native_pipeline import Chunk
 
@@ -28,6 +29,8 @@ class HostStaging:
         self._pinned: list[tuple[NativeLibrary, npt.NDArray[np.float32]]] = []
         self.unpinned: str | None = None
         """Why the first array that could not be pinned was not (None while all were)."""
+        self.close_error: str | None = None
+        """The first unpin that failed in :meth:`close`."""
 
     def read(self, chunk: Chunk, which: Buffer) -> npt.NDArray[np.float32]:
         """A host copy of ``chunk``'s buffer ``which``, in this stage's staging array."""
@@ -47,8 +50,18 @@ class HostStaging:
     def pinned_bytes(self) -> int:
         return sum(array.nbytes for _, array in self._pinned)
 
-    def close(self) -> None:
+    def close(self) -> int:
+        """Unpins every array pinned so far; returns how many were unpinned. An array whose
+        unpin fails is still forgotten (its memory stays valid); the first failure is kept in
+        ``close_error`` rather than raised, since this runs on the way out of errors too."""
         pinned, self._pinned = self._pinned, []
+        unpinned = 0
         for lib, array in pinned:
-            unpin_host(lib, array)
+            try:
+                unpin_host(lib, array)
+                unpinned += 1
+            except GantryError as err:
+                if self.close_error is None:
+                    self.close_error = str(err)
         self._arrays.clear()
+        return unpinned

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
+from collections import deque
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
@@ -102,32 +104,42 @@ def _hash_file_piece(fd: int, offset: int, length: int) -> bytes:
 
 def file_digest(path: Path, piece_bytes: int = PIECE_BYTES) -> str:
     """The digest of a file already written: each piece read (positioned reads, 8 MiB at a
-    time) and hashed by the pool's threads, so reading runs in parallel too."""
+    time) and hashed by the pool's threads, so reading runs in parallel too; at most two
+    pieces per thread are queued at a time."""
     fd = os.open(path, os.O_RDONLY)
     try:
         size = os.fstat(fd).st_size
-        with ThreadPoolExecutor(_workers(), thread_name_prefix="gantry-hash") as pool:
-            digests = pool.map(lambda start: _hash_file_piece(fd, start,
-                                                              min(piece_bytes, size - start)),
-                               range(0, size, piece_bytes))
-            return _combine(iter(list(digests)), piece_bytes)
+        workers = _workers()
+        digests: list[bytes] = []
+        with ThreadPoolExecutor(workers, thread_name_prefix="gantry-hash") as pool:
+            window: deque[Future[bytes]] = deque()
+            for start in range(0, size, piece_bytes):
+                window.append(pool.submit(_hash_file_piece, fd, start,
+                                          min(piece_bytes, size - start)))
+                if len(window) >= 2 * workers:
+                    digests.append(window.popleft().result())
+            digests.extend(f.result() for f in window)
+        return _combine(iter(digests), piece_bytes)
     finally:
         os.close(fd)
 
 
+MIN_RECORDED_PIECE_BYTES = 4096
+"""The smallest piece size a manifest may name (smaller ones would mean millions of hashing
+tasks for one shard)."""
+_RECORDED = re.compile(r"sha256-pieces-([1-9][0-9]*):([0-9a-f]{64})", re.ASCII)
+_WHOLE_FILE = re.compile(r"[0-9a-f]{64}", re.ASCII)
+
+
 def piece_bytes_of(recorded: str) -> int | None:
-    """The piece size a recorded digest names, or None when it is a whole-file sha256 (64 hex
-    digits: checkpoints written before the piecewise digest). Raises ValueError when it is
-    neither."""
-    if recorded.startswith(PREFIX):
-        size, sep, hexpart = recorded[len(PREFIX):].partition(":")
-        if sep and size.isdigit() and int(size) > 0 and _is_sha256_hex(hexpart):
-            return int(size)
-    elif _is_sha256_hex(recorded):
+    """The piece size a recorded digest names, or None when it is a whole-file sha256 (64
+    lowercase hex digits: checkpoints written before the piecewise digest). Raises ValueError
+    when it is neither, or names pieces under MIN_RECORDED_PIECE_BYTES."""
+    match = _RECORDED.fullmatch(recorded)
+    if match is not None and int(match.group(1)) >= MIN_RECORDED_PIECE_BYTES:
+        return int(match.group(1))
+    if match is None and _WHOLE_FILE.fullmatch(recorded):
         return None
     raise ValueError(f"{recorded!r} is not a checkpoint digest (expected "
-                     f"'{PREFIX}<bytes>:<64 hex digits>' or 64 hex digits)")
-
-
-def _is_sha256_hex(text: str) -> bool:
-    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)
+                     f"'{PREFIX}<bytes >= {MIN_RECORDED_PIECE_BYTES}>:<64 hex digits>' or 64 "
+                     f"hex digits)")

@@ -5,9 +5,9 @@ the dev VM, more than the write and the fsync together) and the caller hashes th
 again; a checkpoint shard of a 350M model is 4.3 GB. Here the header is encoded once, then
 each tensor's buffer goes to the file and to the checksum as a memoryview: no copy of the
 data in Python. The checksum (piece_hash.py: sha256 of fixed-size pieces, on a thread pool)
-is computed beside the writes (both release the GIL), and after each piece written the
-kernel is asked to start writing it to disk, so the caller's fsync waits only for the tail
-(docs/BENCHMARKS.md, "Checkpoint cost"). The file is a plain safetensors file (8-byte
+is computed beside the writes (both release the GIL), and after every ``piece_bytes``
+written the kernel is asked to start writing them to disk, so the caller's fsync waits only
+for the tail (docs/BENCHMARKS.md, "Checkpoint cost"). The file is a plain safetensors file (8-byte
 little-endian header length, the JSON header padded with spaces to 8 bytes, the tensors'
 bytes in header order), which `safetensors.numpy.load_file` reads.
 """
@@ -98,7 +98,8 @@ def _pieces(header: bytes, tensors: Tensors, order: list[str], limit: int | None
 
 
 def _start_writeback(handle: BinaryIO, length: int) -> None:
-    """Asks the kernel to start writing the last ``length`` bytes written to disk now (Linux:
+    """Asks the kernel to start writing the last ``length`` bytes written (the file's bytes
+    up to its current position) to disk now (Linux:
     POSIX_FADV_DONTNEED starts the writeback of dirty pages and drops clean ones, which a
     checkpoint will not read again). Nothing where the handle has no file or the OS no fadvise."""
     advise = getattr(os, "posix_fadvise", None)
@@ -123,12 +124,15 @@ def write_safetensors(handle: BinaryIO, tensors: Tensors, metadata: dict[str, st
     header, order = _header(tensors, metadata)
     pieces = _pieces(header, tensors, order, limit, piece_bytes)
     hasher = PieceHasher(hash_piece_bytes)
+    unflushed = 0
     try:
         for piece in pieces:
             hasher.feed(piece)  # hashed on the pool while the writes go on
             handle.write(piece)
-            if len(piece) >= piece_bytes:
-                _start_writeback(handle, len(piece))
+            unflushed += len(piece)
+            if unflushed >= piece_bytes:  # whatever tensors the last piece_bytes came from
+                _start_writeback(handle, unflushed)
+                unflushed = 0
     except BaseException:
         hasher.close()
         raise

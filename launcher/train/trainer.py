@@ -293,8 +293,8 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
             writer.wait()
     finally:
         watchdog.stop()
-        if writer is not None:
-            writer.close()
+        if writer is not None and (why := writer.close()) is not None:
+            sys.stderr.write(f"gantry train: rank {rank}: unpinning checkpoint staging: {why}\n")
     all_events = world.gather(events, root=0)
     if rank == 0:
         flat = [e for part in all_events for e in part]
@@ -305,8 +305,8 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
 def _checkpoint_event(run_dir: Path) -> Callable[[int, int, list[WriteTiming]], None]:
     """Rank 0's record of each completed checkpoint in events.jsonl: its step, the step after
     which its manifest was written (later than its step when written in the background), its
-    bytes (all shards) and the slowest writing rank's seconds copying to host memory (on the
-    loop), streaming into the files and the hash, and syncing them."""
+    bytes (all shards) and, per phase, the most seconds any writing rank spent copying to host
+    memory (on the loop), streaming into the files and the checksum, and syncing them."""
     def record(step: int, completed_after: int, timings: list[WriteTiming]) -> None:
         metrics.append_jsonl(run_dir / metrics.EVENTS, {
             "event": "checkpoint", "time": time.time(), "step": step,

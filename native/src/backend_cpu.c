@@ -64,8 +64,9 @@ cleanup:
 }
 
 int gt_host_pin(void *ptr, size_t bytes) {
-    (void)bytes;
-    return ptr ? GT_OK : gt_set_error(GT_EINPUT, "gt_host_pin: NULL pointer");
+    if (ptr == NULL || bytes == 0)
+        return gt_set_error(GT_EINPUT, "gt_host_pin: NULL pointer or 0 bytes");
+    return GT_OK;
 }
 
 int gt_host_unpin(void *ptr) {

@@ -68,6 +68,23 @@ def test_lists_verifies_and_names_the_resume_point(trained: Path, tmp_path: Path
     assert "resume: step 2" in table.stdout and "incomplete" in table.stdout
 
 
+def test_odd_directory_names(trained: Path, tmp_path: Path) -> None:
+    """Markup-like characters in the path are printed as they are; step directories sort by
+    number; a name that is not step_<ASCII digits> is not a checkpoint."""
+    ckpt = tmp_path / "ck[bold]x"
+    ckpt.mkdir()
+    shutil.copytree(trained / "ckpt" / "step_00000004", ckpt / "step_10")
+    shutil.copytree(trained / "ckpt" / "step_00000002", ckpt / "step_9")
+    (ckpt / "step_\u00b2").mkdir()
+    listed = _gantry(str(ckpt), "--json")
+    assert listed.returncode == 0, listed.stderr
+    body = json.loads(listed.stdout)
+    assert [c["step"] for c in body["checkpoints"]] == [9, 10] and body["resume_step"] == 10
+    table = _gantry(str(ckpt))
+    assert table.returncode == 0, table.stderr
+    assert "ck[bold]x" in table.stdout.replace("\n", "")
+
+
 def test_a_job_reference_finds_its_checkpoint_dir(trained: Path, tmp_path: Path) -> None:
     jobs = tmp_path / "jobs"
     job_dir = create_job_dir(jobs / "ck-1", "#!/bin/sh\n", {}, {

@@ -38,8 +38,8 @@ def test_one_array_per_buffer_reused_with_fresh_values(native_lib: NativeLibrary
         assert other is not first
         assert staging.unpinned is None
         assert staging.pinned_bytes == 2 * stage.num_params * 4
-        staging.close()
-        assert staging.pinned_bytes == 0
+        assert staging.close() == 2 and staging.close_error is None
+        assert staging.pinned_bytes == 0 and staging.close() == 0
 
 
 def test_a_snapshot_from_the_staging_holds_the_stage_tensors(native_lib: NativeLibrary) -> None:

@@ -57,7 +57,9 @@ def test_recorded_digests_parse_or_are_refused() -> None:
     assert piece_bytes_of(hex64) is None
     assert piece_bytes_of(f"sha256-pieces-4096:{hex64}") == 4096
     for bad in ("", "xyz", "AB" * 32, f"sha256-pieces-0:{hex64}", f"sha256-pieces-:{hex64}",
-                "sha256-pieces-64:abc", f"md5:{hex64}"):
+                "sha256-pieces-4096:abc", f"md5:{hex64}", f"sha256-pieces-04096:{hex64}",
+                f"sha256-pieces-\u0664096:{hex64}", f"sha256-pieces-7:{hex64}",
+                f"sha256-pieces-4096:{hex64}\n"):
         with pytest.raises(ValueError, match="not a checkpoint digest"):
             piece_bytes_of(bad)
     with pytest.raises(ValueError, match="piece_bytes 0"):
@@ -73,10 +75,10 @@ def _one_shard_checkpoint(root: Path) -> tuple[Path, str]:
 def test_verify_accepts_both_forms_and_names_a_malformed_digest(tmp_path: Path) -> None:
     directory, name = _one_shard_checkpoint(tmp_path)
     shard = directory / name
-    for recorded in (file_digest(shard), file_digest(shard, 7), checkpoint.sha256_of(shard)):
+    for recorded in (file_digest(shard), file_digest(shard, 4096), checkpoint.sha256_of(shard)):
         checkpoint.write_manifest(tmp_path, 2, {name: recorded}, keep=1)
         assert checkpoint.verify(directory, 1) == 2
-    checkpoint.write_manifest(tmp_path, 2, {name: "sha256-pieces-7:" + "0" * 64}, keep=1)
+    checkpoint.write_manifest(tmp_path, 2, {name: "sha256-pieces-4096:" + "0" * 64}, keep=1)
     with pytest.raises(UserInputError, match="checksum mismatch"):
         checkpoint.verify(directory, 1)
     manifest = directory / "manifest.json"

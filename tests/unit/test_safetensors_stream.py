@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -144,3 +145,25 @@ def test_a_file_written_in_pieces_with_writeback_reads_back(tmp_path: Path) -> N
     data = path.read_bytes()
     assert data == save(tensors, metadata={"step": "2"})
     assert digest == _digest(data, 1000)
+
+
+def test_writeback_is_asked_for_every_piece_bytes_whatever_the_tensor_sizes(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No tensor here reaches piece_bytes, yet the kernel is asked to write back each run of
+    piece_bytes written, as consecutive ranges from the file's start."""
+    advised: list[tuple[int, int]] = []
+    monkeypatch.setattr("os.posix_fadvise",
+                        lambda fd, offset, length, advice: advised.append((offset, length)))
+    tensors: dict[str, npt.NDArray[Any]] = {
+        f"t{k}": np.full(300, k, dtype=np.float32) for k in range(10)}  # 1,200 bytes each
+    path = tmp_path / "shard.safetensors"
+    with open(path, "wb") as handle:
+        write_safetensors(handle, tensors, {}, piece_bytes=4096)
+    size = path.stat().st_size
+    assert len(advised) >= 2 and advised[0][0] == 0
+    for (offset, length), (next_offset, _) in itertools.pairwise(advised):
+        assert next_offset == offset + length
+    header = size - 10 * 1200
+    assert all(4096 <= length < 4096 + max(header, 1200) for _, length in advised)
+    end = advised[-1][0] + advised[-1][1]
+    assert 0 <= size - end < 4096  # only the tail is left for the fsync
