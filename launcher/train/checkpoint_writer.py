@@ -58,7 +58,7 @@ class CheckpointWriter:
 
     def __init__(self, world: Any, agree: Agree, root: Path, *, keep: int, seed: int,
                  writes: bool, background: bool, max_lag: int = 1,
-                 on_complete: Completed | None = None) -> None:
+                 on_complete: Completed | None = None, pinned_staging: bool = True) -> None:
         if max_lag < 1:
             raise ValueError(f"max_lag {max_lag} is not allowed (expected >= 1)")
         self.world = world
@@ -74,7 +74,7 @@ class CheckpointWriter:
         """Steps a background write may overlap before the loop waits for it."""
         self.on_complete = on_complete
         self._pending: _Pending | None = None
-        self._staging = HostStaging()
+        self._staging = HostStaging() if pinned_staging else None
         self._now = 0
         """The step the loop last reported (save / poll)."""
         self.completed: list[int] = []
@@ -148,11 +148,14 @@ class CheckpointWriter:
 
     @property
     def unpinned(self) -> str | None:
-        """Why the staging arrays are not page-locked (None when they are, or none exist)."""
-        return self._staging.unpinned
+        """Why the staging arrays are not page-locked (None when they are, none exist yet, or
+        staging is off)."""
+        return None if self._staging is None else self._staging.unpinned
 
     def close(self) -> str | None:
         """Unpins the staging arrays (a write still running keeps its views of them valid);
         returns why an unpin failed, if one did (never raises: it runs on error paths too)."""
+        if self._staging is None:
+            return None
         self._staging.close()
         return self._staging.close_error

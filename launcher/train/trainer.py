@@ -217,7 +217,8 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
                                   seed=train.seed, writes=layout.replica == 0,
                                   background=spec.checkpoint.async_write,
                                   max_lag=spec.checkpoint.max_lag_steps,
-                                  on_complete=_checkpoint_event(opts.run_dir))
+                                  on_complete=_checkpoint_event(opts.run_dir),
+                                  pinned_staging=spec.checkpoint.pinned_staging)
     resuming = opts.resume or opts.resume_from is not None
     nodes = sorted(set(world.allgather(node_name())))
     if rank == 0:

@@ -1,8 +1,9 @@
 """The trainer's resilience under mpirun (no Slurm): background checkpoints hold exactly the
-tensors of synchronous ones (written from the same reused staging arrays; events.jsonl names
-each one's bytes and phase times) and overlap up to checkpoint.max_lag_steps steps, SIGUSR1 stops
-every rank at one step after a checkpoint (exit 75) and the resume is bit-exact, a hung rank
-is aborted by the watchdog (exit 76), bad hook values are one-line errors."""
+tensors of synchronous ones (the one from reused staging arrays, the other from fresh copies;
+events.jsonl names each save's bytes and phase times) and overlap up to
+checkpoint.max_lag_steps steps, SIGUSR1 stops every rank at one step after a checkpoint (exit
+75) and the resume is bit-exact, a hung rank is aborted by the watchdog (exit 76), bad hook
+values are one-line errors."""
 
 from __future__ import annotations
 
@@ -33,11 +34,11 @@ def lib() -> Path:
     return build_native(REPO / "native" / "build")
 
 
-def _job(directory: Path, *, async_write: bool = True, policy: dict[str, object] | None = None
-         ) -> Path:
+def _job(directory: Path, *, async_write: bool = True, policy: dict[str, object] | None = None,
+         pinned_staging: bool = True) -> Path:
     path = write_job(directory, "res", pp=2, dp=1, schedule="1f1b", m=2, model=MODEL,
                      checkpoint={"dir": str(directory / "ckpt"), "interval": 2, "keep": 3,
-                                 "async_write": async_write})
+                                 "async_write": async_write, "pinned_staging": pinned_staging})
     if policy:
         import yaml
 
@@ -54,7 +55,9 @@ def _trajectory(run_dir: Path) -> list[tuple[int, float, float]]:
 @pytest.fixture(scope="module")
 def sync_run(tmp_path_factory: pytest.TempPathFactory, lib: Path) -> Path:
     root = tmp_path_factory.mktemp("sync")
-    result = gantry_train(_job(root, async_write=False), 2, lib, run_dir=root / "run")
+    # synchronous, from fresh host copies at every save (checkpoint.pinned_staging false)
+    result = gantry_train(_job(root, async_write=False, pinned_staging=False), 2, lib,
+                          run_dir=root / "run")
     assert result.returncode == 0, result.stderr[-3000:]
     return root
 
