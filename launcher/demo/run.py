@@ -37,6 +37,7 @@ from launcher.job_placement import GANTRY_DRAIN_PREFIX
 from launcher.live.follow import follow_job
 from launcher.live.summary import RunSummary
 from launcher.report.build import ReportResult, build_report
+from launcher.report.checkpoints import describe as describe_checkpoints
 from launcher.report.sources import resolve_sources
 from launcher.site_config import LoadedSite, load_site
 from launcher.slurm import CommandRunner, SlurmClient, make_client
@@ -214,6 +215,9 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
                             ("trace", result.report.trace)):
             if path is not None:
                 console.print(f"  {label:<9}{path}", markup=False)
+        if result.report.checkpoints:
+            console.print("  checkpoints "
+                          + describe_checkpoints(list(result.report.checkpoints)), markup=False)
     except GantryError as err:
         console.print(f"no report: {err}", markup=False)
     steps.end()
