@@ -8,7 +8,8 @@ after every shard is durable: a directory without a valid manifest is incomplete
 Writes go to a temp file, fsync, rename, fsync of the directory. A write that crashes leaves
 a directory without a manifest, which resume ignores and the next manifest write removes.
 
-Resume policy: ``--resume`` takes the newest complete checkpoint whose shards all match the
+Resume policy (trainer._pick_checkpoint; each rank verifies its own stages' shards with
+:func:`verify`): ``--resume`` takes the newest complete checkpoint whose shards all match the
 manifest, skipping (with a warning) newer ones that fail verification; an explicit
 ``--resume-from DIR`` that fails verification is an error naming the file (exit 2).
 """
@@ -21,6 +22,7 @@ import os
 import re
 import shutil
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,9 +188,10 @@ def complete_steps(root: Path) -> list[int]:
     return steps
 
 
-def verify(directory: Path, n_stages: int) -> int:
-    """Checks the manifest and every shard's checksum; returns the step or raises naming the
-    bad file."""
+def verify(directory: Path, n_stages: int, stages: Iterable[int] | None = None) -> int:
+    """Checks the manifest (an entry for each of the ``n_stages`` shards) and the checksums of
+    the shards of ``stages`` (default: all); returns the step or raises naming the bad file.
+    Ranks can each check their own stages' shards, in parallel."""
     manifest = directory / MANIFEST
     try:
         body = json.loads(manifest.read_text())
@@ -200,6 +203,8 @@ def verify(directory: Path, n_stages: int) -> int:
         name = shard_name(stage)
         if name not in files:
             raise UserInputError(f"{manifest}: no entry for {name} (expected {n_stages} stages)")
+    for stage in range(n_stages) if stages is None else sorted(set(stages)):
+        name = shard_name(stage)
         path = directory / name
         if not path.is_file():
             raise UserInputError(f"{path}: checkpoint shard is missing")
@@ -212,18 +217,6 @@ def verify(directory: Path, n_stages: int) -> int:
         if not same:
             raise UserInputError(f"{path}: checksum mismatch (corrupt or truncated shard)")
     return step
-
-
-def pick_latest(root: Path, n_stages: int, warn: list[str]) -> Path | None:
-    """Newest checkpoint that verifies; failures of newer ones are appended to ``warn``."""
-    for step in sorted(complete_steps(root), reverse=True):
-        try:
-            verify(step_dir(root, step), n_stages)
-        except UserInputError as err:
-            warn.append(f"skipping checkpoint: {err}")
-            continue
-        return step_dir(root, step)
-    return None
 
 
 def load_chunk(directory: Path, chunk: Chunk) -> None:

@@ -152,32 +152,58 @@ def _run(spec: JobSpec, opts: TrainOptions, stop: StopRequest) -> int:
         pipe.close()
 
 
-def _load_start(world: Any, spec: JobSpec, opts: TrainOptions, pipe: Pipeline) -> int:
+def _resume_candidates(world: Any, opts: TrainOptions, ckpt_root: Path | None) -> list[Path]:
+    """Rank 0's list, newest first, broadcast: the --resume-from directory, or with --resume
+    every complete checkpoint under checkpoint.dir."""
+    candidates: list[Path] = []
+    if world.Get_rank() == 0:
+        if opts.resume_from is not None:
+            candidates = [opts.resume_from]
+        elif opts.resume and ckpt_root is not None:
+            candidates = [checkpoint.step_dir(ckpt_root, step) for step in
+                          sorted(checkpoint.complete_steps(ckpt_root), reverse=True)]
+    return list(world.bcast(candidates, root=0))
+
+
+def _pick_checkpoint(world: Any, opts: TrainOptions, n_stages: int, stages: list[int],
+                     candidates: list[Path]) -> tuple[Path, int] | None:
+    """Collective: the newest candidate whose manifest is valid and whose every shard matches
+    it, each rank hashing only its own ``stages``' shards (replica 0; the others pass an
+    empty list), so a resume reads each shard once, on the rank that loads it. With
+    --resume-from a failure is an error naming the file; with --resume rank 0 warns and the
+    next older one is tried."""
+    for candidate in candidates:
+        try:
+            step: int | None = checkpoint.verify(candidate, n_stages, stages)
+            failure = None
+        except UserInputError as err:
+            step, failure = None, str(err)
+        failures = [f for f in world.allgather(failure) if f is not None]
+        if not failures:
+            assert step is not None
+            return candidate, step
+        if opts.resume_from is not None:
+            _agree(world, UserInputError(failures[0]))
+        if world.Get_rank() == 0:
+            sys.stderr.write(f"warning: skipping checkpoint: {failures[0]}\n")
+    return None
+
+
+def _load_start(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any,
+                pipe: Pipeline) -> int:
     """Fills weights (and moments); returns the first step to run."""
     ckpt_root = _resolve(opts.base_dir, spec.checkpoint.dir)
     n_stages = spec.parallelism.pp * spec.parallelism.virtual_stages
-    chosen: Path | None = None
+    mine = [chunk.stage for chunk in pipe.chunks] if layout.replica == 0 else []
+    chosen = _pick_checkpoint(world, opts, n_stages, mine,
+                              _resume_candidates(world, opts, ckpt_root))
     error: GantryError | None = None
-    if world.Get_rank() == 0:
-        try:
-            if opts.resume_from is not None:
-                checkpoint.verify(opts.resume_from, n_stages)
-                chosen = opts.resume_from
-            elif opts.resume and ckpt_root is not None:
-                warnings: list[str] = []
-                chosen = checkpoint.pick_latest(ckpt_root, n_stages, warnings)
-                for line in warnings:
-                    sys.stderr.write(f"warning: {line}\n")
-        except GantryError as err:
-            error = err
-    _agree(world, error)
-    chosen = world.bcast(chosen, root=0)
     start = 0
     try:
         if chosen is not None:
-            start = checkpoint.verify(chosen, n_stages) if world.Get_rank() == 0 else 0
+            directory, start = chosen
             for chunk in pipe.chunks:
-                checkpoint.load_chunk(chosen, chunk)
+                checkpoint.load_chunk(directory, chunk)
         else:
             init = _resolve(opts.base_dir, spec.train.init_weights)
             for chunk in pipe.chunks:
@@ -195,7 +221,7 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
            pipe: Pipeline, lib: Any, stop: StopRequest) -> int:
     par, model, train = spec.parallelism, spec.model, spec.train
     rank = world.Get_rank()
-    start = _load_start(world, spec, opts, pipe)
+    start = _load_start(world, spec, opts, layout, pipe)
     shards = None
     error: GantryError | None = None
     try:

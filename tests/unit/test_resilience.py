@@ -191,7 +191,8 @@ def test_manifest_write_prunes_and_removes_crashed_dirs(tmp_path: Path) -> None:
     checkpoint.write_shard(tmp_path, 8, 0, _tensors(), seed=5)  # in flight, newer
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "step_00000002", "step_00000006", "step_00000008"]
-    assert checkpoint.pick_latest(tmp_path, 1, []) == checkpoint.step_dir(tmp_path, 6)
+    assert sorted(checkpoint.complete_steps(tmp_path)) == [2, 6]
+    assert checkpoint.verify(checkpoint.step_dir(tmp_path, 6), 1) == 6
 
 
 def test_policy_and_checkpoint_fields_are_validated() -> None:
@@ -213,3 +214,23 @@ def test_script_exit_codes_are_distinct_and_documented() -> None:
     assert not set(script_codes) & set(trainer)
     assert job_exit_codes.RECOVERING in script_codes
     assert job_exit_codes.RESTARTS_EXHAUSTED in script_codes
+
+
+def test_verify_checks_the_given_stages_shards_and_every_manifest_entry(tmp_path: Path) -> None:
+    """Each rank verifies its own stages' shards at resume: a corrupt stage-1 shard fails
+    stage 1's check and the full one, not stage 0's; a manifest missing a stage fails all."""
+    files = dict(checkpoint.write_shard(tmp_path, 4, stage, _tensors(), seed=5)
+                 for stage in (0, 1))
+    checkpoint.write_manifest(tmp_path, 4, files, keep=2)
+    directory = checkpoint.step_dir(tmp_path, 4)
+    shard = directory / "stage_001.safetensors"
+    data = bytearray(shard.read_bytes())
+    data[-1] ^= 1
+    shard.write_bytes(bytes(data))
+    assert checkpoint.verify(directory, 2, [0]) == 4
+    assert checkpoint.verify(directory, 2, []) == 4
+    for stages in ([1], [0, 1], None):
+        with pytest.raises(UserInputError, match=r"stage_001\.safetensors: checksum mismatch"):
+            checkpoint.verify(directory, 2, stages)
+    with pytest.raises(UserInputError, match=r"no entry for stage_002\.safetensors"):
+        checkpoint.verify(directory, 3, [0])
