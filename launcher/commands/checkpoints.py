@@ -1,6 +1,8 @@
 """`gantry checkpoints JOB|DIR [--verify]`: a job's checkpoints (or those under a directory):
 step, complete or not, shards, size, and with --verify whether every shard still matches its
-manifest; says which one a resume would take. Exit 1 when --verify finds a bad one."""
+manifest; says which one a resume would take. Exit 1 when --verify finds a bad one.
+`--export-weights FILE [--step N]` writes one checkpoint's parameters as a single model file
+(launcher/train/export_weights.py)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,8 @@ from launcher.console import make_console, print_json
 from launcher.errors import EXIT_FAILURE, EXIT_OK, UserInputError
 from launcher.job_cli import add_jobs_dir_arg, run_history
 from launcher.job_dir import find_job_dir, jobs_root
-from launcher.train.checkpoint_scan import resume_choice, scan
+from launcher.train.checkpoint_scan import CheckpointEntry, resume_choice, scan
+from launcher.train.export_weights import export_weights
 
 
 def register(subparsers: Any) -> None:
@@ -30,6 +33,13 @@ def register(subparsers: Any) -> None:
     add_jobs_dir_arg(parser)
     parser.add_argument("--verify", action="store_true",
                         help="recompute every shard's checksum against its manifest")
+    parser.add_argument("--export-weights", type=Path, default=None, metavar="FILE",
+                        help="write the parameters of one checkpoint (verified first) to a "
+                             "single HF-named safetensors file: for inference, or as "
+                             "train.init_weights of a job with another layout")
+    parser.add_argument("--step", type=int, default=None, metavar="N",
+                        help="with --export-weights: the checkpoint of step N (default: the "
+                             "newest complete one)")
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.set_defaults(func=run)
 
@@ -48,8 +58,32 @@ def checkpoint_root(ref: str, jobs_dir: Path | None) -> tuple[Path, bool]:
     return Path(configured), True
 
 
+def _export(args: argparse.Namespace, root: Path, entries: list[CheckpointEntry]) -> int:
+    complete = {e.step: e for e in entries if e.complete}
+    if not complete:
+        raise UserInputError(f"{root}: no complete checkpoint to export")
+    if args.step is not None and args.step not in complete:
+        steps = ", ".join(str(s) for s in sorted(complete))
+        raise UserInputError(f"--step: {args.step} is not allowed (complete checkpoints: "
+                             f"{steps})")
+    chosen = complete[args.step if args.step is not None else max(complete)]
+    result = export_weights(chosen.path, args.export_weights)
+    if args.json:
+        print_json(result.to_json())
+        return EXIT_OK
+    tied = "" if result.head_max_diff is None else \
+        f"; lm_head tied to wte (max |difference| of the copies {result.head_max_diff:.3g})"
+    make_console().print(f"exported step {result.step}: {result.tensors} tensors, "
+                         f"{result.bytes / 1e9:.2f} GB -> {result.out}{tied}", markup=False)
+    return EXIT_OK
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.step is not None and args.export_weights is None:
+        raise UserInputError("--step: only with --export-weights")
     root, of_job = checkpoint_root(args.ref, args.jobs_dir)
+    if args.export_weights is not None:
+        return _export(args, root, scan(root))
     entries = [] if of_job and not root.exists() else scan(root, verify=args.verify)
     chosen = resume_choice(entries)
     failed = [e for e in entries if e.verified is False]

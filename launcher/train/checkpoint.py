@@ -188,6 +188,18 @@ def complete_steps(root: Path) -> list[int]:
     return steps
 
 
+def stage_count(directory: Path) -> int:
+    """Stages a checkpoint directory should hold, where no job says: as many as its manifest
+    lists or it holds shards, whichever is more (so :func:`verify` catches a missing shard
+    and a shard the manifest does not list)."""
+    shards = len(list(directory.glob("stage_*.safetensors")))
+    try:
+        listed = len(dict(json.loads((directory / MANIFEST).read_text())["files"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        listed = 0  # verify names the bad manifest
+    return max(listed, shards)
+
+
 def verify(directory: Path, n_stages: int, stages: Iterable[int] | None = None) -> int:
     """Checks the manifest (an entry for each of the ``n_stages`` shards) and the checksums of
     the shards of ``stages`` (default: all); returns the step or raises naming the bad file.

@@ -4,7 +4,6 @@ still has the checksum its manifest recorded, using the same verification as res
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,16 +33,6 @@ class CheckpointEntry:
         return {**self.__dict__, "path": str(self.path)}
 
 
-def _stages(directory: Path, shards: int) -> int:
-    """Stages to verify: as many as the manifest lists or the directory holds shards, whichever
-    is more (a manifest missing a shard on disk fails as it would at resume)."""
-    try:
-        listed = len(dict(json.loads((directory / checkpoint.MANIFEST).read_text())["files"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        listed = 0  # verify names the bad manifest
-    return max(listed, shards)
-
-
 def scan(root: Path, verify: bool = False) -> list[CheckpointEntry]:
     """The step directories under ``root``, by step."""
     if not root.is_dir():
@@ -59,7 +48,7 @@ def scan(root: Path, verify: bool = False) -> list[CheckpointEntry]:
         problem = None if complete else "no manifest (a write that did not finish)"
         if complete and verify:
             try:
-                checkpoint.verify(child, _stages(child, len(shards)))
+                checkpoint.verify(child, checkpoint.stage_count(child))
                 verified = True
             except UserInputError as err:
                 verified, problem = False, str(err)

@@ -100,3 +100,46 @@ def test_a_bad_reference_is_one_line(tmp_path: Path) -> None:
     result = _gantry("nosuchjob", "--jobs-dir", str(tmp_path))
     assert result.returncode == 2
     assert result.stderr.startswith("error: job 'nosuchjob'") and result.stderr.count("\n") == 1
+
+
+def test_export_weights_gives_one_model_file(trained: Path, tmp_path: Path,
+                                             native_lib_path: Path) -> None:
+    """--export-weights: the newest checkpoint's params (no moments) in one HF-named file that
+    PyTorch loads strictly, the tied head dropped after matching wte; it starts a pp=1 job.
+    An existing output, a --step without a checkpoint and --step alone are one-line errors."""
+    from safetensors.numpy import load_file
+
+    from launcher.native.model_config import GPTConfig
+    from launcher.reference import gpt2_torch as ref
+
+    out = tmp_path / "model.safetensors"
+    result = _gantry(str(trained / "ckpt"), "--export-weights", str(out), "--json")
+    assert result.returncode == 0, result.stderr
+    body = json.loads(result.stdout)
+    assert body["step"] == 4 and body["head_max_diff"] == 0.0
+    exported = load_file(str(out))
+    step_dir = trained / "ckpt" / "step_00000004"
+    shards = [load_file(str(step_dir / f"stage_00{k}.safetensors")) for k in (0, 1)]
+    params = {k: v for shard in shards for k, v in shard.items()
+              if not k.startswith("exp_avg") and k != "lm_head.weight"}
+    assert sorted(exported) == sorted(params) and body["tensors"] == len(params)
+    for name, value in params.items():
+        assert (exported[name] == value).all(), name
+    model = ref.GPT2(GPTConfig(vocab_size=40, max_seq_len=5, n_layer=2, n_head=2, n_embd=8))
+    ref.load_weights(model, out)  # strict: every parameter present, right shapes
+
+    job = write_job(tmp_path, "from-export", pp=1, dp=1, schedule="1f1b", m=2, model=MODEL,
+                    train={"steps": 2, "init_weights": str(out)})
+    trained_again = gantry_train(job, 1, native_lib_path, run_dir=tmp_path / "run")
+    assert trained_again.returncode == 0, trained_again.stderr[-3000:]
+
+    for args, message in (([str(out)], "already exists"),
+                          ([str(tmp_path / "b.safetensors"), "--step", "3"],
+                           "--step: 3 is not allowed (complete checkpoints: 2, 4)")):
+        bad = _gantry(str(trained / "ckpt"), "--export-weights", *args)
+        assert bad.returncode == 2 and bad.stderr.startswith(f"error: {args[0]}"
+                                                             if message == "already exists"
+                                                             else "error: --step")
+        assert message in bad.stderr and bad.stderr.count("\n") == 1
+    alone = _gantry(str(trained / "ckpt"), "--step", "2")
+    assert alone.returncode == 2 and "only with --export-weights" in alone.stderr

@@ -1,0 +1,85 @@
+"""One model file from a checkpoint: the parameters of every stage shard (no AdamW moments)
+merged into a single safetensors file under the Hugging Face GPT-2 names, the output head
+left tied to ``transformer.wte.weight`` (the last stage's ``lm_head.weight`` copy is dropped
+after checking it matches). The checkpoint is verified first. The file loads into PyTorch
+(launcher.reference.gpt2_torch.load_weights) or HF's GPT2LMHeadModel, and serves as
+``train.init_weights`` of a job with any other pipeline layout (without the moments)."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+from safetensors import SafetensorError
+from safetensors.numpy import load_file
+
+from launcher.errors import UserInputError
+from launcher.train import checkpoint
+from launcher.train.safetensors_stream import write_safetensors
+
+_MOMENTS = ("exp_avg.", "exp_avg_sq.")
+WTE, LM_HEAD = "transformer.wte.weight", "lm_head.weight"
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    out: Path
+    step: int
+    tensors: int
+    bytes: int
+    head_max_diff: float | None
+    """Largest |lm_head - wte| of the tied copies (None when only wte was there)."""
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "out": str(self.out)}
+
+
+def export_weights(directory: Path, out: Path) -> ExportResult:
+    """Verifies the checkpoint in ``directory`` and writes its parameters to ``out`` (which
+    must not exist; written to a temp file, fsync'd, renamed)."""
+    if out.exists():
+        raise UserInputError(f"{out}: already exists (remove it or choose another path)")
+    if not out.parent.is_dir():
+        raise UserInputError(f"{out.parent}: no such directory for the exported weights")
+    step = checkpoint.verify(directory, checkpoint.stage_count(directory))
+    merged: dict[str, npt.NDArray[Any]] = {}
+    head: npt.NDArray[Any] | None = None
+    for shard in sorted(directory.glob("stage_*.safetensors")):
+        try:
+            tensors = load_file(str(shard))
+        except (SafetensorError, OSError, ValueError) as err:
+            raise UserInputError(f"{shard}: unreadable checkpoint shard ({err})") from None
+        for name, value in tensors.items():
+            if name.startswith(_MOMENTS):
+                continue
+            if name == LM_HEAD:
+                head = value
+            elif name in merged:
+                raise UserInputError(f"{shard}: tensor {name!r} is also in an earlier shard")
+            else:
+                merged[name] = value
+    if WTE not in merged:
+        raise UserInputError(f"{directory}: no stage holds {WTE!r} (not a gantry checkpoint?)")
+    diff = None
+    if head is not None:
+        if head.shape != merged[WTE].shape:
+            raise UserInputError(f"{directory}: {LM_HEAD!r} is {list(head.shape)}, "
+                                 f"{WTE!r} {list(merged[WTE].shape)}")
+        diff = float(np.max(np.abs(head - merged[WTE]))) if head.size else 0.0
+    tmp = out.with_name(f".{out.name}.tmp")
+    try:
+        with open(tmp, "wb") as handle:
+            write_safetensors(handle, merged, {"format": "pt", "step": str(step),
+                                               "source": str(directory)})
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, out)
+    except OSError as err:
+        tmp.unlink(missing_ok=True)
+        raise UserInputError(f"{out}: cannot write the exported weights ({err.strerror})"
+                             ) from None
+    return ExportResult(out, step, len(merged), out.stat().st_size, diff)
