@@ -178,6 +178,8 @@ def _pick_checkpoint(world: Any, opts: TrainOptions, n_stages: int, stages: list
             failure = None
         except UserInputError as err:
             step, failure = None, str(err)
+        except Exception as err:  # any rank's surprise must reach the allgather, not hang it
+            step, failure = None, f"{candidate}: cannot verify ({type(err).__name__}: {err})"
         failures = [f for f in world.allgather(failure) if f is not None]
         if not failures:
             assert step is not None
