@@ -71,8 +71,7 @@ def _export(args: argparse.Namespace, root: Path, entries: list[CheckpointEntry]
     if args.json:
         print_json(result.to_json())
         return EXIT_OK
-    tied = "" if result.head_max_diff is None else \
-        f"; lm_head tied to wte (max |difference| of the copies {result.head_max_diff:.3g})"
+    tied = "" if result.head_max_diff is None else "; the lm_head copy matched wte (tied)"
     make_console().print(f"exported step {result.step}: {result.tensors} tensors, "
                          f"{result.bytes / 1e9:.2f} GB -> {result.out}{tied}", markup=False)
     return EXIT_OK
@@ -81,6 +80,9 @@ def _export(args: argparse.Namespace, root: Path, entries: list[CheckpointEntry]
 def run(args: argparse.Namespace) -> int:
     if args.step is not None and args.export_weights is None:
         raise UserInputError("--step: only with --export-weights")
+    if args.verify and args.export_weights is not None:
+        raise UserInputError("--verify: not with --export-weights (the export verifies the "
+                             "checkpoint it writes)")
     root, of_job = checkpoint_root(args.ref, args.jobs_dir)
     if args.export_weights is not None:
         return _export(args, root, scan(root))

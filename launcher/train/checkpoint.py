@@ -59,7 +59,7 @@ def shard_name(stage: int) -> str:
     return f"stage_{stage:03d}.safetensors"
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -74,7 +74,7 @@ def _atomic_write(path: Path, data: bytes) -> None:
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def sha256_of(path: Path) -> str:
@@ -148,7 +148,7 @@ def write_shard(root: Path, step: int, stage: int, tensors: Snapshot, seed: int,
         t_sync = time.perf_counter()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
-    _fsync_dir(directory)
+    fsync_dir(directory)
     if timing is not None:
         timing.bytes += path.stat().st_size
         timing.write_s += t_sync - t_write

@@ -1,21 +1,21 @@
 """One model file from a checkpoint: the parameters of every stage shard (no AdamW moments)
 merged into a single safetensors file under the Hugging Face GPT-2 names, the output head
 left tied to ``transformer.wte.weight`` (the last stage's ``lm_head.weight`` copy is dropped
-after checking it matches). The checkpoint is verified first. The file loads into PyTorch
+after checking it is identical). The checkpoint is verified first. The file loads into PyTorch
 (launcher.reference.gpt2_torch.load_weights) or HF's GPT2LMHeadModel, and serves as
 ``train.init_weights`` of a job with any other pipeline layout (without the moments)."""
 
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-from safetensors import SafetensorError
-from safetensors.numpy import load_file
+from safetensors import SafetensorError, safe_open
 
 from launcher.errors import UserInputError
 from launcher.train import checkpoint
@@ -32,15 +32,49 @@ class ExportResult:
     tensors: int
     bytes: int
     head_max_diff: float | None
-    """Largest |lm_head - wte| of the tied copies (None when only wte was there)."""
+    """Largest |lm_head - wte| of the tied copies: 0.0, or None when only wte was there."""
 
     def to_json(self) -> dict[str, Any]:
         return {**self.__dict__, "out": str(self.out)}
 
 
+def _params_of(shard: Path) -> dict[str, npt.NDArray[Any]]:
+    """The shard's parameters (its moments are not read)."""
+    try:
+        with safe_open(str(shard), "np") as handle:
+            return {name: handle.get_tensor(name) for name in handle.keys()  # noqa: SIM118
+                    if not name.startswith(_MOMENTS)}
+    except (SafetensorError, OSError, ValueError) as err:
+        raise UserInputError(f"{shard}: unreadable checkpoint shard ({err})") from None
+
+
+def _write_new(out: Path, tensors: dict[str, npt.NDArray[Any]], metadata: dict[str, str]) -> None:
+    """Writes a file that must not exist yet: a unique temp file next to it, fsync'd, linked
+    to ``out`` (which fails if ``out`` appeared meanwhile), the directory fsync'd. The temp
+    file goes on every path out, Ctrl-C included."""
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
+    tmp = Path(tmp_name)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            write_safetensors(handle, tensors, metadata)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.link(tmp, out)
+        checkpoint.fsync_dir(out.parent)
+    except FileExistsError:
+        raise UserInputError(f"{out}: already exists (remove it or choose another path)"
+                             ) from None
+    except OSError as err:
+        raise UserInputError(f"{out}: cannot write the exported weights ({err.strerror})"
+                             ) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
 def export_weights(directory: Path, out: Path) -> ExportResult:
-    """Verifies the checkpoint in ``directory`` and writes its parameters to ``out`` (which
-    must not exist; written to a temp file, fsync'd, renamed)."""
+    """Verifies the checkpoint in ``directory`` and writes its parameters to ``out``, which
+    must not exist. A head copy that differs from wte (the trainer keeps them bit-identical)
+    means a broken checkpoint and is refused."""
     if out.exists():
         raise UserInputError(f"{out}: already exists (remove it or choose another path)")
     if not out.parent.is_dir():
@@ -49,13 +83,7 @@ def export_weights(directory: Path, out: Path) -> ExportResult:
     merged: dict[str, npt.NDArray[Any]] = {}
     head: npt.NDArray[Any] | None = None
     for shard in sorted(directory.glob("stage_*.safetensors")):
-        try:
-            tensors = load_file(str(shard))
-        except (SafetensorError, OSError, ValueError) as err:
-            raise UserInputError(f"{shard}: unreadable checkpoint shard ({err})") from None
-        for name, value in tensors.items():
-            if name.startswith(_MOMENTS):
-                continue
+        for name, value in _params_of(shard).items():
             if name == LM_HEAD:
                 head = value
             elif name in merged:
@@ -70,16 +98,9 @@ def export_weights(directory: Path, out: Path) -> ExportResult:
             raise UserInputError(f"{directory}: {LM_HEAD!r} is {list(head.shape)}, "
                                  f"{WTE!r} {list(merged[WTE].shape)}")
         diff = float(np.max(np.abs(head - merged[WTE]))) if head.size else 0.0
-    tmp = out.with_name(f".{out.name}.tmp")
-    try:
-        with open(tmp, "wb") as handle:
-            write_safetensors(handle, merged, {"format": "pt", "step": str(step),
-                                               "source": str(directory)})
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, out)
-    except OSError as err:
-        tmp.unlink(missing_ok=True)
-        raise UserInputError(f"{out}: cannot write the exported weights ({err.strerror})"
-                             ) from None
+        if diff != 0.0:
+            raise UserInputError(f"{directory}: the tied {LM_HEAD!r} differs from {WTE!r} by "
+                                 f"up to {diff:.3g} (the trainer keeps them identical: a "
+                                 "broken checkpoint)")
+    _write_new(out, merged, {"format": "pt", "step": str(step), "source": str(directory)})
     return ExportResult(out, step, len(merged), out.stat().st_size, diff)

@@ -154,14 +154,19 @@ def _run(spec: JobSpec, opts: TrainOptions, stop: StopRequest) -> int:
 
 def _resume_candidates(world: Any, opts: TrainOptions, ckpt_root: Path | None) -> list[Path]:
     """Rank 0's list, newest first, broadcast: the --resume-from directory, or with --resume
-    every complete checkpoint under checkpoint.dir."""
+    every complete checkpoint under checkpoint.dir. A failure to list them fails every rank."""
     candidates: list[Path] = []
+    error: GantryError | None = None
     if world.Get_rank() == 0:
-        if opts.resume_from is not None:
-            candidates = [opts.resume_from]
-        elif opts.resume and ckpt_root is not None:
-            candidates = [checkpoint.step_dir(ckpt_root, step) for step in
-                          sorted(checkpoint.complete_steps(ckpt_root), reverse=True)]
+        try:
+            if opts.resume_from is not None:
+                candidates = [opts.resume_from]
+            elif opts.resume and ckpt_root is not None:
+                candidates = [checkpoint.step_dir(ckpt_root, step) for step in
+                              sorted(checkpoint.complete_steps(ckpt_root), reverse=True)]
+        except OSError as err:
+            error = GantryError(f"{ckpt_root}: cannot list the checkpoints ({err})")
+    _agree(world, error)
     return list(world.bcast(candidates, root=0))
 
 
@@ -169,25 +174,31 @@ def _pick_checkpoint(world: Any, opts: TrainOptions, n_stages: int, stages: list
                      candidates: list[Path]) -> tuple[Path, int] | None:
     """Collective: the newest candidate whose manifest is valid and whose every shard matches
     it, each rank hashing only its own ``stages``' shards (replica 0; the others pass an
-    empty list), so a resume reads each shard once, on the rank that loads it. With
-    --resume-from a failure is an error naming the file; with --resume rank 0 warns and the
-    next older one is tried."""
+    empty list), so a resume reads each shard once, on the rank that loads it. A bad
+    checkpoint: with --resume-from an error naming the file (exit 2); with --resume rank 0
+    warns and the next older one is tried. Any other failure of a rank (out of memory, no
+    thread) fails every rank (exit 1, so the job may be retried) rather than skip a good
+    checkpoint."""
     for candidate in candidates:
+        step: int | None = None
+        failure: tuple[bool, str] | None = None
         try:
-            step: int | None = checkpoint.verify(candidate, n_stages, stages)
-            failure = None
+            step = checkpoint.verify(candidate, n_stages, stages)
         except UserInputError as err:
-            step, failure = None, str(err)
-        except Exception as err:  # any rank's surprise must reach the allgather, not hang it
-            step, failure = None, f"{candidate}: cannot verify ({type(err).__name__}: {err})"
+            failure = (True, str(err))
+        except Exception as err:  # must reach the allgather, not hang the other ranks
+            failure = (False, f"{candidate}: cannot verify ({type(err).__name__}: {err})")
         failures = [f for f in world.allgather(failure) if f is not None]
         if not failures:
             assert step is not None
             return candidate, step
+        unexpected = [message for is_input, message in failures if not is_input]
+        if unexpected:
+            _agree(world, GantryError(unexpected[0]))
         if opts.resume_from is not None:
-            _agree(world, UserInputError(failures[0]))
+            _agree(world, UserInputError(failures[0][1]))
         if world.Get_rank() == 0:
-            sys.stderr.write(f"warning: skipping checkpoint: {failures[0]}\n")
+            sys.stderr.write(f"warning: skipping checkpoint: {failures[0][1]}\n")
     return None
 
 

@@ -104,13 +104,16 @@ def test_wrong_tensor_name_is_rejected(interrupted: Path, native_lib_path: Path,
     _assert_one_line_error(result, str(shard), "c_atn")
 
 
+@pytest.mark.parametrize("stage", [0, 1])
 def test_auto_resume_falls_back_to_previous_complete(interrupted: Path, native_lib_path: Path,
-                                                     tmp_path: Path) -> None:
+                                                     tmp_path: Path, stage: int) -> None:
+    """A truncated shard of the newest checkpoint, found by the rank that verifies it (stage 0:
+    rank 0 itself; stage 1: rank 1, whose failure rank 0 reports): resume takes step 8."""
     import shutil
 
     root = tmp_path / "ckpt"
     shutil.copytree(interrupted / "full" / "ckpt", root)
-    shard = root / "step_00000010" / "stage_000.safetensors"
+    shard = root / "step_00000010" / f"stage_{stage:03d}.safetensors"
     shard.write_bytes(shard.read_bytes()[:-8])
     job = write_job(tmp_path, "ck", pp=2, dp=2, schedule="zb-h1", m=2,
                     checkpoint={"dir": str(root), "interval": 2, "keep": 2})
