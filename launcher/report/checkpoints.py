@@ -69,6 +69,14 @@ def _median(values: list[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
+def _amount(size: float) -> str:
+    """Bytes in GB, MB or kB (decimal), two decimals."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6)):
+        if size >= scale:
+            return f"{size / scale:.2f} {unit}"
+    return f"{size / 1e3:.2f} kB"
+
+
 def describe(records: list[CheckpointRecord]) -> str:
     """One line for the report's summary: the steps saved, then (when the events carry them)
     the median size and phase times per save and the write rate."""
@@ -80,8 +88,8 @@ def describe(records: list[CheckpointRecord]) -> str:
     copy, write, sync = (_median([getattr(r, key) for r in records])
                          for key in ("copy_s", "write_s", "sync_s"))
     if size is not None and copy is not None and write is not None and sync is not None:
-        rate = f", {size / 1e9 / (write + sync):.2f} GB/s to disk" if write + sync > 0 else ""
-        text += (f"; per save (median): {size / 1e9:.2f} GB, copy to host {copy:.2f} s, "
+        rate = f", {_amount(size / (write + sync))}/s to disk" if write + sync > 0 else ""
+        text += (f"; per save (median): {_amount(size)}, copy to host {copy:.2f} s, "
                  f"write + checksum {write:.2f} s, sync {sync:.2f} s{rate}")
     lags = [r.completed_after_step - r.step for r in records]
     if any(lags):

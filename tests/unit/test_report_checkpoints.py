@@ -41,4 +41,6 @@ def test_older_events_without_phases_are_listed(tmp_path: Path) -> None:
     records = read_checkpoints((run,))
     assert records[1] == CheckpointRecord(6, 6, None, None, None, None)
     assert describe(records) == "2 (steps 3, 6)"
+    small = [CheckpointRecord(2, 2, 10_400_000, 0.01, 0.02, 0.03)]
+    assert "per save (median): 10.40 MB," in describe(small) and "208.00 MB/s" in describe(small)
     assert describe([]).startswith("none recorded")
