@@ -194,10 +194,34 @@ def stage_count(directory: Path) -> int:
     and a shard the manifest does not list)."""
     shards = len(list(directory.glob("stage_*.safetensors")))
     try:
-        listed = len(dict(json.loads((directory / MANIFEST).read_text())["files"]))
-    except (OSError, ValueError, KeyError, TypeError):
+        listed = len(read_manifest(directory)[1])
+    except UserInputError:
         listed = 0  # verify names the bad manifest
     return max(listed, shards)
+
+
+def read_manifest(directory: Path) -> tuple[int, dict[str, str]]:
+    """(step, {shard name: checksum}) of a checkpoint's manifest; UserInputError naming it when
+    it is unreadable, not an object with an integer ``step`` (the directory's own step when
+    its name has one) and a ``files`` object of strings."""
+    manifest = directory / MANIFEST
+    try:
+        body = json.loads(manifest.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as err:
+        raise UserInputError(f"{manifest}: not a valid checkpoint manifest ({err})") from None
+    if not isinstance(body, dict):
+        raise UserInputError(f"{manifest}: not a valid checkpoint manifest (expected an object)")
+    step, files = body.get("step"), body.get("files")
+    expected = step_of(directory.name)
+    if not isinstance(step, int) or isinstance(step, bool) or step < 0 or (
+            expected is not None and step != expected):
+        want = "a step >= 0" if expected is None else f"{expected}, as its directory says"
+        raise UserInputError(f"{manifest}: step: {step!r} is not allowed (expected {want})")
+    if not isinstance(files, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        raise UserInputError(f"{manifest}: files: expected an object of shard name -> "
+                             "checksum strings")
+    return step, dict(files)
 
 
 def verify(directory: Path, n_stages: int, stages: Iterable[int] | None = None) -> int:
@@ -205,12 +229,7 @@ def verify(directory: Path, n_stages: int, stages: Iterable[int] | None = None) 
     the shards of ``stages`` (default: all); returns the step or raises naming the bad file.
     Ranks can each check their own stages' shards, in parallel."""
     manifest = directory / MANIFEST
-    try:
-        body = json.loads(manifest.read_text())
-        step = int(body["step"])
-        files = dict(body["files"])
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise UserInputError(f"{manifest}: not a valid checkpoint manifest ({err})") from None
+    step, files = read_manifest(directory)
     for stage in range(n_stages):
         name = shard_name(stage)
         if name not in files:
@@ -221,7 +240,7 @@ def verify(directory: Path, n_stages: int, stages: Iterable[int] | None = None) 
         if not path.is_file():
             raise UserInputError(f"{path}: checkpoint shard is missing")
         try:
-            same = matches(path, str(files[name]))
+            same = matches(path, files[name])
         except ValueError as err:
             raise UserInputError(f"{manifest}: files[{name!r}]: {err}") from None
         except OSError as err:

@@ -234,3 +234,21 @@ def test_verify_checks_the_given_stages_shards_and_every_manifest_entry(tmp_path
             checkpoint.verify(directory, 2, stages)
     with pytest.raises(UserInputError, match=r"no entry for stage_002\.safetensors"):
         checkpoint.verify(directory, 3, [0])
+
+
+@pytest.mark.parametrize("step,files,message", [
+    ("Infinity", {}, "step: inf is not allowed"),  # the fuzzer's find: an OverflowError
+    (4.0, {}, "step: 4.0 is not allowed"),
+    (True, {}, "step: True is not allowed"),
+    (6, {}, "step: 6 is not allowed \\(expected 4, as its directory says\\)"),
+    (4, [["stage_000.safetensors", 1]], "files: expected an object"),
+    (4, {"stage_000.safetensors": 7}, "files: expected an object"),
+])
+def test_manifest_fields_are_checked(tmp_path: Path, step: object, files: object,
+                                     message: str) -> None:
+    directory = checkpoint.step_dir(tmp_path, 4)
+    directory.mkdir(parents=True)
+    text = json.dumps({"step": step, "files": files}).replace('"Infinity"', "Infinity")
+    (directory / checkpoint.MANIFEST).write_text(text)
+    with pytest.raises(UserInputError, match=message):
+        checkpoint.verify(directory, 1)
