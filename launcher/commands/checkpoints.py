@@ -77,6 +77,14 @@ def _export(args: argparse.Namespace, root: Path, entries: list[CheckpointEntry]
     return EXIT_OK
 
 
+def _checks_cell(entry: CheckpointEntry) -> str:
+    if not entry.complete:
+        return entry.problem or "-"
+    if entry.verified is None:
+        return "not checked"
+    return "ok" if entry.verified else f"FAILED: {entry.problem}"
+
+
 def run(args: argparse.Namespace) -> int:
     if args.step is not None and args.export_weights is None:
         raise UserInputError("--step: only with --export-weights")
@@ -100,12 +108,8 @@ def run(args: argparse.Namespace) -> int:
                          else "left")
     for entry in entries:
         state = "complete" if entry.complete else "incomplete"
-        checks = {None: "-" if not entry.complete else "not checked", True: "ok",
-                  False: f"FAILED: {entry.problem}"}[entry.verified]
-        if not entry.complete:
-            checks = entry.problem or "-"
         table.add_row(str(entry.step), state, str(entry.shards), f"{entry.bytes / 1e9:.2f} GB",
-                      escape(checks))
+                      escape(_checks_cell(entry)))
     console.print(table)
     if chosen is None:
         console.print("resume: no usable checkpoint (training would start from step 0)",

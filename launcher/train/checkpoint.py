@@ -188,18 +188,6 @@ def complete_steps(root: Path) -> list[int]:
     return steps
 
 
-def stage_count(directory: Path) -> int:
-    """Stages a checkpoint directory should hold, where no job says: as many as its manifest
-    lists or it holds shards, whichever is more (so :func:`verify` catches a missing shard
-    and a shard the manifest does not list)."""
-    shards = len(list(directory.glob("stage_*.safetensors")))
-    try:
-        listed = len(read_manifest(directory)[1])
-    except UserInputError:
-        listed = 0  # verify names the bad manifest
-    return max(listed, shards)
-
-
 def read_manifest(directory: Path) -> tuple[int, dict[str, str]]:
     """(step, {shard name: checksum}) of a checkpoint's manifest; UserInputError naming it when
     it is unreadable, not an object with an integer ``step`` (the directory's own step when
@@ -224,12 +212,17 @@ def read_manifest(directory: Path) -> tuple[int, dict[str, str]]:
     return step, dict(files)
 
 
-def verify(directory: Path, n_stages: int, stages: Iterable[int] | None = None) -> int:
+def verify(directory: Path, n_stages: int | None,
+           stages: Iterable[int] | None = None) -> int:
     """Checks the manifest (an entry for each of the ``n_stages`` shards) and the checksums of
     the shards of ``stages`` (default: all); returns the step or raises naming the bad file.
-    Ranks can each check their own stages' shards, in parallel."""
+    Ranks can each check their own stages' shards, in parallel. ``n_stages`` None (no job to
+    say): as many as the manifest lists or the directory holds shards, whichever is more, so
+    a missing shard and one the manifest does not list both fail."""
     manifest = directory / MANIFEST
     step, files = read_manifest(directory)
+    if n_stages is None:
+        n_stages = max(len(files), len(list(directory.glob("stage_*.safetensors"))))
     for stage in range(n_stages):
         name = shard_name(stage)
         if name not in files:

@@ -79,7 +79,7 @@ def export_weights(directory: Path, out: Path) -> ExportResult:
         raise UserInputError(f"{out}: already exists (remove it or choose another path)")
     if not out.parent.is_dir():
         raise UserInputError(f"{out.parent}: no such directory for the exported weights")
-    step = checkpoint.verify(directory, checkpoint.stage_count(directory))
+    step = checkpoint.verify(directory, None)
     merged: dict[str, npt.NDArray[Any]] = {}
     head: npt.NDArray[Any] | None = None
     for shard in sorted(directory.glob("stage_*.safetensors")):
