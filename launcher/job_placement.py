@@ -100,12 +100,16 @@ def slurm_conf_problem(site: LoadedSite) -> str | None:
     return f"no Slurm config at {conf}{hint}"
 
 
+def site_client_runner(site: LoadedSite, quick: bool = False) -> CommandRunner:
+    """The command runner for ``site``'s Slurm (``quick``: no retries, short timeout: for
+    probing)."""
+    env = site_slurm_env(site)
+    return CommandRunner(env=env, timeout_s=15.0, retries=0) if quick else CommandRunner(env=env)
+
+
 def site_client(site: LoadedSite, quick: bool = False) -> SlurmClient:
     """The Slurm client of ``site`` (``quick``: no retries, short timeout: for probing)."""
-    runner = CommandRunner(env=site_slurm_env(site))
-    if quick:
-        runner = CommandRunner(env=runner.env, timeout_s=15.0, retries=0)
-    return make_client(site.config.slurm.client, runner=runner)
+    return make_client(site.config.slurm.client, runner=site_client_runner(site, quick))
 
 
 def live_state(client: SlurmClient, site: LoadedSite) -> LiveState:

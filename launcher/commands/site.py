@@ -1,6 +1,7 @@
 """`gantry site ...`: site-level setup. `install-plugins` builds and installs gantry's Slurm
 plugin suite (SPANK plugin, plugstack.conf, Prolog/Epilog/HealthCheckProgram scripts, the
-site env files) and prints the slurm.conf lines for an admin to review."""
+site env files) and prints the slurm.conf lines for an admin to review. `check` compares the
+site config with the live Slurm (partition, nodes, GPUs, topology, plugins, build)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,19 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from launcher.console import make_console
+from launcher.console import make_console, print_json
 from launcher.plugins.install import perform_install, plan_install
+from launcher.site_check.results import SiteCheck, worst
+from launcher.site_check.run import check_site
 from launcher.site_config import load_site
+
+CHECK_DESCRIPTION = """Compare the site config with the live Slurm it describes, read once through
+scontrol: the partition (exists, UP, holds nodes.names), every node defined, GPUs per node
+(Gres=) against nodes.gpus_per_node, CPUs and memory, node states (gantry's own drains told
+apart), the topology plugin, Slurm's switches or blocks against the site's (the node groups
+under each), the plugin suite (files installed, slurm.conf lines in effect) and the trainer
+build. Exit status 0 when nothing fails (warnings allowed), 1 when a check fails, 2 for a bad
+site config."""
 
 
 def register(subparsers: Any) -> None:
@@ -33,6 +44,52 @@ def register(subparsers: Any) -> None:
     install.add_argument("--dry-run", action="store_true",
                          help="show what would be built and written; change nothing")
     install.set_defaults(func=run_install)
+    check = actions.add_parser(
+        "check", help="compare the site config with the live Slurm: partition, nodes, GPUs, "
+        "topology, plugins, build", description=CHECK_DESCRIPTION)
+    check.add_argument("--site", type=Path, default=None,
+                       help="site config (default: site_configs/local.yaml)")
+    check.add_argument("--json", action="store_true", help="print the checks as JSON")
+    check.set_defaults(func=run_check)
+
+
+def print_checks(site_name: str, checks: list[SiteCheck]) -> None:
+    """A table on a terminal; one line per check when piped."""
+    from rich.table import Table
+    from rich.text import Text
+
+    console = make_console()
+    title = f"site {site_name}: {worst(checks).upper()}"
+    if console.is_terminal:
+        table = Table(title=title)
+        for column in ("check", "status", "observed", "expected", "action"):
+            table.add_column(column)
+        for c in checks:
+            hint = c.hint if c.status in ("warn", "fail") else ""
+            table.add_row(*(Text(cell) for cell in (c.name, c.status.upper(), c.observed,
+                                                     c.expected, hint)))
+        console.print(table)
+        return
+    console.print(title, markup=False)
+    for c in checks:
+        line = f"  {c.status.upper()} {c.name}: {c.observed}"
+        if c.expected and c.status != "ok":
+            line += f" (expected {c.expected})"
+        if c.hint and c.status in ("warn", "fail"):
+            line += f" -> {c.hint}"
+        console.print(line, markup=False)
+
+
+def run_check(args: argparse.Namespace) -> int:
+    site = load_site(args.site)
+    checks = check_site(site)
+    verdict = worst(checks)
+    if args.json:
+        print_json({"site": site.config.name, "site_file": str(site.path), "status": verdict,
+                    "checks": [c.to_json() for c in checks]})
+    else:
+        print_checks(site.config.name, checks)
+    return 1 if verdict == "fail" else 0
 
 
 def run_install(args: argparse.Namespace) -> int:

@@ -1,0 +1,28 @@
+"""Every site check in display order: read the live cluster once, then compare the site config
+with it (the build check needs no cluster)."""
+
+from __future__ import annotations
+
+from launcher.site_check.live_facts import probe_live_facts
+from launcher.site_check.node_checks import node_checks
+from launcher.site_check.results import SiteCheck
+from launcher.site_check.setup_checks import check_build, check_plugins
+from launcher.site_check.topology_checks import topology_checks
+from launcher.site_config import LoadedSite
+
+
+def check_site(site: LoadedSite) -> list[SiteCheck]:
+    """The site's checks; when Slurm does not answer, that failure and the build check."""
+    facts, why = probe_live_facts(site)
+    if facts is None:
+        hint = "`gantry cluster up --site ...`" if site.config.slurm.embedded else \
+            "point SLURM_CONF at the site's slurm.conf, or check slurmctld"
+        return [SiteCheck("slurm", "fail", why, "the site's Slurm answering scontrol", hint),
+                check_build(site)]
+    cluster = facts.config.get("ClusterName", "?")
+    checks = [SiteCheck("slurm", "ok", f"Slurm {facts.version or '?'}, cluster {cluster}, "
+                        f"controller {facts.config.get('SlurmctldHost[0]', '?')}")]
+    checks += node_checks(site, facts)
+    checks += topology_checks(site, facts)
+    checks += [check_plugins(site, facts), check_build(site)]
+    return checks
