@@ -90,7 +90,8 @@ class NodesSection:
     real_memory_mb: int = 1000
     """Memory per node in MB (RealMemory= in slurm.conf)."""
     gpus_per_node: int = 0
-    """GPUs per node; 0 for CPU-only sites."""
+    """GPUs per node; 0 for CPU-only sites. An embedded cluster gives each node that many
+    emulated GPUs in Slurm (Gres=gpu:N; device files linked to /dev/null)."""
     gpu_model: str | None = None
     """GPU model name as the driver reports it, e.g. "NVIDIA H200"."""
 

@@ -59,6 +59,14 @@ class RunLayout:
         return self.etc_dir / "mpi.conf"
 
     @property
+    def gres_conf(self) -> Path:
+        return self.etc_dir / "gres.conf"
+
+    def gpu_device_dir(self, node: str) -> Path:
+        """Where an emulated node's GPU device files (links to /dev/null) live."""
+        return self.root / "dev" / node
+
+    @property
     def munge_dir(self) -> Path:
         return self.root / "munge"
 

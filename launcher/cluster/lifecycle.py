@@ -142,17 +142,35 @@ def _write_configs(plan: ClusterPlan) -> None:
     os.chmod(layout.root, 0o755)
     _write_text(layout.slurm_conf, plan.rendered.slurm_conf)
     _write_text(layout.mpi_conf, plan.rendered.mpi_conf)
+    if plan.rendered.gres_conf is not None:
+        _link_gpu_devices(layout, list(plan.ports), plan.site.config.nodes.gpus_per_node)
+        _write_text(layout.gres_conf, plan.rendered.gres_conf)
+    else:
+        layout.gres_conf.unlink(missing_ok=True)
     if plan.rendered.topology_conf is not None:
         _write_text(layout.topology_conf, plan.rendered.topology_conf)
     else:
         layout.topology_conf.unlink(missing_ok=True)
 
 
+def _link_gpu_devices(layout: RunLayout, nodes: list[str], gpus: int) -> None:
+    """Each emulated node's GPU device files: nvidia0.. as links to /dev/null."""
+    for node in nodes:
+        directory = layout.gpu_device_dir(node)
+        directory.mkdir(parents=True, exist_ok=True)
+        for index in range(gpus):
+            link = directory / f"nvidia{index}"
+            if not link.is_symlink():
+                link.unlink(missing_ok=True)
+                link.symlink_to("/dev/null")
+
+
 def _changed_config(plan: ClusterPlan) -> str | None:
-    """The name of the first daemon config (slurm.conf, mpi.conf) on disk that differs from
-    what the site renders now; None when both match."""
+    """The name of the first daemon config (slurm.conf, mpi.conf, gres.conf) on disk that
+    differs from what the site renders now; None when all match."""
     wanted = {plan.layout.slurm_conf: plan.rendered.slurm_conf,
-              plan.layout.mpi_conf: plan.rendered.mpi_conf}
+              plan.layout.mpi_conf: plan.rendered.mpi_conf,
+              plan.layout.gres_conf: plan.rendered.gres_conf or ""}
     for path, text in wanted.items():
         on_disk = path.read_text() if path.exists() else ""
         if on_disk != text:

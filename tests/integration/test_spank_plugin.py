@@ -13,7 +13,10 @@ Two private clusters (drains stay there), each from a site with `plugins.enabled
 
 from __future__ import annotations
 
+import json
 import shutil
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,6 +79,18 @@ def test_slurm_conf_loads_the_suite(spank_cluster: EmbeddedCluster) -> None:
     assert f"PlugStackConfig={plugstack}" in conf
     assert not any(line.startswith(("Prolog=", "Epilog=", "HealthCheck")) for line in conf)
     assert "required " in plugstack.read_text()
+
+
+def test_site_check_sees_the_suite_loaded(spank_cluster: EmbeddedCluster) -> None:
+    result = subprocess.run([sys.executable, "-m", "launcher", "site", "check", "--site",
+                             str(spank_cluster.site_path), "--json"], capture_output=True,
+                            text=True, env=spank_cluster.env, timeout=120, check=False)
+    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
+    assert checks["plugins"]["status"] == "ok", checks["plugins"]
+    assert checks["plugins"]["observed"].endswith("1 slurm.conf settings in effect")
+    # nodes.gpus_per_node 2: the embedded cluster gives each node two emulated GPUs
+    assert checks["gpus"]["status"] == "ok", checks["gpus"]
+    assert checks["gpus"]["observed"] == "2 GPUs (Gres=) on all 8 nodes"
 
 
 def test_srun_help_lists_the_options(spank_cluster: EmbeddedCluster) -> None:

@@ -94,6 +94,28 @@ def test_flat_site_has_no_topology() -> None:
     assert "PartitionName=all Nodes=ALL Default=YES" in rendered.slurm_conf
 
 
+def test_gpu_site_gets_emulated_gpus() -> None:
+    """nodes.gpus_per_node > 0: Gres=gpu:N on every node and one gres.conf line per node
+    whose device files live under the run dir (links to /dev/null made by `cluster up`)."""
+    site = from_mapping(SiteConfig, {**FLAT_SITE, "nodes": {"names": "c[1-3]",
+                                                             "gpus_per_node": 4}}, "gpu.yaml")
+    rendered = render_all(site, LAYOUT, features_for(V22), "root")
+    lines = rendered.slurm_conf.splitlines()
+    assert "GresTypes=gpu" in lines
+    node_lines = [line for line in lines if line.startswith("NodeName=")]
+    assert len(node_lines) == 3 and all(" Gres=gpu:4 " in line for line in node_lines)
+    assert rendered.gres_conf is not None
+    entries = [line for line in rendered.gres_conf.splitlines() if not line.startswith("#")]
+    assert entries[:3] == [
+        f"NodeName=c{i} Name=gpu File=/run/gantry-test/dev/c{i}/nvidia[0-3]" for i in (1, 2, 3)]
+    one = from_mapping(SiteConfig, {**FLAT_SITE, "nodes": {"names": "c1", "gpus_per_node": 1}},
+                       "gpu.yaml")
+    assert "File=/run/gantry-test/dev/c1/nvidia0\n" in str(
+        render_all(one, LAYOUT, features_for(V22), "root").gres_conf)
+    local = render_all(_local(), LAYOUT, features_for(V22), "root")
+    assert local.gres_conf is None and "Gres" not in local.slurm_conf
+
+
 def test_block_site_on_22_05_is_bad_input() -> None:
     site = from_mapping(SiteConfig, BLOCK_SITE, "blocks.yaml")
     with pytest.raises(UserInputError) as info:
