@@ -12,6 +12,8 @@ from launcher.preflight.verdict import NodeVerdict
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "preflight"
 HEALTHY = FIXTURES / "h200-x2"
+HEALTHY_X1 = FIXTURES / "h200-x1"
+"""Recorded on the one-GPU H200 VM: no NVLink listed."""
 FAULTS = FIXTURES / "faults"
 FAKE_SMI = FIXTURES / "fake-nvidia-smi"
 FAKE_DMESG = FIXTURES / "fake-dmesg"

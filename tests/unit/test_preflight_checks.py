@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -20,12 +21,42 @@ from tests.unit.preflight_helpers import (
     FAULTS,
     H200_EXPECT,
     HEALTHY,
+    HEALTHY_X1,
     by_id,
     gpu_env,
     make_ib_tree,
     make_proc_tree,
     run,
 )
+
+
+def test_one_gpu_vm_without_nvlink_passes() -> None:
+    """The lent one-GPU H200 VM lists no NVLink (recorded): a node with one GPU has no peer on
+    it, so the NVLink check skips instead of failing the node (it failed before, session 14)."""
+    verdict = run(gpu_env(HEALTHY_X1), expect=dataclasses.replace(H200_EXPECT, gpus_per_node=1))
+    statuses = by_id(verdict)
+    assert statuses["gpu.nvlink"] == "SKIP"
+    assert statuses["gpu.inventory"] == "PASS"
+    assert verdict.status == "PASS", [c for c in verdict.checks if c.status not in ("PASS", "SKIP")]
+
+
+def test_one_gpu_with_a_listed_link_down_still_fails(tmp_path: Path) -> None:
+    smi = tmp_path / "smi"
+    shutil.copytree(HEALTHY_X1, smi)
+    links = "".join(f"\t Link {i}: 26.562 GB/s\n" for i in range(18)).replace(
+        "Link 5: 26.562 GB/s", "Link 5: <inactive>")
+    (smi / "nvlink-s.txt").write_text("GPU 0: NVIDIA H200 (UUID: x)\n" + links)
+    verdict = run(gpu_env(smi), expect=dataclasses.replace(H200_EXPECT, gpus_per_node=1))
+    nvlink = next(c for c in verdict.checks if c.id == "gpu.nvlink")
+    assert nvlink.status == "FAIL"
+    assert nvlink.observed == "GPU0: links [5] inactive (17/18 up)"
+
+
+def test_two_gpus_expected_one_seen_without_nvlink_fails() -> None:
+    verdict = run(gpu_env(HEALTHY_X1))  # the site expects 2 GPUs per node
+    statuses = by_id(verdict)
+    assert statuses["gpu.inventory"] == "FAIL"
+    assert statuses["gpu.nvlink"] == "FAIL"
 
 
 def test_healthy_h200_passes_every_gpu_check() -> None:
