@@ -143,7 +143,7 @@ def _write_configs(plan: ClusterPlan) -> None:
     _write_text(layout.slurm_conf, plan.rendered.slurm_conf)
     _write_text(layout.mpi_conf, plan.rendered.mpi_conf)
     if plan.rendered.gres_conf is not None:
-        _link_gpu_devices(layout, list(plan.ports), plan.site.config.nodes.gpus_per_node)
+        _link_gpu_devices(layout, plan.nodes, plan.site.config.nodes.gpus_per_node)
         _write_text(layout.gres_conf, plan.rendered.gres_conf)
     else:
         layout.gres_conf.unlink(missing_ok=True)

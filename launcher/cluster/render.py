@@ -29,8 +29,8 @@ class RenderedConfig:
     mpi_conf: str
     """Text of mpi.conf (settings of Slurm's mpi/pmix plugin), next to slurm.conf."""
     gres_conf: str | None = None
-    """Text of gres.conf (the emulated nodes' GPUs: a count, no device files), or None for
-    a site without GPUs."""
+    """Text of gres.conf (the emulated nodes' GPUs, each a device file linked to /dev/null),
+    or None for a site without GPUs."""
 
 
 def node_ports(site: SiteConfig) -> dict[str, int]:
@@ -190,7 +190,9 @@ def render_gres_conf(site: SiteConfig, layout: RunLayout) -> str | None:
     """gres.conf for a site with nodes.gpus_per_node > 0: each emulated node gets that many
     GPUs, whose device files are links to /dev/null under the run dir (Slurm requires a
     character device per GPU and numbers CUDA_VISIBLE_DEVICES after the file names), so jobs
-    asking --gpus-per-node are scheduled as on the real site; no GPU is behind them."""
+    asking --gpus-per-node are scheduled as on the real site; no GPU is behind them. (Were
+    the embedded cluster ever to constrain devices with task/cgroup, /dev/null would be among
+    the devices a job is denied; it runs task/none.)"""
     gpus = site.nodes.gpus_per_node
     if not gpus:
         return None

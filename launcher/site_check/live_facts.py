@@ -61,14 +61,17 @@ def parse_one_line_records(text: str, key: str) -> dict[str, dict[str, str]]:
     return records
 
 
-def read_live_facts(runner: CommandRunner) -> LiveFacts:
-    """Ask the cluster behind ``runner``; raise SlurmCommandError when it does not answer."""
+def read_live_facts(runner: CommandRunner, want_topology: bool) -> LiveFacts:
+    """Ask the cluster behind ``runner`` (hidden partitions and FUTURE nodes included: a
+    site's may be either); the topology when Slurm runs a topology plugin or
+    ``want_topology`` (a topology.yaml of Slurm 25.05+ needs no TopologyPlugin=). Raise
+    SlurmCommandError when it does not answer."""
     config = parse_show_config(runner.run(["scontrol", "show", "config"]).stdout)
     partitions = parse_one_line_records(
-        runner.run(["scontrol", "show", "partition", "-o"]).stdout, "PartitionName")
-    node_text = runner.run(["scontrol", "show", "node", "-o"]).stdout
+        runner.run(["scontrol", "--all", "show", "partition", "-o"]).stdout, "PartitionName")
+    node_text = runner.run(["scontrol", "--all", "--future", "show", "node", "-o"]).stdout
     topology_text, topology_error = "", ""
-    if config.get("TopologyPlugin", "") in ("topology/tree", "topology/block"):
+    if want_topology or config.get("TopologyPlugin", "") in ("topology/tree", "topology/block"):
         shown = runner.run(["scontrol", "show", "topology"], check=False)
         if shown.returncode == 0:
             topology_text = shown.stdout
@@ -78,12 +81,19 @@ def read_live_facts(runner: CommandRunner) -> LiveFacts:
                      parse_show_node(node_text), topology_text, topology_error)
 
 
+READ_TIMEOUT_S = 60.0
+"""Per scontrol call: `show node` on a cluster of thousands of nodes takes seconds."""
+
+
 def probe_live_facts(site: LoadedSite) -> tuple[LiveFacts | None, str]:
     """The site's live facts, or None and why the cluster could not be asked."""
     problem = slurm_conf_problem(site)
     if problem is not None:
         return None, problem
+    runner = site_client_runner(site, quick=True)
+    runner.timeout_s = READ_TIMEOUT_S
     try:
-        return read_live_facts(site_client_runner(site, quick=True)), ""
+        return read_live_facts(runner, site.config.topology.plugin != "flat"), ""
     except SlurmCommandError as err:
-        return None, f"Slurm not reachable ({err})"
+        said = first_line(err.stderr) or str(err).partition(": ")[2] or str(err)
+        return None, f"Slurm not reachable (`{' '.join(err.argv)}`: {said})"

@@ -3,33 +3,53 @@ CPUs and memory against the site config, and their states."""
 
 from __future__ import annotations
 
-import re
 from collections import defaultdict
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
+from launcher.errors import UserInputError
 from launcher.job_placement import GANTRY_DRAIN_PREFIX
+from launcher.preflight.drain_policy import NodeState
 from launcher.site_check.live_facts import LiveFacts
 from launcher.site_check.results import SiteCheck, Status
 from launcher.site_config import LoadedSite
+from launcher.slurm.records import NodeInfo
 from topology import hostlists
 
-_GRES_GPU = re.compile(r"^gpu(?::[^:(]+)?:(\d+)")
-#: Node states (base or flag) in which Slurm starts no new job on a node.
-_UNSCHEDULABLE = frozenset({"DOWN", "DRAIN", "DRAINED", "DRAINING", "FAIL", "FAILING",
-                            "NOT_RESPONDING", "MAINTENANCE", "REBOOT_REQUESTED", "POWERED_DOWN",
-                            "POWERING_DOWN", "FUTURE", "UNKNOWN", "INVAL"})
+_SUFFIX = {"K": 1024, "M": 1024**2, "G": 1024**3}
+#: State suffixes scontrol and sinfo append to the base state, as the flags they stand for.
+_STATE_SUFFIX_FLAGS = {"*": "NOT_RESPONDING", "~": "POWERED_DOWN", "#": "POWERING_UP",
+                       "%": "POWERING_DOWN", "$": "MAINTENANCE", "@": "REBOOT_REQUESTED",
+                       "^": "REBOOT_ISSUED", "!": "POWER_DOWN", "-": "PLANNED"}
 _LISTED = 4
 """Groups of differing nodes named in one message before "and N more"."""
 
 
 def gres_gpus(gres: str) -> int:
-    """GPUs in a node's Gres= value ("gpu:8", "gpu:h200:4(S:0-1),gpu:a100:4", "(null)")."""
+    """GPUs in a node's Gres= value: "gpu:8", "gpu:h200:4(S:0-1),gpu:a100:4", "gpu:no_consume:2",
+    "gpu:1K"; "(null)" and other resources count 0."""
     total = 0
     for entry in gres.split(","):
-        match = _GRES_GPU.match(entry.strip())
-        if match:
-            total += int(match.group(1))
+        parts = entry.split("(", 1)[0].strip().split(":")
+        if parts[0] != "gpu":
+            continue
+        count = parts[-1] if len(parts) > 1 else "1"
+        scale = _SUFFIX.get(count[-1:].upper(), 1)
+        digits = count[:-1] if scale > 1 else count
+        if digits.isdigit():
+            total += int(digits) * scale
     return total
+
+
+def node_info(state: NodeState) -> NodeInfo:
+    """A node state as scontrol prints it ("IDLE+DRAIN", "DOWN*", "IDLE~") in the planner's
+    terms, so this check and placement agree on what takes jobs (NodeInfo.usable)."""
+    words = state.state.upper().split("+")
+    base, flags = words[0], list(words[1:])
+    while base and base[-1] in _STATE_SUFFIX_FLAGS:
+        flags.append(_STATE_SUFFIX_FLAGS[base[-1]])
+        base = base[:-1]
+    return NodeInfo(state.name, base, tuple(flags), state.reason or "")
 
 
 def _grouped(values: dict[str, str]) -> str:
@@ -52,7 +72,8 @@ def check_known_nodes(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
         return SiteCheck("nodes", "fail",
                          f"{hostlists.collect(unknown)} unknown to Slurm "
                          f"({len(unknown)} of {len(names)})", expected,
-                         "fix nodes.names, or add the nodes to slurm.conf")
+                         "fix nodes.names, or add the nodes to slurm.conf (a powered-down "
+                         "CLOUD node is listed only where PrivateData allows cloud)")
     return SiteCheck("nodes", "ok", f"all {len(names)} nodes defined in Slurm", expected)
 
 
@@ -65,7 +86,10 @@ def check_partition(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
         known = ", ".join(sorted(facts.partitions)) or "none"
         return SiteCheck("partition", "fail", f"no partition {name!r} (Slurm has: {known})",
                          expected, "set slurm.partition to one of Slurm's partitions")
-    members = set(_partition_nodes(part, facts))
+    try:
+        members = set(_partition_nodes(part, facts))
+    except UserInputError as err:
+        return SiteCheck("partition", "fail", f"partition {name!r}: {err}", expected)
     site_nodes = site.config.nodes.node_list()
     missing = [n for n in site_nodes if n not in members]
     extra = sorted(members - set(site_nodes))
@@ -90,6 +114,7 @@ def check_partition(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
 
 
 def _partition_nodes(part: dict[str, str], facts: LiveFacts) -> list[str]:
+    """The nodes of a partition record (Nodes= a hostlist, ALL, or none)."""
     nodes = part.get("Nodes", "")
     if nodes in ("", "(null)"):
         return []
@@ -98,56 +123,74 @@ def _partition_nodes(part: dict[str, str], facts: LiveFacts) -> list[str]:
     return hostlists.expand(nodes, f"scontrol show partition: Nodes={nodes}")
 
 
-def _resource_check(name: str, site: LoadedSite, facts: LiveFacts, wanted: int, field: str,
-                    read: Callable[[str], int], expected: str, bad: Status,
-                    hint: str, label: str) -> SiteCheck:
-    seen = {n: read(facts.nodes[n].get(field, "")) for n in site.config.nodes.node_list()
-            if n in facts.nodes}
-    differing = {n: str(v) for n, v in seen.items() if v != wanted}
+@dataclass(frozen=True)
+class ResourceSpec:
+    """One per-node resource compared between Slurm's node records and the site config."""
+
+    name: str
+    """Check name."""
+    field: str
+    """The node record's field (Gres, CPUTot, RealMemory)."""
+    read: Callable[[str], int]
+    """The field's value as a number."""
+    label: str
+    """Unit and source in messages, e.g. "GPUs (Gres=)"."""
+    expected: str
+    """What the site config implies."""
+    bad: Status
+    """Status when a node differs."""
+    hint: str
+    """What to do when one differs."""
+
+
+def _resource_check(spec: ResourceSpec, wanted: int, site: LoadedSite,
+                    facts: LiveFacts) -> SiteCheck:
+    """Every site node's ``spec.field`` equals ``wanted``; differing nodes grouped by value."""
+    seen = {n: spec.read(facts.nodes[n].get(spec.field, "")) for n in
+            site.config.nodes.node_list() if n in facts.nodes}
     if not seen:
-        return SiteCheck(name, "skip", "no site node is defined in Slurm", expected)
+        return SiteCheck(spec.name, "skip", "no site node is defined in Slurm", spec.expected)
+    differing = {n: str(v) for n, v in seen.items() if v != wanted}
     if differing:
-        return SiteCheck(name, bad, f"{label} per node: {_grouped(differing)}", expected, hint)
-    return SiteCheck(name, "ok", f"{wanted} {label} on all {len(seen)} nodes", expected)
+        return SiteCheck(spec.name, spec.bad, f"{spec.label} per node: {_grouped(differing)}",
+                         spec.expected, spec.hint)
+    return SiteCheck(spec.name, "ok", f"{wanted} {spec.label} on all {len(seen)} nodes",
+                     spec.expected)
 
 
 def _int_or_zero(text: str) -> int:
+    """CPUTot= / RealMemory= as an int (0 when absent or not a number)."""
     return int(text) if text.isdigit() else 0
 
 
 def check_gpus(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
     """Each node's GPUs in Slurm (Gres=gpu:...) = nodes.gpus_per_node (ranks per node)."""
     wanted = site.config.nodes.gpus_per_node
-    return _resource_check(
-        "gpus", site, facts, wanted, "Gres", gres_gpus,
+    return _resource_check(ResourceSpec(
+        "gpus", "Gres", gres_gpus, "GPUs (Gres=)",
         f"{wanted} GPUs per node in Gres= (nodes.gpus_per_node; gantry starts that many ranks "
-        "per node)", "fail",
-        "set nodes.gpus_per_node, or the nodes' Gres= in slurm.conf / gres.conf",
-        "GPUs (Gres=)")
+        "per node and asks --gpus-per-node)", "fail",
+        "set nodes.gpus_per_node, or the nodes' Gres= in slurm.conf / gres.conf"),
+        wanted, site, facts)
 
 
 def check_cpus(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
     """Each node's CPUTot = nodes.cpus."""
     wanted = site.config.nodes.cpus
-    return _resource_check("cpus", site, facts, wanted, "CPUTot", _int_or_zero,
-                           f"{wanted} CPUs per node (nodes.cpus)", "warn",
-                           "set nodes.cpus to what Slurm reports (preflight expects it)",
-                           "CPUs (CPUTot=)")
+    return _resource_check(ResourceSpec(
+        "cpus", "CPUTot", _int_or_zero, "CPUs (CPUTot=)", f"{wanted} CPUs per node (nodes.cpus)",
+        "warn", "set nodes.cpus to what Slurm reports (preflight expects it)"),
+        wanted, site, facts)
 
 
 def check_memory(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
     """Each node's RealMemory = nodes.real_memory_mb."""
     wanted = site.config.nodes.real_memory_mb
-    return _resource_check("memory", site, facts, wanted, "RealMemory", _int_or_zero,
-                           f"RealMemory={wanted} MB per node (nodes.real_memory_mb)", "warn",
-                           "set nodes.real_memory_mb to Slurm's RealMemory (preflight "
-                           "expects at least that much)", "MB (RealMemory=)")
-
-
-def unschedulable(state: str) -> bool:
-    """True when a node state ("IDLE+DRAIN", "DOWN*", "MIXED") takes no new jobs."""
-    words = state.upper().rstrip("*~#!%$@^-").replace("+", " ").split()
-    return state.endswith("*") or any(w in _UNSCHEDULABLE for w in words)
+    return _resource_check(ResourceSpec(
+        "memory", "RealMemory", _int_or_zero, "MB (RealMemory=)",
+        f"RealMemory={wanted} MB per node (nodes.real_memory_mb)", "warn",
+        "set nodes.real_memory_mb to Slurm's RealMemory (preflight expects at least that "
+        "much)"), wanted, site, facts)
 
 
 def check_node_states(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
@@ -155,7 +198,7 @@ def check_node_states(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
     names = [n for n in site.config.nodes.node_list() if n in facts.node_states]
     if not names:
         return SiteCheck("node-states", "skip", "no site node is defined in Slurm")
-    out = [facts.node_states[n] for n in names if unschedulable(facts.node_states[n].state)]
+    out = [facts.node_states[n] for n in names if not node_info(facts.node_states[n]).usable]
     expected = "every node schedulable"
     if not out:
         return SiteCheck("node-states", "ok", f"{len(names)} of {len(names)} nodes schedulable",

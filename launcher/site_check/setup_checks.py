@@ -3,6 +3,9 @@ slurm.conf lines that load it in Slurm's running configuration) and the trainer 
 
 from __future__ import annotations
 
+import fnmatch
+from pathlib import Path
+
 from launcher.build import built_library
 from launcher.errors import GantryError, UserInputError
 from launcher.plugins.install import plan_install
@@ -11,9 +14,34 @@ from launcher.site_check.results import SiteCheck
 from launcher.site_config import LoadedSite
 
 
-def _same_setting(wanted: str, running: str) -> bool:
-    """slurm.conf value vs `scontrol show config`'s ("300" vs "300 sec", case of ANY)."""
-    return running.removesuffix(" sec").strip().lower() == wanted.strip().lower()
+def setting_in_effect(key: str, wanted: str, running: str) -> bool:
+    """A slurm.conf line of the suite in effect, given `scontrol show config`'s value:
+    "300 sec" for 300; Prolog=/Epilog= may list several scripts (comma-separated, or a
+    glob such as /etc/slurm/prolog.d/*) of which gantry's is one; a site's own plugstack.conf
+    may include gantry's."""
+    value = running.removesuffix(" sec").strip()
+    if value.lower() == wanted.strip().lower():
+        return True
+    if key in ("Prolog", "Epilog"):
+        return any(fnmatch.fnmatchcase(wanted, entry.strip()) for entry in value.split(","))
+    if key == "PlugStackConfig":
+        return _includes(Path(value), Path(wanted))
+    return False
+
+
+def _includes(plugstack: Path, gantry_conf: Path) -> bool:
+    """True when the site's plugstack.conf has an `include` line naming gantry's (or a glob
+    matching it)."""
+    try:
+        lines = plugstack.read_text(errors="replace").splitlines()
+    except OSError:
+        return False
+    for line in lines:
+        words = line.split("#", 1)[0].split()
+        if len(words) == 2 and words[0] == "include" and \
+                fnmatch.fnmatchcase(str(gantry_conf), words[1]):
+            return True
+    return False
 
 
 def check_plugins(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
@@ -34,7 +62,7 @@ def check_plugins(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
     for line in plan.slurm_conf_lines:
         key, _, wanted = line.partition("=")
         running = facts.config.get(key)
-        if running is None or not _same_setting(wanted, running):
+        if running is None or not setting_in_effect(key, wanted, running):
             differing.append(f"{key}={running if running is not None else '(absent)'}")
     problems = []
     if absent:

@@ -1,6 +1,6 @@
 """Site checks on the network topology: the topology plugin Slurm runs against the site's
 topology.plugin, and Slurm's switches or blocks (`scontrol show topology`) against the site's,
-compared by the node sets under each (names may differ, groupings may not)."""
+compared by the site's nodes under each (names may differ, groupings may not)."""
 
 from __future__ import annotations
 
@@ -11,26 +11,40 @@ from launcher.site_check.live_facts import LiveFacts
 from launcher.site_check.results import SiteCheck
 from launcher.site_config import LoadedSite
 from topology import hostlists
-from topology.build import build_topology
+from topology.document import TopologyDoc
 from topology.model import Topology
 from topology.placement.request import BLOCK_PLUGIN_SINCE, SlurmVersion
 from topology.scontrol_format import parse_scontrol_topology
 from topology.site_topology import site_topology
 
-#: Slurm's TopologyPlugin values for each topology.plugin of a site.
-PLUGIN_NAMES: dict[str, frozenset[str]] = {
-    "tree": frozenset({"topology/tree"}),
-    "block": frozenset({"topology/block"}),
-    "flat": frozenset({"topology/flat", "topology/none", "topology/default", "(null)", ""}),
+#: Slurm's TopologyPlugin values for each topology.plugin of a site (the first is shown).
+PLUGIN_NAMES: dict[str, tuple[str, ...]] = {
+    "tree": ("topology/tree",),
+    "block": ("topology/block",),
+    "flat": ("topology/flat", "topology/none", "topology/default", "(null)", ""),
 }
 _LISTED = 4
+_REGENERATE = ("regenerate the site topology from `scontrol show topology`, or fix "
+               "topology.conf / the site's topology section")
+
+
+def _slurm_doc(facts: LiveFacts) -> TopologyDoc | None:
+    """Slurm's topology declarations, or None when it printed none or nothing readable."""
+    if not facts.topology_text.strip():
+        return None
+    try:
+        return parse_scontrol_topology(facts.topology_text)
+    except UserInputError:
+        return None
 
 
 def check_topology_plugin(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
-    """Slurm's TopologyPlugin is the one topology.plugin names (and Slurm is new enough)."""
+    """Slurm places jobs by the kind of topology topology.plugin names (its TopologyPlugin,
+    or on Slurm 25.05+ a topology.yaml that `scontrol show topology` reports), and Slurm is
+    new enough for it."""
     wanted = site.config.topology.plugin
     running = facts.config.get("TopologyPlugin", "")
-    expected = f"TopologyPlugin={sorted(PLUGIN_NAMES[wanted])[0]} (topology.plugin: {wanted})"
+    expected = f"TopologyPlugin={PLUGIN_NAMES[wanted][0]} (topology.plugin: {wanted})"
     if wanted == "block" and facts.version:
         version = SlurmVersion.parse(facts.version, "SLURM_VERSION")
         if version < BLOCK_PLUGIN_SINCE:
@@ -38,16 +52,22 @@ def check_topology_plugin(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
                              f"Slurm {version} has no topology/block", expected,
                              f"a block topology needs Slurm {BLOCK_PLUGIN_SINCE.major}."
                              f"{BLOCK_PLUGIN_SINCE.minor:02d} or later")
-    if running not in PLUGIN_NAMES[wanted]:
-        return SiteCheck("topology-plugin", "fail", f"TopologyPlugin={running or '(unset)'}",
-                         expected, "Slurm and gantry would place jobs by different topologies: "
-                         "set topology.plugin, or TopologyPlugin= in slurm.conf")
-    return SiteCheck("topology-plugin", "ok", f"TopologyPlugin={running or '(unset)'}",
-                     expected)
+    shown = f"TopologyPlugin={running or '(unset)'}"
+    if running in PLUGIN_NAMES[wanted]:
+        doc = _slurm_doc(facts)
+        if wanted != "flat" or doc is None or doc.kind == "flat":
+            return SiteCheck("topology-plugin", "ok", shown, expected)
+    doc = _slurm_doc(facts)
+    if doc is not None and doc.kind == wanted and running in PLUGIN_NAMES["flat"]:
+        return SiteCheck("topology-plugin", "ok", f"{shown}; Slurm reports a {wanted} "
+                         "topology (topology.yaml)", expected)
+    return SiteCheck("topology-plugin", "fail", shown, expected,
+                     "Slurm and gantry would place jobs by different topologies: set "
+                     "topology.plugin, or TopologyPlugin= in slurm.conf")
 
 
-def groups(topology: Topology) -> dict[frozenset[str], str]:
-    """The node set under each switch (tree) or base block -> its name (nodes of the site)."""
+def site_groups(topology: Topology) -> dict[frozenset[str], str]:
+    """The site's nodes under each switch (tree) or base block -> its name."""
     found: dict[frozenset[str], str] = {}
     for switch in range(topology.switch_count):
         if topology.kind == "block" and not topology.is_leaf(switch):
@@ -58,7 +78,42 @@ def groups(topology: Topology) -> dict[frozenset[str], str]:
     return found
 
 
+def slurm_groups(doc: TopologyDoc, site_nodes: frozenset[str]) -> dict[frozenset[str], str]:
+    """The site's nodes under each of Slurm's switches or base blocks -> its name; switches
+    and blocks holding none of them are left out (a site may be part of a cluster)."""
+    where = "scontrol show topology"
+    found: dict[frozenset[str], str] = {}
+    if doc.kind == "block":
+        for block in doc.blocks:
+            nodes = frozenset(hostlists.expand(block.nodes, where)) & site_nodes
+            if nodes:
+                found.setdefault(nodes, block.name)
+        return found
+    by_name = {s.name: s for s in doc.switches}
+    memo: dict[str, frozenset[str]] = {}
+
+    def under(name: str, depth: int) -> frozenset[str]:
+        if name in memo or depth > len(by_name):
+            return memo.get(name, frozenset())
+        decl = by_name.get(name)
+        nodes: set[str] = set()
+        if decl is not None and decl.nodes and not decl.switches:
+            nodes.update(hostlists.expand(decl.nodes, where))
+        if decl is not None and decl.switches:
+            for child in hostlists.expand(decl.switches, where):
+                nodes |= under(child, depth + 1)
+        memo[name] = frozenset(nodes) & site_nodes
+        return memo[name]
+
+    for decl in doc.switches:
+        nodes = under(decl.name, 0)
+        if nodes:
+            found.setdefault(nodes, decl.name)
+    return found
+
+
 def _describe(only: dict[frozenset[str], str], who: str) -> str:
+    """"only in Slurm: s0 = n[1-3], ..." for the groups one side has and the other lacks."""
     items = sorted(only.items(), key=lambda item: (len(item[0]), item[1]))
     text = ", ".join(f"{name} = {hostlists.collect(sorted(nodes))}"
                      for nodes, name in items[:_LISTED])
@@ -67,36 +122,44 @@ def _describe(only: dict[frozenset[str], str], who: str) -> str:
 
 
 def check_topology_layout(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
-    """Slurm's switches/blocks group the site's nodes as the site's topology does."""
+    """Slurm's switches/blocks group the site's nodes as the site's topology does (and, for
+    blocks, with the same aggregated block sizes where Slurm prints them)."""
     wanted = site.config.topology.plugin
     if wanted == "flat":
         return SiteCheck("topology", "skip", "flat site: no switches or blocks to compare")
-    if facts.topology_error:
-        return SiteCheck("topology", "fail",
-                         f"scontrol show topology failed: {facts.topology_error}")
-    if not facts.topology_text.strip():
-        return SiteCheck("topology", "skip", "Slurm reports no topology to compare")
     mine = site_topology(site)
-    nodes = site.config.nodes.node_list()
-    try:
-        theirs = build_topology(parse_scontrol_topology(facts.topology_text), nodes)
-    except UserInputError as err:
-        return SiteCheck("topology", "fail", f"Slurm's topology does not parse: {err}")
     kind = "switches" if wanted == "tree" else "blocks"
     expected = f"the same {kind} over the site's nodes as {mine.source}"
+    if facts.topology_error:
+        return SiteCheck("topology", "fail",
+                         f"scontrol show topology failed: {facts.topology_error}", expected,
+                         "check that slurmctld loaded its topology (slurmctld.log)")
+    if not facts.topology_text.strip():
+        return SiteCheck("topology", "skip", "Slurm reports no topology to compare", expected)
+    try:
+        theirs = parse_scontrol_topology(facts.topology_text)
+        ours = site_groups(mine)
+        slurm = slurm_groups(theirs, frozenset(site.config.nodes.node_list()))
+    except UserInputError as err:
+        return SiteCheck("topology", "fail", f"Slurm's topology does not parse: {err}",
+                         expected, "report it with the output of `scontrol show topology`")
     if theirs.kind != mine.kind:
         return SiteCheck("topology", "fail", f"Slurm reports a {theirs.kind} topology",
-                         expected)
-    site_groups, slurm_groups = groups(mine), groups(theirs)
-    only_site = {k: v for k, v in site_groups.items() if k not in slurm_groups}
-    only_slurm = {k: v for k, v in slurm_groups.items() if k not in site_groups}
+                         expected, _REGENERATE)
+    only_site = {k: v for k, v in ours.items() if k not in slurm}
+    only_slurm = {k: v for k, v in slurm.items() if k not in ours}
     if only_site or only_slurm:
         parts = [_describe(d, who) for d, who in ((only_site, "in the site"),
                                                    (only_slurm, "in Slurm")) if d]
         return SiteCheck("topology", "fail", "; ".join(parts), expected,
-                         "placement would count other " + kind + " than Slurm: regenerate the "
-                         "site topology from `scontrol show topology`, or fix topology.conf")
-    return SiteCheck("topology", "ok", f"{len(site_groups)} {kind}, the same node groups in "
+                         f"placement would count other {kind} than Slurm: {_REGENERATE}")
+    if mine.kind == "block" and theirs.block_sizes and \
+            tuple(theirs.block_sizes) != tuple(mine.block_sizes):
+        return SiteCheck("topology", "warn",
+                         f"{len(ours)} blocks as in the site, but Slurm's block sizes are "
+                         f"{list(theirs.block_sizes)}, the site's {list(mine.block_sizes)}",
+                         expected, "set topology.block_sizes to Slurm's BlockSizes")
+    return SiteCheck("topology", "ok", f"{len(ours)} {kind}, the same node groups in "
                      "Slurm and the site", expected)
 
 

@@ -117,7 +117,8 @@ class NodeInfo:
     def usable(self) -> bool:
         """True when new jobs can be scheduled on the node."""
         bad_flags = {"DRAIN", "NOT_RESPONDING", "FAIL", "MAINTENANCE", "REBOOT_REQUESTED",
-                     "POWERED_DOWN", "POWERING_DOWN", "RESERVED"}
+                     "REBOOT_ISSUED", "POWERED_DOWN", "POWERING_DOWN", "RESERVED",
+                     "INVALID_REG"}
         return self.state in {"IDLE", "MIXED", "ALLOCATED", "COMPLETING"} and not (
             bad_flags & set(self.flags))
 

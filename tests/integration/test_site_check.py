@@ -55,7 +55,8 @@ def test_the_clusters_own_site_passes(embedded_cluster: EmbeddedCluster) -> None
     assert checks["build"]["status"] in ("ok", "warn")
     plain = site_check(embedded_cluster, embedded_cluster.site_path)
     assert plain.returncode == 0
-    assert plain.stdout.splitlines()[0] == "site test: OK"
+    # OK, or WARN where this source tree has no cached build (the build check only warns)
+    assert plain.stdout.splitlines()[0] in ("site test: OK", "site test: WARN")
     assert "  OK topology: 7 switches" in plain.stdout
 
 

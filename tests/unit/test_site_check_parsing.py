@@ -9,9 +9,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launcher.preflight.drain_policy import NodeState
 from launcher.site_check.live_facts import LiveFacts, parse_one_line_records, parse_show_config
-from launcher.site_check.node_checks import gres_gpus, unschedulable
+from launcher.site_check.node_checks import gres_gpus, node_info
 from launcher.site_check.results import SiteCheck, worst
+from launcher.site_check.setup_checks import setting_in_effect
 from launcher.site_check.topology_checks import check_topology_layout, check_topology_plugin
 from launcher.site_config import LoadedSite, load_site
 
@@ -49,18 +51,22 @@ def test_one_line_records_by_key() -> None:
 @pytest.mark.parametrize(("gres", "gpus"), [
     ("gpu:8", 8), ("gpu:h200:8(S:0-1)", 8), ("gpu:h200:4(S:0),gpu:a100:4(S:1)", 8),
     ("(null)", 0), ("", 0), ("shard:16,gpu:2", 2), ("gpunic:3", 0), ("mps:100", 0),
+    ("gpu:h100:no_consume:8", 8), ("gpu:no_consume:2", 2), ("gpu:1K", 1024), ("gpu", 1),
 ])
 def test_gpus_in_gres(gres: str, gpus: int) -> None:
     assert gres_gpus(gres) == gpus
 
 
-@pytest.mark.parametrize(("state", "out"), [
-    ("IDLE", False), ("MIXED", False), ("ALLOCATED", False), ("IDLE+DRAIN", True),
-    ("DOWN*", True), ("IDLE*", True), ("MIXED+DRAIN", True), ("IDLE+NOT_RESPONDING", True),
-    ("FUTURE", True), ("ALLOCATED+COMPLETING", False), ("IDLE+POWERED_DOWN", True),
+@pytest.mark.parametrize(("state", "usable"), [
+    ("IDLE", True), ("MIXED", True), ("ALLOCATED", True), ("IDLE+DRAIN", False),
+    ("DOWN*", False), ("IDLE*", False), ("MIXED+DRAIN", False), ("IDLE+NOT_RESPONDING", False),
+    ("FUTURE", False), ("ALLOCATED+COMPLETING", True), ("IDLE+POWERED_DOWN", False),
+    ("IDLE~", False), ("IDLE+RESERVED", False), ("MIXED-", True), ("IDLE+CLOUD", True),
+    ("DOWN*+DRAIN", False), ("IDLE+INVALID_REG", False), ("INVAL", False),
+    ("IDLE+REBOOT_ISSUED", False),
 ])
-def test_unschedulable_states(state: str, out: bool) -> None:
-    assert unschedulable(state) is out
+def test_node_states_in_the_planners_terms(state: str, usable: bool) -> None:
+    assert node_info(NodeState("n1", state)).usable is usable
 
 
 def test_worst_status() -> None:
@@ -113,3 +119,90 @@ def test_block_site_on_an_old_slurm_fails(tmp_path: Path) -> None:
     check = check_topology_plugin(site, facts("22.05.8", ""))
     assert check.status == "fail"
     assert check.observed == "Slurm 22.05.8 has no topology/block"
+
+
+def test_a_site_covering_part_of_slurms_blocks(tmp_path: Path) -> None:
+    """Slurm has a block of other nodes (b3): the site's own nodes still compare equal."""
+    site = block_site(tmp_path, [{"name": "rack1", "nodes": "g[1-4]"},
+                                 {"name": "rack2", "nodes": "g[5-8]"}])
+    text = SLURM_BLOCKS.replace("AggregatedBlock", "BlockName=b3 BlockIndex=2 Nodes=g[9-12] "
+                                "BlockSize=4\nAggregatedBlock")
+    check = check_topology_layout(site, facts("24.11.1", text))
+    assert check.status == "ok", check
+
+
+def test_block_sizes_that_differ_warn(tmp_path: Path) -> None:
+    site = block_site(tmp_path, [{"name": "rack1", "nodes": "g[1-4]"},
+                                 {"name": "rack2", "nodes": "g[5-8]"}])
+    text = SLURM_BLOCKS.replace("BlockSize=4", "BlockSize=2").replace("BlockSize=8", "BlockSize=4")
+    check = check_topology_layout(site, facts("24.11.1", text))
+    assert check.status == "warn"
+    assert "Slurm's block sizes are [2, 4]" in check.observed
+
+
+def tree_site(tmp_path: Path) -> LoadedSite:
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "tree", "nodes": {"names": "n[1-4]"},
+        "topology": {"plugin": "tree", "switches": [
+            {"name": "l1", "nodes": "n[1-2]"}, {"name": "l2", "nodes": "n[3-4]"},
+            {"name": "top", "switches": "l[1-2]"}]}}))
+    return load_site(path)
+
+
+def test_tree_inside_a_bigger_cluster(tmp_path: Path) -> None:
+    """Slurm's tree has a third leaf of other nodes: the spine over all three still holds
+    exactly the site's four nodes, so the grouping is the same."""
+    text = ("SwitchName=s0 Level=0 LinkSpeed=1 Nodes=n[1-2]\n"
+            "SwitchName=s1 Level=0 LinkSpeed=1 Nodes=n[3-4]\n"
+            "SwitchName=s2 Level=0 LinkSpeed=1 Nodes=x[1-2]\n"
+            "SwitchName=spine Level=1 LinkSpeed=1 Nodes=n[1-4],x[1-2] Switches=s[0-2]\n")
+    live = LiveFacts({"SLURM_VERSION": "22.05.8", "TopologyPlugin": "topology/tree"}, {}, {},
+                     {}, text)
+    assert check_topology_layout(tree_site(tmp_path), live).status == "ok"
+    moved = text.replace("Nodes=n[3-4]", "Nodes=n3").replace("Nodes=x[1-2]\n", "Nodes=x[1-2],n4\n")
+    check = check_topology_layout(tree_site(tmp_path), LiveFacts(live.config, {}, {}, {}, moved))
+    assert check.status == "fail"
+    assert check.observed == ("only in the site: l2 = n[3-4]; only in Slurm: s1 = n3, s2 = n4")
+
+
+def test_flat_site_expects_no_plugin(tmp_path: Path) -> None:
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump({"name": "flat", "nodes": {"names": "c[1-2]"}}))
+    site = load_site(path)
+    live = LiveFacts({"TopologyPlugin": "topology/tree"}, {}, {}, {}, "")
+    check = check_topology_plugin(site, live)
+    assert check.status == "fail"
+    assert check.expected == "TopologyPlugin=topology/flat (topology.plugin: flat)"
+
+
+def test_a_topology_yaml_without_topology_plugin_is_accepted(tmp_path: Path) -> None:
+    """Slurm 25.05+: topology.yaml defines the topology; TopologyPlugin= may stay unset."""
+    site = block_site(tmp_path, [{"name": "rack1", "nodes": "g[1-4]"},
+                                 {"name": "rack2", "nodes": "g[5-8]"}])
+    live = LiveFacts({"SLURM_VERSION": "25.05.3"}, {}, {}, {}, SLURM_BLOCKS)
+    check = check_topology_plugin(site, live)
+    assert check.status == "ok", check
+    assert "Slurm reports a block topology" in check.observed
+
+
+@pytest.mark.parametrize(("key", "wanted", "running", "ok"), [
+    ("HealthCheckInterval", "300", "300 sec", True),
+    ("HealthCheckInterval", "300", "600 sec", False),
+    ("Prolog", "/p/gantry-prolog.sh", "/etc/slurm/a.sh,/p/gantry-prolog.sh", True),
+    ("Prolog", "/p/gantry-prolog.sh", "/p/*.sh", True),
+    ("Prolog", "/p/gantry-prolog.sh", "/q/*.sh", False),
+    ("Epilog", "/p/gantry-epilog.sh", "(null)", False),
+    ("HealthCheckNodeState", "ANY", "ANY", True),
+])
+def test_settings_in_effect(key: str, wanted: str, running: str, ok: bool) -> None:
+    assert setting_in_effect(key, wanted, running) is ok
+
+
+def test_a_site_plugstack_that_includes_gantrys(tmp_path: Path) -> None:
+    ours = tmp_path / "gantry" / "plugstack.conf"
+    site_conf = tmp_path / "plugstack.conf"
+    site_conf.write_text("required /usr/lib/other.so\ninclude /elsewhere/*.conf\n")
+    assert not setting_in_effect("PlugStackConfig", str(ours), str(site_conf))
+    site_conf.write_text(f"# site plugins\ninclude {tmp_path}/gantry/*.conf  # gantry\n")
+    assert setting_in_effect("PlugStackConfig", str(ours), str(site_conf))
