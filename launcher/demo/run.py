@@ -15,6 +15,7 @@ import shlex
 import subprocess
 import sys
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,8 @@ from launcher.live.summary import RunSummary
 from launcher.report.build import ReportResult, build_report
 from launcher.report.checkpoints import describe as describe_checkpoints
 from launcher.report.sources import resolve_sources
+from launcher.site_check.results import worst
+from launcher.site_check.run import check_site
 from launcher.site_config import LoadedSite, load_site
 from launcher.slurm import CommandRunner, SlurmClient, make_client
 
@@ -84,13 +87,16 @@ class DemoResult:
     """The faulty node's gantry drain was lifted."""
     seconds: dict[str, float] = field(default_factory=dict)
     """Wall time per demo step."""
+    site_check: str = ""
+    """`gantry site check`'s verdict on the demo's site: ok, warn or fail."""
 
     def to_json(self) -> dict[str, Any]:
         return {"job_id": self.job_id, "job_dir": self.job_dir, "faulty_node": self.faulty,
                 "planned": self.planned, "restored": self.restored,
                 "summary": None if self.summary is None else self.summary.to_json(),
                 "report": None if self.report is None else self.report.to_json(),
-                "seconds": {k: round(v, 1) for k, v in self.seconds.items()}}
+                "seconds": {k: round(v, 1) for k, v in self.seconds.items()},
+                "site_check": self.site_check}
 
 
 class _Steps:
@@ -163,6 +169,8 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
     steps.command(["gantry", "build", "--site", str(site.path)])
     built = build_site(site)
     console.print(f"{'up to date' if built.cached else 'built'}: {built.library}", markup=False)
+    steps.command(["gantry", "site", "check", "--site", str(site.path)])
+    result.site_check = _site_check(site, console)
 
     steps.begin("data", "token shards from the repository's docs")
     files = corpus_files(REPO_ROOT)
@@ -224,6 +232,21 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
     result.restored = opts.restore and _lift_drain(client, faulty, console)
     _closing(console, site, result)
     return result
+
+
+def _site_check(site: LoadedSite, console: Console) -> str:
+    """`gantry site check` in one line (and a line per warning or failure); its verdict."""
+    checks = check_site(site)
+    verdict = worst(checks)
+    counts = Counter(c.status for c in checks)
+    console.print(f"site check: {verdict.upper()} ("
+                  + ", ".join(f"{counts[s]} {s}" for s in ("ok", "warn", "fail", "skip")
+                              if counts[s]) + ")", markup=False)
+    for check in checks:
+        if check.status in ("warn", "fail"):
+            console.print(f"  {check.status.upper()} {check.name}: {check.observed}",
+                          markup=False)
+    return verdict
 
 
 def _lift_drain(client: SlurmClient, node: str, console: Console) -> bool:

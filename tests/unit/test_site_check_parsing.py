@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 import yaml
+from hypothesis import given
+from hypothesis import strategies as st
 
 from launcher.preflight.drain_policy import NodeState
 from launcher.site_check.live_facts import LiveFacts, parse_one_line_records, parse_show_config
@@ -206,3 +208,17 @@ def test_a_site_plugstack_that_includes_gantrys(tmp_path: Path) -> None:
     assert not setting_in_effect("PlugStackConfig", str(ours), str(site_conf))
     site_conf.write_text(f"# site plugins\ninclude {tmp_path}/gantry/*.conf  # gantry\n")
     assert setting_in_effect("PlugStackConfig", str(ours), str(site_conf))
+
+
+SLURM_TEXT = st.text(alphabet=st.sampled_from(list("gpuGPU:=,()+*~#%$@^-!0123456789KMG nS_\n")),
+                     max_size=80)
+
+
+@given(SLURM_TEXT)
+def test_odd_scontrol_text_never_raises(text: str) -> None:
+    """Whatever a Slurm version prints, the readers return values, they do not raise."""
+    assert gres_gpus(text) >= 0
+    node_info(NodeState("n1", text))
+    parse_show_config(text)
+    parse_one_line_records(text, "NodeName")
+    assert setting_in_effect("Prolog", "/p/x.sh", text) in (True, False)
