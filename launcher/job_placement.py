@@ -100,11 +100,14 @@ def slurm_conf_problem(site: LoadedSite) -> str | None:
     return f"no Slurm config at {conf}{hint}"
 
 
-def site_client_runner(site: LoadedSite, quick: bool = False) -> CommandRunner:
-    """The command runner for ``site``'s Slurm (``quick``: no retries, short timeout: for
-    probing)."""
+def site_client_runner(site: LoadedSite, quick: bool = False,
+                       timeout_s: float = 15.0) -> CommandRunner:
+    """The command runner for ``site``'s Slurm (``quick``: no retries and ``timeout_s`` per
+    command: for probing)."""
     env = site_slurm_env(site)
-    return CommandRunner(env=env, timeout_s=15.0, retries=0) if quick else CommandRunner(env=env)
+    if quick:
+        return CommandRunner(env=env, timeout_s=timeout_s, retries=0)
+    return CommandRunner(env=env)
 
 
 def site_client(site: LoadedSite, quick: bool = False) -> SlurmClient:

@@ -259,11 +259,13 @@ def check_nvlink(facts: NodeFacts, exp: Expectations, th: Thresholds) -> CheckRe
     )
     if th.nvlink_links_min <= 0 and not inv.nvlinks:
         return skipped(cid, "no NVLink expected (nvlink_links_min=0)")
-    if not inv.nvlinks and inv.nvlink_error is None and len(inv.gpus) == 1 \
+    listed = any(nv.link_active for nv in inv.nvlinks)
+    if not listed and inv.nvlink_error is None and len(inv.gpus) == 1 \
             and exp.gpus_per_node <= 1:
         # A one-GPU node (or a one-GPU slice of an NVLink system, as a VM) lists no links:
         # there is no peer on the node for NVLink to reach. Links that are listed are checked.
-        return skipped(cid, "one GPU per node and no NVLink listed: no peer on the node")
+        return skipped(cid, "one GPU per node and no NVLink listed: no peer on the node "
+                       f"(nvlink_links_min {th.nvlink_links_min:g} not applied)")
     if inv.nvlink_error is not None and not inv.nvlinks:
         return CheckResult(
             cid,

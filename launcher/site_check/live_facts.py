@@ -61,7 +61,7 @@ def parse_one_line_records(text: str, key: str) -> dict[str, dict[str, str]]:
     return records
 
 
-def read_live_facts(runner: CommandRunner, want_topology: bool) -> LiveFacts:
+def read_live_facts(runner: CommandRunner, *, want_topology: bool) -> LiveFacts:
     """Ask the cluster behind ``runner`` (hidden partitions and FUTURE nodes included: a
     site's may be either); the topology when Slurm runs a topology plugin or
     ``want_topology`` (a topology.yaml of Slurm 25.05+ needs no TopologyPlugin=). Raise
@@ -90,10 +90,9 @@ def probe_live_facts(site: LoadedSite) -> tuple[LiveFacts | None, str]:
     problem = slurm_conf_problem(site)
     if problem is not None:
         return None, problem
-    runner = site_client_runner(site, quick=True)
-    runner.timeout_s = READ_TIMEOUT_S
+    runner = site_client_runner(site, quick=True, timeout_s=READ_TIMEOUT_S)
     try:
-        return read_live_facts(runner, site.config.topology.plugin != "flat"), ""
+        return read_live_facts(runner, want_topology=site.config.topology.plugin != "flat"), ""
     except SlurmCommandError as err:
         said = first_line(err.stderr) or str(err).partition(": ")[2] or str(err)
         return None, f"Slurm not reachable (`{' '.join(err.argv)}`: {said})"

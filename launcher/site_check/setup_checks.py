@@ -3,8 +3,7 @@ slurm.conf lines that load it in Slurm's running configuration) and the trainer 
 
 from __future__ import annotations
 
-import fnmatch
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from launcher.build import built_library
 from launcher.errors import GantryError, UserInputError
@@ -23,10 +22,20 @@ def setting_in_effect(key: str, wanted: str, running: str) -> bool:
     if value.lower() == wanted.strip().lower():
         return True
     if key in ("Prolog", "Epilog"):
-        return any(fnmatch.fnmatchcase(wanted, entry.strip()) for entry in value.split(","))
+        return any(_glob_matches(wanted, entry.strip()) for entry in value.split(","))
     if key == "PlugStackConfig":
         return _includes(Path(value), Path(wanted))
     return False
+
+
+def _glob_matches(path: str, pattern: str) -> bool:
+    """``path`` is ``pattern`` or one of the files it globs, as glob(3) matches: a wildcard
+    never crosses a "/" and an absolute pattern matches the whole path."""
+    if path == pattern:
+        return True
+    if not pattern.startswith("/") or not path.startswith("/"):
+        return False
+    return PurePosixPath(path).match(pattern)
 
 
 def _includes(plugstack: Path, gantry_conf: Path) -> bool:
@@ -39,7 +48,7 @@ def _includes(plugstack: Path, gantry_conf: Path) -> bool:
     for line in lines:
         words = line.split("#", 1)[0].split()
         if len(words) == 2 and words[0] == "include" and \
-                fnmatch.fnmatchcase(str(gantry_conf), words[1]):
+                _glob_matches(str(gantry_conf), words[1]):
             return True
     return False
 

@@ -24,6 +24,7 @@ PLUGIN_NAMES: dict[str, tuple[str, ...]] = {
     "flat": ("topology/flat", "topology/none", "topology/default", "(null)", ""),
 }
 _LISTED = 4
+_SOURCE = "scontrol show topology"
 _REGENERATE = ("regenerate the site topology from `scontrol show topology`, or fix "
                "topology.conf / the site's topology section")
 
@@ -40,8 +41,8 @@ def _slurm_doc(facts: LiveFacts) -> TopologyDoc | None:
 
 def check_topology_plugin(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
     """Slurm places jobs by the kind of topology topology.plugin names (its TopologyPlugin,
-    or on Slurm 25.05+ a topology.yaml that `scontrol show topology` reports), and Slurm is
-    new enough for it."""
+    or on Slurm 25.05+ a topology.yaml that `scontrol show topology` reports while
+    TopologyPlugin= is unset), and Slurm is new enough for it."""
     wanted = site.config.topology.plugin
     running = facts.config.get("TopologyPlugin", "")
     expected = f"TopologyPlugin={PLUGIN_NAMES[wanted][0]} (topology.plugin: {wanted})"
@@ -54,11 +55,10 @@ def check_topology_plugin(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
                              f"{BLOCK_PLUGIN_SINCE.minor:02d} or later")
     shown = f"TopologyPlugin={running or '(unset)'}"
     if running in PLUGIN_NAMES[wanted]:
-        doc = _slurm_doc(facts)
-        if wanted != "flat" or doc is None or doc.kind == "flat":
-            return SiteCheck("topology-plugin", "ok", shown, expected)
-    doc = _slurm_doc(facts)
-    if doc is not None and doc.kind == wanted and running in PLUGIN_NAMES["flat"]:
+        return SiteCheck("topology-plugin", "ok", shown, expected)
+    doc = _slurm_doc(facts)  # read only for non-flat sites, or a tree/block plugin
+    if wanted != "flat" and running in PLUGIN_NAMES["flat"] and doc is not None \
+            and doc.kind == wanted:
         return SiteCheck("topology-plugin", "ok", f"{shown}; Slurm reports a {wanted} "
                          "topology (topology.yaml)", expected)
     return SiteCheck("topology-plugin", "fail", shown, expected,
@@ -81,35 +81,43 @@ def site_groups(topology: Topology) -> dict[frozenset[str], str]:
 def slurm_groups(doc: TopologyDoc, site_nodes: frozenset[str]) -> dict[frozenset[str], str]:
     """The site's nodes under each of Slurm's switches or base blocks -> its name; switches
     and blocks holding none of them are left out (a site may be part of a cluster)."""
-    where = "scontrol show topology"
     found: dict[frozenset[str], str] = {}
     if doc.kind == "block":
         for block in doc.blocks:
-            nodes = frozenset(hostlists.expand(block.nodes, where)) & site_nodes
+            nodes = frozenset(hostlists.expand(block.nodes, _SOURCE)) & site_nodes
             if nodes:
                 found.setdefault(nodes, block.name)
         return found
-    by_name = {s.name: s for s in doc.switches}
-    memo: dict[str, frozenset[str]] = {}
-
-    def under(name: str, depth: int) -> frozenset[str]:
-        if name in memo or depth > len(by_name):
-            return memo.get(name, frozenset())
-        decl = by_name.get(name)
-        nodes: set[str] = set()
-        if decl is not None and decl.nodes and not decl.switches:
-            nodes.update(hostlists.expand(decl.nodes, where))
-        if decl is not None and decl.switches:
-            for child in hostlists.expand(decl.switches, where):
-                nodes |= under(child, depth + 1)
-        memo[name] = frozenset(nodes) & site_nodes
-        return memo[name]
-
+    under = _nodes_under_switches(doc)
     for decl in doc.switches:
-        nodes = under(decl.name, 0)
+        nodes = under.get(decl.name, frozenset()) & site_nodes
         if nodes:
             found.setdefault(nodes, decl.name)
     return found
+
+
+def _nodes_under_switches(doc: TopologyDoc) -> dict[str, frozenset[str]]:
+    """Every switch's nodes, through its child switches (leaves first, tier by tier; a
+    child that never resolves, as in a cycle, contributes nothing)."""
+    under: dict[str, frozenset[str]] = {}
+    pending = list(doc.switches)
+    while pending:
+        waiting = []
+        unresolved = {s.name for s in pending}
+        for decl in pending:
+            children = hostlists.expand(decl.switches, _SOURCE) if decl.switches else []
+            if any(c in unresolved and c not in under for c in children):
+                waiting.append(decl)
+                continue
+            nodes = set(hostlists.expand(decl.nodes, _SOURCE)) if decl.nodes and not children \
+                else set()
+            for child in children:
+                nodes |= under.get(child, frozenset())
+            under[decl.name] = frozenset(nodes)
+        if len(waiting) == len(pending):
+            break
+        pending = waiting
+    return under
 
 
 def _describe(only: dict[frozenset[str], str], who: str) -> str:
@@ -153,11 +161,11 @@ def check_topology_layout(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
                                                    (only_slurm, "in Slurm")) if d]
         return SiteCheck("topology", "fail", "; ".join(parts), expected,
                          f"placement would count other {kind} than Slurm: {_REGENERATE}")
-    if mine.kind == "block" and theirs.block_sizes and \
-            tuple(theirs.block_sizes) != tuple(mine.block_sizes):
+    sizes = [s for s in theirs.block_sizes if s <= len(site.config.nodes.node_list())]
+    if mine.kind == "block" and sizes and sizes != list(mine.block_sizes)[:len(sizes)]:
         return SiteCheck("topology", "warn",
                          f"{len(ours)} blocks as in the site, but Slurm's block sizes are "
-                         f"{list(theirs.block_sizes)}, the site's {list(mine.block_sizes)}",
+                         f"{sizes}, the site's {list(mine.block_sizes)}",
                          expected, "set topology.block_sizes to Slurm's BlockSizes")
     return SiteCheck("topology", "ok", f"{len(ours)} {kind}, the same node groups in "
                      "Slurm and the site", expected)

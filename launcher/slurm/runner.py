@@ -107,8 +107,8 @@ class CommandRunner:
             attempt += 1
             try:
                 proc = subprocess.run(
-                    full, input=stdin, capture_output=True, text=True, errors="replace",
-                    check=False,
+                    full, input=stdin, capture_output=True, text=True, encoding="utf-8",
+                    errors="replace", check=False,
                     timeout=timeout_s or self.timeout_s,
                     env=None if self.env is None else dict(self.env),
                 )

@@ -21,7 +21,7 @@ import yaml
 from launcher.preflight.gate import read_verdicts
 from tests.embedded_cluster import REPO_ROOT, EmbeddedCluster, start_embedded_cluster
 from tests.integration.pipeline_helpers import ODD_MODEL, reference_losses
-from tests.integration.test_train_sbatch import SEED, SETTINGS, STEPS, TRAIN
+from tests.integration.sbatch_train_run import SEED, SETTINGS, STEPS, TRAIN
 from tests.unit.preflight_helpers import FAKE_DMESG, FAKE_SMI, FIXTURES, HEALTHY
 
 pytestmark = pytest.mark.slow

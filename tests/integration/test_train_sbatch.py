@@ -22,19 +22,11 @@ from typing import Any
 import pytest
 import yaml
 
-from launcher.reference.gpt2_torch import TrainSettings
 from tests.embedded_cluster import EmbeddedCluster
 from tests.integration.pipeline_helpers import ODD_MODEL, reference_losses
+from tests.integration.sbatch_train_run import SEED, SETTINGS, STEPS, TRAIN
 
 pytestmark = pytest.mark.slow
-
-STEPS = 6
-SEED = 7
-SETTINGS = TrainSettings(max_lr=1.0e-3, min_lr=1.0e-4, warmup_steps=3, total_steps=STEPS,
-                         cosine=True, weight_decay=0.1, grad_clip=1.0)
-TRAIN = {"steps": STEPS, "lr": SETTINGS.max_lr, "lr_schedule": "cosine",
-         "warmup_steps": SETTINGS.warmup_steps, "min_lr": SETTINGS.min_lr,
-         "weight_decay": SETTINGS.weight_decay, "grad_clip": SETTINGS.grad_clip, "seed": SEED}
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ from launcher.slurm.records import (
     SlurmParseError,
     exit_status,
     meta_version,
+    node_from_json,
     number,
     parse_nodes,
     parse_sacct,
@@ -120,3 +121,13 @@ def test_parse_version() -> None:
     assert parse_version("slurm-wlm 24.11.1") == (24, 11, 1)
     with pytest.raises(SlurmParseError):
         parse_version("garbage")
+
+
+@pytest.mark.parametrize(("state", "usable"), [
+    (["IDLE"], True), (["IDLE", "REBOOT_ISSUED"], False), (["IDLE", "INVALID_REG"], False),
+    (["IDLE", "RESERVED"], False), (["MIXED", "COMPLETING"], True), (["IDLE", "CLOUD"], True),
+])
+def test_node_flags_that_take_no_jobs(state: list[str], usable: bool) -> None:
+    """A 23.02+ node record (state as a list of base and flags): what placement may use."""
+    node = node_from_json({"name": "n1", "state": state})
+    assert node.usable is usable

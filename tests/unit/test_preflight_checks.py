@@ -52,6 +52,29 @@ def test_one_gpu_with_a_listed_link_down_still_fails(tmp_path: Path) -> None:
     assert nvlink.observed == "GPU0: links [5] inactive (17/18 up)"
 
 
+def test_one_gpu_listed_without_links_skips_too(tmp_path: Path) -> None:
+    """nvidia-smi may print the GPU's header line and no link under it (a PCIe GPU)."""
+    smi = tmp_path / "smi"
+    shutil.copytree(HEALTHY_X1, smi)
+    (smi / "nvlink-s.txt").write_text("GPU 0: NVIDIA H200 (UUID: x)\n")
+    verdict = run(gpu_env(smi), expect=dataclasses.replace(H200_EXPECT, gpus_per_node=1))
+    nvlink = next(c for c in verdict.checks if c.id == "gpu.nvlink")
+    assert nvlink.status == "SKIP"
+    assert "nvlink_links_min 18 not applied" in nvlink.reason
+
+
+@pytest.mark.parametrize("gpus_per_node", [1, 2])
+def test_two_gpus_that_list_no_link_fail(tmp_path: Path, gpus_per_node: int) -> None:
+    """Two GPUs on the node and no NVLink listed: a lost NVLink fabric, never skipped."""
+    smi = tmp_path / "smi"
+    shutil.copytree(HEALTHY, smi)
+    (smi / "nvlink-s.txt").write_text("")
+    (smi / "nvlink-e.txt").write_text("")
+    verdict = run(gpu_env(smi), expect=dataclasses.replace(H200_EXPECT,
+                                                           gpus_per_node=gpus_per_node))
+    assert by_id(verdict)["gpu.nvlink"] == "FAIL"
+
+
 def test_two_gpus_expected_one_seen_without_nvlink_fails() -> None:
     verdict = run(gpu_env(HEALTHY_X1))  # the site expects 2 GPUs per node
     statuses = by_id(verdict)
