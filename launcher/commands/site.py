@@ -6,6 +6,7 @@ site config with the live Slurm (partition, nodes, GPUs, topology, plugins, buil
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,21 @@ from launcher.console import make_console, print_json
 from launcher.plugins.install import perform_install, plan_install
 from launcher.site_check.results import SiteCheck, worst
 from launcher.site_check.run import check_site
+from launcher.site_check.slurm_topology import (
+    read_slurm_topology,
+    render_topology,
+    topology_format,
+    write_new_file,
+)
 from launcher.site_config import load_site
+from topology import hostlists
+
+TOPOLOGY_DESCRIPTION = """Write the topology the site's Slurm runs, as `scontrol show topology`
+reports it (switch tree or blocks, every node it names), as a topology.conf or topology.yaml
+for the site config's `topology.file`: the way to start a site's topology, or to bring it back
+in line when `gantry site check` finds Slurm's switches or blocks grouped otherwise. An
+existing --out file is kept unless --force. Exit status 1 when Slurm cannot be asked or runs
+no topology, 2 for bad input."""
 
 CHECK_DESCRIPTION = """Compare the site config with the live Slurm it describes, read once through
 scontrol: the partition (exists, UP, holds nodes.names), every node defined, GPUs per node
@@ -51,6 +66,40 @@ def register(subparsers: Any) -> None:
                        help="site config (default: site_configs/local.yaml)")
     check.add_argument("--json", action="store_true", help="print the checks as JSON")
     check.set_defaults(func=run_check)
+    topo = actions.add_parser(
+        "topology", help="write the topology the site's Slurm runs (scontrol show topology) "
+        "as topology.conf or topology.yaml", description=TOPOLOGY_DESCRIPTION)
+    topo.add_argument("--site", type=Path, default=None,
+                      help="site config whose Slurm to ask (default: site_configs/local.yaml)")
+    topo.add_argument("--out", type=Path, default=None,
+                      help="file to write (default: print it); .yaml/.yml writes topology.yaml")
+    topo.add_argument("--format", choices=("conf", "yaml"), default=None,
+                      help="topology.conf or topology.yaml (default: from --out's extension)")
+    topo.add_argument("--force", action="store_true", help="replace an existing --out file")
+    topo.set_defaults(func=run_topology)
+
+
+def run_topology(args: argparse.Namespace) -> int:
+    site = load_site(args.site)
+    topology = read_slurm_topology(site)
+    fmt = topology_format(args.out, args.format)
+    text = render_topology(topology, fmt)
+    if args.out is None:
+        sys.stdout.write(text)
+        return 0
+    write_new_file(args.out, text, args.force)
+    units = "switches" if topology.kind == "tree" else "blocks"
+    console = make_console()
+    console.print(f"wrote {args.out}: {topology.kind} topology, {topology.declared_switches} "
+                  f"{units}, {topology.node_count} nodes (from scontrol show topology)",
+                  markup=False)
+    missing = sorted(set(site.config.nodes.node_list()) - set(topology.node_names))
+    if missing:
+        console.print(f"note: {hostlists.collect(missing)} of nodes.names are in no switch or "
+                      "block of it", markup=False)
+    console.print(f"use it in {site.path}: topology: {{plugin: {topology.kind}, file: "
+                  f"{args.out.resolve()}}}", markup=False)
+    return 0
 
 
 def print_checks(site_name: str, checks: list[SiteCheck]) -> None:

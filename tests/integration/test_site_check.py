@@ -162,3 +162,45 @@ def test_a_bad_site_file_is_one_line(embedded_cluster: EmbeddedCluster, tmp_path
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: ")
     assert "nodes.gpus_per_node" in lines[0] and "'eight'" in lines[0]
+
+
+def site_topology(cluster: EmbeddedCluster, site: Path, *extra: str,
+                  env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "launcher", "site", "topology", "--site",
+                           str(site), *extra], capture_output=True, text=True, cwd=REPO_ROOT,
+                          env=env or cluster.env, timeout=120, check=False)
+
+
+@pytest.mark.parametrize("name", ["slurm-topology.conf", "slurm-topology.yaml"])
+def test_slurms_topology_written_for_the_site_round_trips(embedded_cluster: EmbeddedCluster,
+                                                          tmp_path: Path, name: str) -> None:
+    out = tmp_path / name
+    written = site_topology(embedded_cluster, embedded_cluster.site_path, "--out", str(out))
+    assert written.returncode == 0, written.stderr
+    assert written.stdout.splitlines()[0] == (
+        f"wrote {out}: tree topology, 7 switches, 8 nodes (from scontrol show topology)")
+    assert f"topology: {{plugin: tree, file: {out}}}" in written.stdout
+    printed = site_topology(embedded_cluster, embedded_cluster.site_path,
+                            "--format", "yaml" if name.endswith(".yaml") else "conf")
+    assert printed.stdout == out.read_text()
+    site = variant(embedded_cluster, tmp_path, topology={"plugin": "tree", "switches": [],
+                                                         "file": str(out)})
+    checks = checks_of(site_check(embedded_cluster, site, "--json"))
+    assert checks["topology"]["status"] == "ok", checks["topology"]
+    assert checks["topology"]["expected"].endswith(f"as {out}")
+    # an existing file is kept
+    before = out.read_text()
+    again = site_topology(embedded_cluster, embedded_cluster.site_path, "--out", str(out))
+    assert again.returncode == 2 and out.read_text() == before
+    assert again.stderr.strip() == f"error: --out: {out} exists (expected a new file, or pass " \
+        "--force)"
+
+
+def test_site_topology_without_slurm_is_one_line(embedded_cluster: EmbeddedCluster,
+                                                 tmp_path: Path) -> None:
+    site = variant(embedded_cluster, tmp_path, slurm={"run_dir": str(tmp_path / "nothing")})
+    env = {k: v for k, v in embedded_cluster.env.items() if k != "SLURM_CONF"}
+    result = site_topology(embedded_cluster, site, "--out", str(tmp_path / "t.conf"), env=env)
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1
+    assert not (tmp_path / "t.conf").exists()

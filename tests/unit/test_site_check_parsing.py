@@ -11,13 +11,22 @@ import yaml
 from hypothesis import given
 from hypothesis import strategies as st
 
+from launcher.errors import UserInputError
 from launcher.preflight.drain_policy import NodeState
 from launcher.site_check.live_facts import LiveFacts, parse_one_line_records, parse_show_config
 from launcher.site_check.node_checks import gres_gpus, node_info
 from launcher.site_check.results import SiteCheck, worst
 from launcher.site_check.setup_checks import setting_in_effect
-from launcher.site_check.topology_checks import check_topology_layout, check_topology_plugin
+from launcher.site_check.slurm_topology import render_topology, topology_format, write_new_file
+from launcher.site_check.topology_checks import (
+    check_topology_layout,
+    check_topology_plugin,
+    site_groups,
+)
 from launcher.site_config import LoadedSite, load_site
+from topology.build import build_topology
+from topology.scontrol_format import parse_scontrol_topology
+from topology.site_topology import load_topology_file
 
 CONFIG = """Configuration data as of 2026-12-02T07:00:00
 AccountingStorageType   = accounting_storage/none
@@ -223,3 +232,19 @@ def test_odd_scontrol_text_never_raises(text: str) -> None:
     parse_show_config(text)
     parse_one_line_records(text, "NodeName")
     setting_in_effect("Prolog", "/p/x.sh", text)
+
+
+@pytest.mark.parametrize("fmt", ["conf", "yaml"])
+def test_slurms_blocks_written_as_a_site_file_read_back_the_same(tmp_path: Path,
+                                                                 fmt: str) -> None:
+    """`gantry site topology` on a 24.11 block cluster: the file it writes is read back (as a
+    site's topology.file) with the same blocks and block sizes."""
+    slurm = build_topology(parse_scontrol_topology(SLURM_BLOCKS))
+    path = tmp_path / f"topology.{fmt}"
+    write_new_file(path, render_topology(slurm, topology_format(path, None)), force=False)
+    back = load_topology_file(path)
+    assert back.kind == "block" and back.block_sizes == slurm.block_sizes == (4, 8)
+    assert site_groups(back) == site_groups(slurm)
+    with pytest.raises(UserInputError, match="exists"):
+        write_new_file(path, "x", force=False)
+    assert topology_format(None, None) == "conf" and topology_format(path, "conf") == "conf"
