@@ -72,6 +72,8 @@ class ClusterStatus:
     topology_plugin: str
     topology: list[TopologyGroup]
     """Root switches (tree) or blocks (block); empty for flat."""
+    gpus_per_node: int = 0
+    """Emulated GPUs per node Slurm allocates (nodes.gpus_per_node; 0: none)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -150,4 +152,5 @@ def collect(site: LoadedSite) -> ClusterStatus:
         nodes=nodes,
         topology_plugin=config.topology.plugin,
         topology=roots,
+        gpus_per_node=config.nodes.gpus_per_node,
     )

@@ -19,9 +19,10 @@ def summary_lines(status: ClusterStatus) -> list[str]:
     states = ", ".join(f"{count} {state}" for state, count in sorted(counts.items()))
     running = sum(d.running for d in status.daemons)
     word = "up" if status.running else ("partly up" if running else "not running")
+    gpus = f" ({status.gpus_per_node} emulated GPUs each)" if status.gpus_per_node else ""
     lines = [
         f"cluster {status.cluster_name}: {word} (Slurm {status.slurm_version}); "
-        f"{len(status.nodes)} nodes: {states}",
+        f"{len(status.nodes)} nodes{gpus}: {states}",
         f"daemons: {running}/{len(status.daemons)} running",
         f"run dir: {status.run_dir}",
         f"slurm.conf: {status.slurm_conf}",

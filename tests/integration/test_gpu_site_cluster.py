@@ -57,6 +57,13 @@ def test_site_check_sees_two_gpus_per_node(gpu_cluster: EmbeddedCluster) -> None
     assert result.returncode == 0, result.stdout
 
 
+def test_cluster_status_names_the_emulated_gpus(gpu_cluster: EmbeddedCluster) -> None:
+    status = gantry(gpu_cluster, REPO_ROOT, "cluster", "status", "--site",
+                    str(gpu_cluster.site_path))
+    assert status.returncode == 0, status.stderr
+    assert "; 8 nodes (2 emulated GPUs each): " in status.stdout.splitlines()[0]
+
+
 def test_slurm_allocates_the_emulated_gpus(gpu_cluster: EmbeddedCluster) -> None:
     out = gpu_cluster.run("srun", "-N2", "--ntasks-per-node=1", "--gpus-per-node=2",
                           "bash", "-c", "echo $SLURMD_NODENAME=$CUDA_VISIBLE_DEVICES").stdout
