@@ -73,7 +73,8 @@ class ClusterStatus:
     topology: list[TopologyGroup]
     """Root switches (tree) or blocks (block); empty for flat."""
     gpus_per_node: int = 0
-    """Emulated GPUs per node Slurm allocates (nodes.gpus_per_node; 0: none)."""
+    """Emulated GPUs per node, as the site config gives them to Slurm (nodes.gpus_per_node;
+    0: none)."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -22,13 +22,16 @@ from launcher.site_check.slurm_topology import (
 )
 from launcher.site_config import load_site
 from topology import hostlists
+from topology.model import Topology
 
 TOPOLOGY_DESCRIPTION = """Write the topology the site's Slurm runs, as `scontrol show topology`
 reports it (switch tree or blocks, every node it names), as a topology.conf or topology.yaml
 for the site config's `topology.file`: the way to start a site's topology, or to bring it back
 in line when `gantry site check` finds Slurm's switches or blocks grouped otherwise. An
-existing --out file is kept unless --force. Exit status 1 when Slurm cannot be asked or runs
-no topology, 2 for bad input."""
+existing --out file is kept unless --force. A block topology's BlockSizes= line is what
+`scontrol show topology` shows: the base and aggregated block sizes (Slurm 24.11 prints them;
+on 23.11 the base size is that of the first block). Exit status 1 when Slurm cannot be asked
+or runs no topology, 2 for bad input."""
 
 CHECK_DESCRIPTION = """Compare the site config with the live Slurm it describes, read once through
 scontrol: the partition (exists, UP, holds nodes.names), every node defined, GPUs per node
@@ -80,26 +83,35 @@ def register(subparsers: Any) -> None:
 
 
 def run_topology(args: argparse.Namespace) -> int:
+    """Write (or print) Slurm's topology; notes go to stderr, the file's text to stdout."""
     site = load_site(args.site)
-    topology = read_slurm_topology(site)
     fmt = topology_format(args.out, args.format)
+    topology = read_slurm_topology(site)
     text = render_topology(topology, fmt)
+    notes = make_console(stderr=True)
+    for warning in topology.warnings:
+        notes.print(f"note: {warning}", markup=False)
+    missing = sorted(set(site.config.nodes.node_list()) - set(topology.node_names))
+    if missing:
+        notes.print(f"note: {hostlists.collect(missing)} of nodes.names are in no switch or "
+                    "block of Slurm's topology", markup=False)
     if args.out is None:
         sys.stdout.write(text)
         return 0
     write_new_file(args.out, text, args.force)
+    _print_written(args.out, topology, site.path)
+    return 0
+
+
+def _print_written(out: Path, topology: Topology, site_path: Path) -> None:
+    """What was written, and the site config line that uses it."""
     units = "switches" if topology.kind == "tree" else "blocks"
     console = make_console()
-    console.print(f"wrote {args.out}: {topology.kind} topology, {topology.declared_switches} "
+    console.print(f"wrote {out}: {topology.kind} topology, {topology.declared_switches} "
                   f"{units}, {topology.node_count} nodes (from scontrol show topology)",
                   markup=False)
-    missing = sorted(set(site.config.nodes.node_list()) - set(topology.node_names))
-    if missing:
-        console.print(f"note: {hostlists.collect(missing)} of nodes.names are in no switch or "
-                      "block of it", markup=False)
-    console.print(f"use it in {site.path}: topology: {{plugin: {topology.kind}, file: "
-                  f"{args.out.resolve()}}}", markup=False)
-    return 0
+    console.print(f"use it in {site_path}: topology: {{plugin: {topology.kind}, file: "
+                  f"{out.resolve()}}}", markup=False)
 
 
 def print_checks(site_name: str, checks: list[SiteCheck]) -> None:

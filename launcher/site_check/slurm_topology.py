@@ -3,24 +3,31 @@ topology.conf or topology.yaml file for the site config's `topology.file`."""
 
 from __future__ import annotations
 
+import errno
 import os
+import shutil
 from pathlib import Path
+from typing import Literal
 
 from launcher.errors import GantryError, UserInputError
 from launcher.job_placement import site_client_runner, slurm_conf_problem
 from launcher.site_check.live_facts import READ_TIMEOUT_S
 from launcher.site_config import LoadedSite
 from launcher.slurm.runner import SlurmCommandError, first_line
+from launcher.train.checkpoint import fsync_dir
 from topology.build import build_topology
 from topology.conf_format import write_topology_conf
 from topology.model import Topology
 from topology.scontrol_format import parse_scontrol_topology
 from topology.yaml_format import write_topology_yaml
 
+TopologyFormat = Literal["conf", "yaml"]
+
 
 def read_slurm_topology(site: LoadedSite) -> Topology:
-    """The topology the site's Slurm reports, every node it names included; GantryError when
-    Slurm cannot be asked or reports none (a flat cluster)."""
+    """The topology the site's Slurm reports, every node it names included (its warnings,
+    e.g. a node listed under two leaves and kept under the first, in ``warnings``);
+    GantryError when Slurm cannot be asked or reports none (a flat cluster)."""
     problem = slurm_conf_problem(site)
     if problem is not None:
         raise GantryError(problem)
@@ -32,37 +39,78 @@ def read_slurm_topology(site: LoadedSite) -> Topology:
     if shown.returncode != 0:
         raise GantryError("scontrol show topology: "
                           f"{first_line(shown.stderr) or f'exit status {shown.returncode}'}")
-    if not any(line.startswith(("SwitchName=", "BlockName="))
+    if not any(line.lstrip().startswith(("SwitchName=", "BlockName="))
                for line in shown.stdout.splitlines()):
         raise GantryError("Slurm reports no topology (no switches or blocks: a flat cluster, "
                           "or no TopologyPlugin=): nothing to write")
     try:
         return build_topology(parse_scontrol_topology(shown.stdout))
     except UserInputError as err:
-        raise GantryError(f"Slurm's topology does not parse: {err}") from None
+        raise GantryError(f"Slurm's topology cannot be written as a gantry site topology: "
+                          f"{err}") from None
 
 
-def topology_format(path: Path | None, chosen: str | None) -> str:
-    """"conf" or "yaml": --format, else the output file's extension (.yaml/.yml), else conf."""
-    if chosen is not None:
-        return chosen
-    return "yaml" if path is not None and path.suffix in (".yaml", ".yml") else "conf"
+def topology_format(path: Path | None, chosen: TopologyFormat | None) -> TopologyFormat:
+    """--format, else the output file's extension (.yaml/.yml: yaml), else conf; a --format
+    the extension contradicts is refused (the site loads topology.file by its extension)."""
+    by_suffix: TopologyFormat | None = None
+    if path is not None:
+        by_suffix = "yaml" if path.suffix in (".yaml", ".yml") else "conf"
+    if chosen is not None and by_suffix is not None and chosen != by_suffix:
+        raise UserInputError(f"--format: {chosen} is not allowed with --out {path} (expected "
+                             f"{by_suffix}: a site reads topology.file by its extension, "
+                             ".yaml/.yml as topology.yaml, anything else as topology.conf)")
+    return chosen or by_suffix or "conf"
 
 
-def render_topology(topology: Topology, fmt: str) -> str:
+def render_topology(topology: Topology, fmt: TopologyFormat) -> str:
     """The topology as topology.conf or topology.yaml text."""
     return write_topology_yaml(topology) if fmt == "yaml" else write_topology_conf(topology)
 
 
 def write_new_file(path: Path, text: str, force: bool) -> None:
-    """Write ``text`` to ``path`` atomically; an existing file only with ``force``."""
-    if path.exists() and not force:
+    """Write ``text`` to ``path``: a new file (an existing one, a link included, is kept
+    unless ``force``, which replaces it keeping its mode, or writes through a link), complete
+    or not at all (a temp file beside it, fsync'd, then linked or renamed into place)."""
+    if path.is_dir():
+        raise UserInputError(f"--out: {path} is a directory (expected a file name)")
+    if (path.exists() or path.is_symlink()) and not force:
         raise UserInputError(f"--out: {path} exists (expected a new file, or pass --force)")
-    if not path.parent.is_dir():
-        raise UserInputError(f"--out: {path.parent} is not a directory")
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    target = path.resolve() if force and path.is_symlink() else path
+    if not target.parent.is_dir():
+        raise UserInputError(f"--out: {target.parent} is not a directory")
+    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
     try:
         tmp.write_text(text, encoding="utf-8")
-        tmp.replace(path)
+        if target.is_file():
+            shutil.copymode(target, tmp)
+        with open(tmp, "rb") as handle:
+            os.fsync(handle.fileno())
+        _publish(tmp, target, force)
+        fsync_dir(target.parent)
+    except FileExistsError:
+        raise UserInputError(f"--out: {path} exists (expected a new file, or pass --force)"
+                             ) from None
+    except OSError as err:
+        raise GantryError(f"--out: cannot write {path}: {err.strerror or err}") from None
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def _publish(tmp: Path, target: Path, force: bool) -> None:
+    """Put ``tmp`` at ``target``: renamed over it with ``force``; else hard-linked, which fails
+    if the name appeared meanwhile (a file system without hard links: renamed after a last
+    check that the name is free)."""
+    if force:
+        tmp.replace(target)
+        return
+    try:
+        os.link(tmp, target)
+    except FileExistsError:
+        raise
+    except OSError as err:
+        if err.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
+            raise
+        if target.exists() or target.is_symlink():
+            raise FileExistsError(str(target)) from None
+        tmp.replace(target)

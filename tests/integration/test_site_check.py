@@ -179,7 +179,7 @@ def test_slurms_topology_written_for_the_site_round_trips(embedded_cluster: Embe
     assert written.returncode == 0, written.stderr
     assert written.stdout.splitlines()[0] == (
         f"wrote {out}: tree topology, 7 switches, 8 nodes (from scontrol show topology)")
-    assert f"topology: {{plugin: tree, file: {out}}}" in written.stdout
+    assert f"topology: {{plugin: tree, file: {out.resolve()}}}" in written.stdout
     printed = site_topology(embedded_cluster, embedded_cluster.site_path,
                             "--format", "yaml" if name.endswith(".yaml") else "conf")
     assert printed.stdout == out.read_text()
@@ -202,5 +202,6 @@ def test_site_topology_without_slurm_is_one_line(embedded_cluster: EmbeddedClust
     env = {k: v for k, v in embedded_cluster.env.items() if k != "SLURM_CONF"}
     result = site_topology(embedded_cluster, site, "--out", str(tmp_path / "t.conf"), env=env)
     assert result.returncode == 1
-    assert result.stderr.startswith("error: ") and len(result.stderr.strip().splitlines()) == 1
-    assert not (tmp_path / "t.conf").exists()
+    assert result.stderr.startswith("error: no Slurm config at ") or \
+        result.stderr.startswith("error: Slurm not reachable")
+    assert len(result.stderr.strip().splitlines()) == 1

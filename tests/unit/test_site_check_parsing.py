@@ -247,4 +247,33 @@ def test_slurms_blocks_written_as_a_site_file_read_back_the_same(tmp_path: Path,
     assert site_groups(back) == site_groups(slurm)
     with pytest.raises(UserInputError, match="exists"):
         write_new_file(path, "x", force=False)
-    assert topology_format(None, None) == "conf" and topology_format(path, "conf") == "conf"
+
+
+def test_written_file_rules(tmp_path: Path) -> None:
+    """--out: kept unless --force (which keeps the file's mode and writes through a link),
+    a directory or a missing parent refused, nothing left beside it, --format checked
+    against the extension the site will read it by."""
+    out = tmp_path / "t.conf"
+    write_new_file(out, "one\n", force=False)
+    out.chmod(0o640)
+    write_new_file(out, "two\n", force=True)
+    assert out.read_text() == "two\n" and out.stat().st_mode & 0o777 == 0o640
+    link = tmp_path / "link.conf"
+    link.symlink_to(out)
+    with pytest.raises(UserInputError, match="exists"):
+        write_new_file(link, "three\n", force=False)
+    write_new_file(link, "three\n", force=True)
+    assert link.is_symlink() and out.read_text() == "three\n"
+    dangling = tmp_path / "dangling.conf"
+    dangling.symlink_to(tmp_path / "nowhere")
+    with pytest.raises(UserInputError, match="exists"):
+        write_new_file(dangling, "x", force=False)
+    with pytest.raises(UserInputError, match="is a directory"):
+        write_new_file(tmp_path, "x", force=True)
+    with pytest.raises(UserInputError, match="is not a directory"):
+        write_new_file(tmp_path / "missing" / "t.conf", "x", force=False)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["dangling.conf", "link.conf", "t.conf"]
+    assert topology_format(None, None) == "conf"
+    assert topology_format(tmp_path / "t.yml", None) == "yaml"
+    with pytest.raises(UserInputError, match="--format: yaml is not allowed with --out"):
+        topology_format(out, "yaml")
