@@ -76,7 +76,11 @@ def write_new_file(path: Path, text: str, force: bool) -> None:
         raise UserInputError(f"--out: {path} is a directory (expected a file name)")
     if (path.exists() or path.is_symlink()) and not force:
         raise UserInputError(f"--out: {path} exists (expected a new file, or pass --force)")
-    target = path.resolve() if force and path.is_symlink() else path
+    try:
+        target = path.resolve() if force and path.is_symlink() else path
+    except (OSError, RuntimeError) as err:  # a link loop
+        raise UserInputError(f"--out: {path} is a link that does not resolve ({err})"
+                             ) from None
     if not target.parent.is_dir():
         raise UserInputError(f"--out: {target.parent} is not a directory")
     tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")

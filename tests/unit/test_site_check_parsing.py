@@ -268,6 +268,11 @@ def test_written_file_rules(tmp_path: Path) -> None:
     dangling.symlink_to(tmp_path / "nowhere")
     with pytest.raises(UserInputError, match="exists"):
         write_new_file(dangling, "x", force=False)
+    loop = tmp_path / "loop.conf"
+    loop.symlink_to(loop)
+    with pytest.raises(UserInputError, match="does not resolve"):
+        write_new_file(loop, "x", force=True)
+    loop.unlink()
     with pytest.raises(UserInputError, match="is a directory"):
         write_new_file(tmp_path, "x", force=True)
     with pytest.raises(UserInputError, match="is not a directory"):
