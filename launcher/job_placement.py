@@ -95,6 +95,8 @@ def slurm_conf_problem(site: LoadedSite) -> str | None:
     conf = Path(env["SLURM_CONF"]) if env.get("SLURM_CONF") else DEFAULT_SLURM_CONF
     if conf.is_file():
         return None
+    if site.config.slurm.embedded and not env.get("SLURM_CONF"):
+        conf = RunLayout(run_dir_for(site)).slurm_conf  # where `gantry cluster up` puts it
     hint = " (is the embedded cluster up? `gantry cluster up`)" if site.config.slurm.embedded \
         else ""
     return f"no Slurm config at {conf}{hint}"

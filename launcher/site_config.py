@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from launcher.errors import UserInputError
 from launcher.typed_config import FieldError, load_dataclass
 from topology import hostlists
 
@@ -388,5 +389,8 @@ class LoadedSite:
 
 def load_site(path: Path | None = None) -> LoadedSite:
     """Load and validate a site config (default: site_configs/local.yaml)."""
-    site_path = (path or DEFAULT_SITE).resolve()
+    try:
+        site_path = (path or DEFAULT_SITE).resolve()
+    except (OSError, RuntimeError) as err:  # a link loop
+        raise UserInputError(f"{path}: cannot resolve ({err})") from None
     return LoadedSite(config=load_dataclass(SiteConfig, site_path), path=site_path)

@@ -123,7 +123,7 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
                 return number
         raise _bad(path, value, tp)
     if tp is str:
-        if isinstance(value, str):
+        if isinstance(value, str) and "\x00" not in value:
             return value
         raise _bad(path, value, tp)
     if origin in (list, tuple):
@@ -227,9 +227,19 @@ def parse_yaml(text: str, source: str) -> Any:
         raise UserInputError(f"{source}: nested too deeply to read") from None
 
 
+MAX_CONFIG_BYTES = 64 * 1024 * 1024
+"""Largest YAML config read (a site's inline topology of 100k nodes is far below it)."""
+
+
 def load_yaml_file(path: Path) -> Any:
-    """Parse a YAML file, turning I/O and syntax errors into one-line UserInputErrors."""
+    """Parse a YAML file, turning I/O and syntax errors into one-line UserInputErrors (a
+    config is a regular file of at most MAX_CONFIG_BYTES: never a FIFO or /dev/zero)."""
     try:
+        if path.exists() and not path.is_file():
+            raise UserInputError(f"{path}: not a regular file (expected a YAML file)")
+        if path.exists() and path.stat().st_size > MAX_CONFIG_BYTES:
+            raise UserInputError(f"{path}: {path.stat().st_size} bytes is not allowed "
+                                 f"(expected a YAML file of at most {MAX_CONFIG_BYTES} bytes)")
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserInputError(f"{path}: no such file") from None

@@ -15,6 +15,9 @@ from launcher.errors import UserInputError
 
 def expand(expression: str, where: str = "hostlist") -> list[str]:
     """Expand a Slurm hostlist expression into host names, in order, keeping duplicates."""
+    if any(ch.isspace() or not ch.isprintable() for ch in expression):
+        raise UserInputError(f"{where}: bad hostlist {expression!r} (expected host names "
+                             "without blanks or control characters)")
     try:
         names: list[str] = hostlist.expand_hostlist(expression, allow_duplicates=True)
     except hostlist.BadHostlist as err:

@@ -15,6 +15,7 @@ from launcher.plugins.install import perform_install, plan_install
 from launcher.site_check.results import SiteCheck, worst
 from launcher.site_check.run import check_site
 from launcher.site_check.slurm_topology import (
+    check_out_path,
     read_slurm_topology,
     render_topology,
     topology_format,
@@ -86,8 +87,15 @@ def run_topology(args: argparse.Namespace) -> int:
     """Write (or print) Slurm's topology; notes go to stderr, the file's text to stdout."""
     site = load_site(args.site)
     fmt = topology_format(args.out, args.format)
+    if args.out is not None:
+        check_out_path(args.out, args.force)
     topology = read_slurm_topology(site)
     text = render_topology(topology, fmt)
+    if args.out is None:
+        sys.stdout.write(text)
+    else:
+        write_new_file(args.out, text, args.force)
+        _print_written(args.out, topology, site.path)
     notes = make_console(stderr=True)
     for warning in topology.warnings:
         notes.print(f"note: {warning}", markup=False)
@@ -95,11 +103,6 @@ def run_topology(args: argparse.Namespace) -> int:
     if missing:
         notes.print(f"note: {hostlists.collect(missing)} of nodes.names are in no switch or "
                     "block of Slurm's topology", markup=False)
-    if args.out is None:
-        sys.stdout.write(text)
-        return 0
-    write_new_file(args.out, text, args.force)
-    _print_written(args.out, topology, site.path)
     return 0
 
 

@@ -3,6 +3,7 @@ topology.conf or topology.yaml file for the site config's `topology.file`."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -39,8 +40,11 @@ def read_slurm_topology(site: LoadedSite) -> Topology:
     if shown.returncode != 0:
         raise GantryError("scontrol show topology: "
                           f"{first_line(shown.stderr) or f'exit status {shown.returncode}'}")
-    if not any(line.lstrip().startswith(("SwitchName=", "BlockName="))
-               for line in shown.stdout.splitlines()):
+    listed = any(line.lstrip().startswith(("SwitchName=", "BlockName="))
+                 for line in shown.stdout.splitlines())
+    if not listed and shown.stderr.strip():  # 22.05 exits 0 when the controller is away
+        raise GantryError(f"scontrol show topology: {first_line(shown.stderr)}")
+    if not listed:
         raise GantryError("Slurm reports no topology (no switches or blocks: a flat cluster, "
                           "or no TopologyPlugin=): nothing to write")
     try:
@@ -68,22 +72,29 @@ def render_topology(topology: Topology, fmt: TopologyFormat) -> str:
     return write_topology_yaml(topology) if fmt == "yaml" else write_topology_conf(topology)
 
 
+def check_out_path(path: Path, force: bool) -> Path:
+    """Where --out will write (through a link with ``force``); UserInputError when it cannot:
+    a directory, an existing name without ``force``, a link loop, a missing parent, a name
+    the file system refuses. Checked before Slurm is asked, again when writing."""
+    try:
+        if path.is_dir():
+            raise UserInputError(f"--out: {path} is a directory (expected a file name)")
+        if (path.exists() or path.is_symlink()) and not force:
+            raise UserInputError(f"--out: {path} exists (expected a new file, or pass --force)")
+        target = path.resolve() if force and path.is_symlink() else path
+        if not target.parent.is_dir():
+            raise UserInputError(f"--out: {target.parent} is not a directory")
+    except (OSError, RuntimeError) as err:  # a name too long, a link loop
+        raise UserInputError(f"--out: {path} is not allowed ({err})") from None
+    return target
+
+
 def write_new_file(path: Path, text: str, force: bool) -> None:
     """Write ``text`` to ``path``: a new file (an existing one, a link included, is kept
     unless ``force``, which replaces it keeping its mode, or writes through a link), complete
     or not at all (a temp file beside it, fsync'd, then linked or renamed into place)."""
-    if path.is_dir():
-        raise UserInputError(f"--out: {path} is a directory (expected a file name)")
-    if (path.exists() or path.is_symlink()) and not force:
-        raise UserInputError(f"--out: {path} exists (expected a new file, or pass --force)")
-    try:
-        target = path.resolve() if force and path.is_symlink() else path
-    except (OSError, RuntimeError) as err:  # a link loop
-        raise UserInputError(f"--out: {path} is a link that does not resolve ({err})"
-                             ) from None
-    if not target.parent.is_dir():
-        raise UserInputError(f"--out: {target.parent} is not a directory")
-    tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
+    target = check_out_path(path, force)
+    tmp = target.with_name(f".gantry-topology.tmp{os.getpid()}")
     try:
         tmp.write_text(text, encoding="utf-8")
         if target.is_file():
@@ -98,7 +109,8 @@ def write_new_file(path: Path, text: str, force: bool) -> None:
     except OSError as err:
         raise GantryError(f"--out: cannot write {path}: {err.strerror or err}") from None
     finally:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def _publish(tmp: Path, target: Path, force: bool) -> None:

@@ -545,7 +545,8 @@ def test_found_bad_files(job_text: str, site_prefix: str | None, message: str) -
     (["--nodes=2", "--gpus-per-node=10000000000000000000"],
      "error: command line: --gpus-per-node: 10000000000000000000 is not allowed (site local "
      "has 2 CPUs per node)"),
-    (["--nodes=1", "--unhealthy=\x85"], "error: unhealthy nodes: '\\x85' is not in the topology"),
+    (["--nodes=1", "--unhealthy=\x85"], "error: --unhealthy: bad hostlist '\\x85' (expected host "
+     "names without blanks or control characters)"),
     (["--nodes=1", "--slurm-version="],
      "error: --slurm-version: '' is not allowed (expected e.g. 22.05.8 or 24.11)"),
 ])

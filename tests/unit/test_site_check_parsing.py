@@ -4,6 +4,7 @@ embedded cluster runs Slurm 22.05, which has no topology/block: its tests cover 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -270,7 +271,7 @@ def test_written_file_rules(tmp_path: Path) -> None:
         write_new_file(dangling, "x", force=False)
     loop = tmp_path / "loop.conf"
     loop.symlink_to(loop)
-    with pytest.raises(UserInputError, match="does not resolve"):
+    with pytest.raises(UserInputError, match="Symlink loop"):
         write_new_file(loop, "x", force=True)
     loop.unlink()
     with pytest.raises(UserInputError, match="is a directory"):
@@ -282,3 +283,27 @@ def test_written_file_rules(tmp_path: Path) -> None:
     assert topology_format(tmp_path / "t.yml", None) == "yaml"
     with pytest.raises(UserInputError, match="--format: yaml is not allowed with --out"):
         topology_format(out, "yaml")
+
+
+def test_site_files_that_are_not_files_or_have_nul_are_one_line(tmp_path: Path) -> None:
+    """Found by fuzzing the site commands: a FIFO or /dev/zero as --site, a NUL in a path, a
+    newline in a node name, a link loop: each a UserInputError, never a hang or a traceback."""
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(fifo)
+    with pytest.raises(UserInputError, match="not a regular file"):
+        load_site(fifo)
+    with pytest.raises(UserInputError, match="not a regular file"):
+        load_site(Path("/dev/zero"))
+    nul = tmp_path / "nul.yaml"
+    nul.write_text(yaml.safe_dump({"name": "x", "nodes": {"names": "n1"},
+                                   "slurm": {"run_dir": "/tmp/a\x00b"}}))
+    with pytest.raises(UserInputError, match=r"slurm\.run_dir"):
+        load_site(nul)
+    newline = tmp_path / "newline.yaml"
+    newline.write_text(yaml.safe_dump({"name": "x", "nodes": {"names": "n1\nn2"}}))
+    with pytest.raises(UserInputError, match="without blanks or control characters"):
+        load_site(newline).config.nodes.node_list()
+    loop = tmp_path / "loop.yaml"
+    loop.symlink_to(loop)
+    with pytest.raises(UserInputError, match="cannot resolve"):
+        load_site(loop)
