@@ -13,6 +13,26 @@ def shown(value: str) -> str:
     return value if value.isprintable() else repr(value)
 
 
+BRIEF_LIMIT = 80
+"""Longest value an error message quotes whole; a longer one is cut (a whole file read as one
+YAML string must not become a kilobyte-long error line)."""
+
+
+def brief(value: object, limit: int = BRIEF_LIMIT) -> str:
+    """``repr(value)`` for a one-line message, cut to about ``limit`` characters with the
+    length said: ``'root:x:0:0:...' (1432 characters)``."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    if isinstance(value, str):
+        size = f"{len(value)} characters"
+    elif isinstance(value, list | tuple | dict):
+        size = f"{len(value)} items"
+    else:
+        size = f"{len(text)} characters"
+    return f"{text[:limit - 3]}... ({size})"
+
+
 class GantryError(Exception):
     """A failure that is reported as one `error: ...` line (exit 1), never a traceback."""
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from launcher.errors import UserInputError
+from launcher.errors import UserInputError, brief
 from launcher.typed_config import FieldError, load_dataclass
 from topology import hostlists
 
@@ -30,6 +30,24 @@ def _check_env_names(env: dict[str, str]) -> None:
                 f"{key!r} is not allowed as a variable name (expected letters, digits "
                 "and _, not starting with a digit)",
             )
+
+
+_SLURM_WORD = re.compile(r"[^\s,=#'\"\\]+")
+
+
+def _check_slurm_word(path: str, value: str, what: str) -> None:
+    """A name written into slurm.conf, topology.conf or an sbatch option as one word."""
+    if not _SLURM_WORD.fullmatch(value) or not value.isprintable():
+        raise FieldError(path, f"{brief(value)} is not allowed (expected {what} without "
+                         "blanks, ',', '=', '#', quotes or backslashes)")
+
+
+def _expand_field(path: str, expression: str) -> list[str]:
+    """hostlists.expand for a config field: its error is the field's (naming the file)."""
+    try:
+        return hostlists.expand(expression)
+    except hostlists.HostlistError as err:
+        raise FieldError(path, err.problem) from None
 
 
 def _check_port(path: str, port: int) -> None:
@@ -70,6 +88,8 @@ class SlurmSection:
     cred_expire + 1 s before it starts again. None: Slurm's default (120 s)."""
 
     def validate(self) -> None:
+        _check_slurm_word("cluster_name", self.cluster_name, "one Slurm cluster name")
+        _check_slurm_word("partition", self.partition, "one Slurm partition name")
         _check_port("controller_port", self.controller_port)
         _check_port("slurmd_port_base", self.slurmd_port_base)
         if self.slurmd_timeout_s < 5:
@@ -100,7 +120,7 @@ class NodesSection:
         return hostlists.expand(self.names, "nodes.names")
 
     def validate(self) -> None:
-        names = self.node_list()
+        names = _expand_field("names", self.names)
         if not names:
             raise FieldError("names", f"{self.names!r} names 0 nodes (expected at least 1)")
         if len(set(names)) != len(names):
@@ -156,8 +176,11 @@ class TopologySection:
             raise FieldError("switches", "plugin 'tree' needs switches (or a file)")
         if self.plugin == "block" and not (self.blocks or self.file):
             raise FieldError("blocks", "plugin 'block' needs blocks (or a file)")
+        for i, block in enumerate(self.blocks):
+            _check_slurm_word(f"blocks[{i}].name", block.name, "one block name")
         names = [s.name for s in self.switches]
         for i, name in enumerate(names):
+            _check_slurm_word(f"switches[{i}].name", name, "one switch name")
             if name in names[:i]:
                 raise FieldError(f"switches[{i}].name", f"{name!r} is defined twice")
 
@@ -355,7 +378,7 @@ class SiteConfig:
         switch_names = {s.name for s in self.topology.switches}
         for i, switch in enumerate(self.topology.switches):
             if switch.nodes:
-                for node in hostlists.expand(switch.nodes, f"topology.switches[{i}].nodes"):
+                for node in _expand_field(f"topology.switches[{i}].nodes", switch.nodes):
                     if node not in known:
                         raise FieldError(
                             f"topology.switches[{i}].nodes",
@@ -363,11 +386,11 @@ class SiteConfig:
                         )
             if switch.switches:
                 where = f"topology.switches[{i}].switches"
-                for child in hostlists.expand(switch.switches, where):
+                for child in _expand_field(where, switch.switches):
                     if child not in switch_names:
                         raise FieldError(where, f"{child!r} is not a defined switch")
         for i, block in enumerate(self.topology.blocks):
-            for node in hostlists.expand(block.nodes, f"topology.blocks[{i}].nodes"):
+            for node in _expand_field(f"topology.blocks[{i}].nodes", block.nodes):
                 if node not in known:
                     raise FieldError(
                         f"topology.blocks[{i}].nodes",

@@ -22,7 +22,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 
 import yaml
 
-from launcher.errors import UserInputError
+from launcher.errors import UserInputError, brief
 
 T = TypeVar("T")
 
@@ -48,9 +48,9 @@ _PLAIN_KEY = re.compile(r"[A-Za-z0-9_-]+")
 def key_path(prefix: str, key: Any) -> str:
     """The path of a key found in the user's mapping: ``env.FOO``, or ``env['a b']`` when the
     key is not plain (so that any key, even one with a line break, stays one readable line)."""
-    if isinstance(key, str) and _PLAIN_KEY.fullmatch(key):
+    if isinstance(key, str) and _PLAIN_KEY.fullmatch(key) and len(key) <= 64:
         return _join(prefix, key)
-    return f"{prefix}[{key!r}]"
+    return f"{prefix}[{brief(key, 64)}]"
 
 
 def _describe(tp: Any) -> str:
@@ -78,7 +78,7 @@ def _describe(tp: Any) -> str:
 
 
 def _bad(path: str, value: Any, tp: Any) -> FieldError:
-    return FieldError(path, f"{value!r} is not allowed (expected {_describe(tp)})")
+    return FieldError(path, f"{brief(value)} is not allowed (expected {_describe(tp)})")
 
 
 def _convert(value: Any, tp: Any, path: str) -> Any:
@@ -204,6 +204,29 @@ class _SafeLoader(yaml.SafeLoader):
                 None, None, f"{tag} {shown} cannot be read ({tag_problem(err)})",
                 node.start_mark,
             ) from None
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        """A mapping whose keys are each written once: YAML forbids a repeated key and PyYAML
+        would keep the last silently (``<<`` merges may still be overridden)."""
+        if isinstance(node, yaml.MappingNode):
+            first_line: dict[Any, int] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    earlier = first_line.get(key)
+                except TypeError:  # an unhashable key: the constructor below says so
+                    continue
+                if earlier is not None:
+                    raise yaml.constructor.ConstructorError(
+                        None, None,
+                        f"key {brief(key, 64)} appears twice in one mapping (first on line "
+                        f"{earlier + 1}; each key may appear once)",
+                        key_node.start_mark,
+                    )
+                first_line[key] = key_node.start_mark.line
+        return super().construct_mapping(node, deep)
 
 
 def tag_problem(err: Exception) -> str:

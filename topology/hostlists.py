@@ -10,18 +10,27 @@ from collections.abc import Iterable
 
 import hostlist
 
-from launcher.errors import UserInputError
+from launcher.errors import UserInputError, brief
+
+
+class HostlistError(UserInputError):
+    """A bad hostlist: ``where: problem``; ``problem`` alone for a caller that names the place
+    itself (a config field, whose error names the file)."""
+
+    def __init__(self, where: str, problem: str) -> None:
+        super().__init__(f"{where}: {problem}")
+        self.problem = problem
 
 
 def expand(expression: str, where: str = "hostlist") -> list[str]:
     """Expand a Slurm hostlist expression into host names, in order, keeping duplicates."""
     if any(ch.isspace() or not ch.isprintable() for ch in expression):
-        raise UserInputError(f"{where}: bad hostlist {expression!r} (expected host names "
-                             "without blanks or control characters)")
+        raise HostlistError(where, f"bad hostlist {brief(expression)} (expected host names "
+                            "without blanks or control characters)")
     try:
         names: list[str] = hostlist.expand_hostlist(expression, allow_duplicates=True)
     except hostlist.BadHostlist as err:
-        raise UserInputError(f"{where}: bad hostlist {expression!r} ({err})") from None
+        raise HostlistError(where, f"bad hostlist {brief(expression)} ({err})") from None
     return names
 
 

@@ -6,13 +6,15 @@ from __future__ import annotations
 from launcher.site_check.live_facts import probe_live_facts
 from launcher.site_check.node_checks import node_checks
 from launcher.site_check.results import SiteCheck
-from launcher.site_check.setup_checks import check_build, check_plugins
+from launcher.site_check.setup_checks import check_build, check_plugins, plugin_plan
 from launcher.site_check.topology_checks import topology_checks
 from launcher.site_config import LoadedSite
 
 
 def check_site(site: LoadedSite) -> list[SiteCheck]:
-    """The site's checks; when Slurm does not answer, that failure and the build check."""
+    """The site's checks; when Slurm does not answer, that failure and the build check. A
+    site field the plugin suite cannot use raises UserInputError before Slurm is asked."""
+    plan = plugin_plan(site)
     facts, why = probe_live_facts(site)
     if facts is None:
         hint = "`gantry cluster up --site ...`" if site.config.slurm.embedded else \
@@ -24,5 +26,5 @@ def check_site(site: LoadedSite) -> list[SiteCheck]:
                         f"controller {facts.config.get('SlurmctldHost[0]', '?')}")]
     checks += node_checks(site, facts)
     checks += topology_checks(site, facts)
-    checks += [check_plugins(site, facts), check_build(site)]
+    checks += [check_plugins(site, facts, plan), check_build(site)]
     return checks

@@ -6,8 +6,8 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 
 from launcher.build import built_library
-from launcher.errors import GantryError, UserInputError
-from launcher.plugins.install import plan_install
+from launcher.errors import GantryError
+from launcher.plugins.install import InstallPlan, default_prefix, plan_install
 from launcher.site_check.live_facts import LiveFacts
 from launcher.site_check.results import SiteCheck
 from launcher.site_config import LoadedSite
@@ -53,15 +53,24 @@ def _includes(plugstack: Path, gantry_conf: Path) -> bool:
     return False
 
 
-def check_plugins(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
-    """With plugins.enabled: the suite's files are installed and Slurm runs with its lines."""
+def plugin_plan(site: LoadedSite) -> InstallPlan | None:
+    """The suite's install plan when plugins are enabled and a prefix is known (set, or the
+    embedded default); a site field the suite cannot use (a prefix with blanks, a bad name or
+    env) is bad input and raises UserInputError before anything is asked of Slurm."""
+    if not site.config.plugins.enabled or default_prefix(site) is None:
+        return None
+    return plan_install(site)
+
+
+def check_plugins(site: LoadedSite, facts: LiveFacts, plan: InstallPlan | None) -> SiteCheck:
+    """With plugins.enabled: the suite's files are installed and Slurm runs with its lines
+    (``plan`` from :func:`plugin_plan`)."""
     if not site.config.plugins.enabled:
         return SiteCheck("plugins", "skip", "plugins.enabled is false")
-    try:
-        plan = plan_install(site)
-    except UserInputError as err:
-        return SiteCheck("plugins", "fail", str(err), "an install location for the suite",
-                         "set plugins.prefix")
+    if plan is None:
+        return SiteCheck("plugins", "fail", "plugins.prefix is not set and the site is not "
+                         "embedded", "an install location for the suite",
+                         "set plugins.prefix to where `gantry plugins install` put the suite")
     expected = f"the suite installed under {plan.layout.prefix} and loaded by slurm.conf"
     paths = [f.path for f in plan.files]
     if plan.choice.spank:

@@ -28,8 +28,10 @@ def test_precedence_cli_over_yaml_over_site(tmp_path: Path) -> None:
     assert plain.partition == "debug"  # site default (local.yaml)
     assert plain.spec.resources.time_limit == "00:10:00"  # job YAML
     assert plain.nodes_total == 5 and plain.ranks_per_node == 1 and plain.gpus_per_node == 0
-    job = write(tmp_path, EXAMPLE.read_text() + "resources: {nodes: 4, partition: fromyaml}\n"
-                "env: {A: yaml, B: yaml}\n")
+    job = write(tmp_path, EXAMPLE.read_text().replace(
+        "resources: {nodes: 4, ", "resources: {nodes: 4, partition: fromyaml, ")
+        + "env: {A: yaml, B: yaml}\n")
+    assert "partition: fromyaml" in job.read_text()
     over = resolve_request(job, None, CliOverrides(
         partition="fromcli", time_limit="5", spares=0, env=("B=cli", "C=x=y"),
         dependencies=("afterok:7",), command=("echo", "hi")))

@@ -17,7 +17,8 @@ from launcher.preflight.drain_policy import NodeState
 from launcher.site_check.live_facts import LiveFacts, parse_one_line_records, parse_show_config
 from launcher.site_check.node_checks import gres_gpus, node_info
 from launcher.site_check.results import SiteCheck, worst
-from launcher.site_check.setup_checks import setting_in_effect
+from launcher.site_check.run import check_site
+from launcher.site_check.setup_checks import check_plugins, plugin_plan, setting_in_effect
 from launcher.site_check.slurm_topology import render_topology, topology_format, write_new_file
 from launcher.site_check.topology_checks import (
     check_topology_layout,
@@ -307,3 +308,36 @@ def test_site_files_that_are_not_files_or_have_nul_are_one_line(tmp_path: Path) 
     loop.symlink_to(loop)
     with pytest.raises(UserInputError, match="cannot resolve"):
         load_site(loop)
+
+
+def plugin_site(tmp_path: Path, plugins: dict[str, object]) -> LoadedSite:
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump({
+        "name": "real", "nodes": {"names": "g[1-2]"},
+        "slurm": {"controller_host": "nowhere.invalid"}, "plugins": plugins}))
+    return load_site(path)
+
+
+def test_a_prefix_the_suite_cannot_use_is_bad_input_before_slurm_is_asked(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    site = plugin_site(tmp_path, {"enabled": True, "prefix": "my plugins"})
+
+    def never(_site: LoadedSite) -> None:
+        raise AssertionError("Slurm was asked before the site file was checked")
+
+    monkeypatch.setattr("launcher.site_check.run.probe_live_facts", never)
+    with pytest.raises(UserInputError) as info:
+        check_site(site)
+    assert str(info.value).startswith(f"{site.path}: plugins.prefix: '{tmp_path}/my plugins' "
+                                      "is not allowed (expected a path without blanks")
+    assert info.value.exit_status == 2
+
+
+def test_no_prefix_on_a_real_site_is_a_failed_check_saying_what_to_set(tmp_path: Path) -> None:
+    site = plugin_site(tmp_path, {"enabled": True})
+    assert plugin_plan(site) is None
+    check = check_plugins(site, LiveFacts({}, {}, {}, {}, ""), None)
+    assert (check.status, check.observed) == (
+        "fail", "plugins.prefix is not set and the site is not embedded")
+    assert "set plugins.prefix" in check.hint

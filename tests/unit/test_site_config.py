@@ -41,6 +41,14 @@ def _write_variant(tmp_path: Path, edit: dict[str, object]) -> Path:
         ({"slurm.controller_port": 70000}, "slurm.controller_port: 70000 is not allowed"),
         ({"build.backend": "rocm"}, "build.backend: 'rocm' is not allowed"),
         ({"topology.plugin": "tree", "topology.switches": []}, "topology.switches: plugin"),
+        ({"slurm.partition": "a b"}, "slurm.partition: 'a b' is not allowed (expected one Slurm "
+         "partition name without blanks, ',', '=', '#', quotes or backslashes)"),
+        ({"slurm.partition": "debug,batch"}, "slurm.partition: 'debug,batch' is not allowed"),
+        ({"slurm.partition": ""}, "slurm.partition: '' is not allowed"),
+        ({"slurm.cluster_name": "a=b"}, "slurm.cluster_name: 'a=b' is not allowed"),
+        ({"nodes.names": "n[1-3"}, "nodes.names: bad hostlist 'n[1-3' (unbalanced brackets)"),
+        ({"nodes.names": "n[1-2]\nn3"}, "nodes.names: bad hostlist 'n[1-2]\\nn3' (expected "
+         "host names without blanks or control characters)"),
     ],
 )
 def test_bad_site_names_field(tmp_path: Path, edit: dict[str, object], message: str) -> None:
@@ -57,4 +65,49 @@ def test_switch_naming_unknown_node_is_rejected(tmp_path: Path) -> None:
     path = tmp_path / "site.yaml"
     path.write_text(yaml.safe_dump(data))
     with pytest.raises(UserInputError, match=r"topology\.switches\[0\]\.nodes: 'x9' is not one"):
+        load_site(path)
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "message"),
+    [
+        ("switches", "leaf=1", "topology.switches[0].name: 'leaf=1' is not allowed (expected one "
+         "switch name without blanks"),
+        ("switches", "leaf 1", "topology.switches[0].name: 'leaf 1' is not allowed"),
+        ("switches", "#leaf", "topology.switches[0].name: '#leaf' is not allowed"),
+        ("blocks", "b,1", "topology.blocks[0].name: 'b,1' is not allowed (expected one block "
+         "name without blanks"),
+    ],
+)
+def test_switch_and_block_names_are_one_slurm_word(
+    tmp_path: Path, where: str, value: str, message: str
+) -> None:
+    data = yaml.safe_load(DEFAULT_SITE.read_text())
+    if where == "blocks":
+        data["topology"] = {"plugin": "block", "blocks": [{"name": value, "nodes": "n[1-4]"}]}
+    else:
+        data["topology"]["switches"][0]["name"] = value
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserInputError) as info:
+        load_site(path)
+    assert str(info.value).startswith(f"{path}: {message}")
+
+
+def test_a_bad_hostlist_in_a_switch_names_the_file(tmp_path: Path) -> None:
+    data = yaml.safe_load(DEFAULT_SITE.read_text())
+    data["topology"]["switches"][0]["nodes"] = "n[2-1]"
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserInputError) as info:
+        load_site(path)
+    assert str(info.value).startswith(f"{path}: topology.switches[0].nodes: bad hostlist 'n[2-1]'")
+
+
+def test_a_site_key_written_twice_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "site.yaml"
+    text = DEFAULT_SITE.read_text()
+    path.write_text(text.replace("slurm:\n", "slurm:\n  partition: other\n", 1))
+    assert "partition: other" in path.read_text()
+    with pytest.raises(UserInputError, match=r"site\.yaml:\d+: key 'partition' appears twice"):
         load_site(path)

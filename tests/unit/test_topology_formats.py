@@ -6,6 +6,7 @@ Round trips, Slurm's handling of messy files (with warnings), and every malforme
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -13,12 +14,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from launcher.errors import UserInputError
 from launcher.site_config import DEFAULT_SITE, load_site
 from tests.unit.topology_helpers import conf
 from topology.build import build_topology
-from topology.conf_format import write_topology_conf
+from topology.conf_format import parse_topology_conf, split_words, write_topology_conf
 from topology.model import Topology
 from topology.scontrol_format import parse_scontrol_topology
 from topology.site_topology import site_topology
@@ -339,3 +342,23 @@ def test_cli_reports_malformed_topology_file_in_one_line(tmp_path: Path) -> None
 def test_node_arrays_are_integer_arrays() -> None:
     topo = conf(fat_tree_conf(1000))
     assert topo.node_leaf.dtype == np.int32 and topo.switch_parent.dtype == np.int32
+
+
+@settings(max_examples=2000, deadline=None)
+@given(st.text(alphabet="ab =\\'\"#\t,\n", max_size=16))
+def test_line_words_split_as_posix_shlex_does(line: str) -> None:
+    try:
+        expected: list[str] | None = shlex.split(line, posix=True)
+    except ValueError:
+        expected = None
+    try:
+        got: list[str] | None = split_words(line)
+    except ValueError:
+        got = None
+    assert got == expected
+
+
+def test_a_long_nodes_list_on_one_line_parses() -> None:
+    names = [f"node{i}" for i in range(20000)]
+    doc = parse_topology_conf(f"SwitchName=s1 Nodes={','.join(names)}\n", "big.conf")
+    assert doc.switches[0].nodes == ",".join(names)

@@ -8,8 +8,8 @@ from typing import Literal
 
 import pytest
 
-from launcher.errors import UserInputError
-from launcher.typed_config import FieldError, from_mapping, load_dataclass
+from launcher.errors import UserInputError, brief
+from launcher.typed_config import FieldError, from_mapping, load_dataclass, parse_yaml
 
 
 @dataclass(frozen=True)
@@ -69,3 +69,46 @@ def test_yaml_syntax_error_names_file_and_line(tmp_path: Path) -> None:
 def test_missing_file_is_user_error(tmp_path: Path) -> None:
     with pytest.raises(UserInputError, match="no such file"):
         load_dataclass(Outer, tmp_path / "absent.yaml")
+
+
+@pytest.mark.parametrize(
+    ("text", "line", "key", "first"),
+    [
+        ("name: a\ninner:\n  count: 1\n  count: 2\n", 4, "count", 3),
+        ("name: a\ninner: {count: 1, count: 2}\n", 2, "count", 2),
+        ("name: a\ninner: {count: 1}\nname: b\n", 3, "name", 1),
+    ],
+)
+def test_a_key_written_twice_is_refused_with_both_lines(
+    tmp_path: Path, text: str, line: int, key: str, first: int
+) -> None:
+    path = tmp_path / "dup.yaml"
+    path.write_text(text)
+    with pytest.raises(UserInputError) as info:
+        load_dataclass(Outer, path)
+    assert str(info.value) == (f"{path}:{line}: key '{key}' appears twice in one mapping "
+                               f"(first on line {first}; each key may appear once)")
+
+
+def test_a_merge_key_may_still_be_overridden(tmp_path: Path) -> None:
+    path = tmp_path / "merge.yaml"
+    path.write_text("base: &b {count: 1, kind: block}\nname: a\ninner:\n  <<: *b\n  count: 3\n")
+    data = parse_yaml(path.read_text(), str(path))
+    assert data["inner"] == {"count": 3, "kind": "block"}
+
+
+def test_a_long_value_is_cut_in_the_message(tmp_path: Path) -> None:
+    path = tmp_path / "passwd"
+    path.write_text("\n".join(f"user{i}:x:{i}:{i}::/home/user{i}:/bin/sh" for i in range(60)))
+    with pytest.raises(UserInputError) as info:
+        load_dataclass(Outer, path)
+    message = str(info.value)
+    assert len(message) < 250, message
+    assert message.startswith(f"{path}: 'user0:x:0:0::/home/user0:/bin/sh user1")
+    assert "characters) is not allowed (expected a mapping with keys name, inner" in message
+
+
+def test_brief_keeps_short_values_whole() -> None:
+    assert brief("abc") == "'abc'"
+    assert brief(list(range(100)), 20) == "[0, 1, 2, 3, 4, 5... (100 items)"
+    assert brief("x" * 100, 20) == "'xxxxxxxxxxxxxxxx... (100 characters)"
