@@ -1,5 +1,7 @@
 """Benchmark: parse a 27,500-node topology and place a 4,096-node job on it (targets: < 1 s each).
 
+Also a topology.conf whose one Nodes= list names all 27,500 nodes on one line (the tokenizer).
+
 Run from the repository root:  python bench/bench_topology.py
 Prints a markdown table for docs/BENCHMARKS.md. The anchor (sorting 1M floats with Python's
 sorted) is measured in the same run so that numbers from different machines compare.
@@ -78,6 +80,11 @@ def main() -> int:
             spanned = len(plan.spanned)  # type: ignore[attr-defined]
             bound = plan.lower_bound  # type: ignore[attr-defined]
             print(f"# {label}: spans {spanned}, lower bound {bound}", file=sys.stderr)
+        # the tokenizer's worst case: every node by name in one Nodes= list on one line
+        path = Path(tmp) / "one-line.conf"
+        path.write_text(f"SwitchName=all Nodes={','.join(names)}\n")
+        parse_s, _ = timed(partial(parse_site, path, names))
+        rows.append((f"parse one leaf listing {SITE_NODES} names on one line", parse_s))
     print(
         f"date: {time.strftime('%Y-%m-%d')}, Python {platform.python_version()}, "
         f"{platform.machine()}, {platform.processor() or platform.platform()}"

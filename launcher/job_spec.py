@@ -197,6 +197,10 @@ class ResourcesSpec:
             raise FieldError("spares", f"{self.spares} is not allowed (expected >= 0)")
         if self.gpus_per_node is not None and self.gpus_per_node < 1:
             raise FieldError("gpus_per_node", f"{self.gpus_per_node} is not allowed (>= 1)")
+        for key in ("partition", "account", "qos", "container_image"):
+            if getattr(self, key) == "":
+                raise FieldError(key, "'' is not allowed (expected a name, or leave it out for "
+                                 "the default)")
         if not _TIME_RE.match(self.time_limit):
             raise FieldError(
                 "time_limit",

@@ -39,6 +39,9 @@ def test_layout_error_names_every_factor() -> None:
          "parallelism.virtual_stages: schedule 'zb-interleaved' needs virtual_stages >= 2"),
         ({"model": {"n_layer": 2}, "parallelism": {"pp": 4}}, "4 stages but model.n_layer is 2"),
         ({"resources": {"time_limit": "soon"}}, "resources.time_limit: 'soon' is not allowed"),
+        ({"resources": {"partition": ""}}, "resources.partition: '' is not allowed (expected a "
+         "name, or leave it out for the default)"),
+        ({"resources": {"account": ""}}, "resources.account: '' is not allowed"),
         ({"env": {"BAD-KEY": "x"}}, "env.BAD-KEY: is not a valid environment variable"),
         ({"colour": "red"}, "colour: unknown key"),
     ],
