@@ -62,9 +62,10 @@ class SlurmSection:
     embedded: bool = False
     """True when gantry itself starts munged, slurmctld and one slurmd per node on this host."""
     cluster_name: str = "gantry"
-    """ClusterName in slurm.conf."""
+    """ClusterName in slurm.conf (one word: no blanks, ',', '=', '#', quotes or backslashes)."""
     partition: str = "batch"
-    """Partition jobs are submitted to unless the job says otherwise."""
+    """Partition jobs are submitted to unless the job says otherwise (one partition, one word
+    as cluster_name)."""
     controller_host: str = "localhost"
     """Host running slurmctld."""
     controller_port: int = 16817
@@ -139,7 +140,7 @@ class SwitchSpec:
     """One switch of a tree topology: a leaf (with nodes) or an upper switch (with switches)."""
 
     name: str
-    """Switch name (SwitchName= in topology.conf)."""
+    """Switch name (SwitchName= in topology.conf; one word as slurm.cluster_name)."""
     nodes: str | None = None
     """Hostlist of the nodes attached to this (leaf) switch."""
     switches: str | None = None
@@ -151,7 +152,7 @@ class BlockSpec:
     """One block of a block topology (Slurm topology/block, 23.11+)."""
 
     name: str
-    """Block name (BlockName= in topology.conf)."""
+    """Block name (BlockName= in topology.conf; one word as slurm.cluster_name)."""
     nodes: str
     """Hostlist of the nodes in this block."""
 

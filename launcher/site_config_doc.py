@@ -24,9 +24,10 @@ _HEADER = """# Site config reference
      tests/unit/test_demo_docs.py fails when this file and the code disagree. -->
 
 One YAML file per site (`--site PATH`; default `site_configs/local.yaml`, the embedded
-cluster). It is loaded into frozen dataclasses: an unknown key or a wrong type is an error
-naming the file and the field, e.g. `site.yaml: slurm.controller_port: 70000 is not allowed
-(expected a port in 1..65535)`. Relative paths resolve against the site file's directory.
+cluster). It is loaded into frozen dataclasses: an unknown key, a key written twice or a wrong
+type is an error naming the file and the field, e.g. `site.yaml: slurm.controller_port: 70000
+is not allowed (expected a port in 1..65535)`. Relative paths resolve against the site file's
+directory.
 Examples: `site_configs/local.yaml` (8 emulated nodes, 3-level switch tree),
 `site_configs/example-large.yaml` (hundreds of racks, topology from a file).
 
