@@ -66,7 +66,8 @@ def _strip_comment(line: str) -> str:
         return line[:index].replace("\\#", "#")
 
 
-_PIECE = re.compile(r"""[^\s'"\\]+|\\(.)|'([^']*)'|"((?:[^"\\]|\\.)*)"|(\s+)""", re.S)
+_PIECE = re.compile(r"""[^ \t\r\n'"\\]+|\\(.)|'([^']*)'|"((?:[^"\\]|\\.)*)"|([ \t\r\n]+)""",
+                    re.S)  # blanks as shlex's: space, tab, CR, LF
 _DOUBLE_QUOTED_ESCAPE = re.compile(r'\\(["\\])')
 
 

@@ -345,7 +345,7 @@ def test_node_arrays_are_integer_arrays() -> None:
 
 
 @settings(max_examples=2000, deadline=None)
-@given(st.text(alphabet="ab =\\'\"#\t,\n", max_size=16))
+@given(st.text(alphabet="ab =\\'\"#\t,\n\r\x0b\xa0", max_size=16))
 def test_line_words_split_as_posix_shlex_does(line: str) -> None:
     try:
         expected: list[str] | None = shlex.split(line, posix=True)
