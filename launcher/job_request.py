@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import UserInputError
+from launcher.errors import UserInputError, brief
 from launcher.job_spec import JobSpec, check_layout
 from launcher.site_config import LoadedSite, SiteConfig, load_site
 from launcher.typed_config import FieldError, from_mapping, load_yaml_file
@@ -168,7 +168,7 @@ def resolve_request(spec_path: Path, site_path: Path | None = None,
         raise UserInputError(
             f"{source}: resources: nodes({spec.resources.nodes}) + "
             f"spares({spec.resources.spares}) = {nodes_total} nodes but site {cfg.name} has "
-            f"{site_nodes} ({cfg.nodes.names})")
+            f"{site_nodes} ({brief(cfg.nodes.names)})")
     if spec.resources.container_image and cfg.mpi.launcher != "srun":
         raise UserInputError(
             f"{source}: resources.container_image needs the srun launcher "

@@ -50,6 +50,15 @@ def _expand_field(path: str, expression: str) -> list[str]:
         raise FieldError(path, err.problem) from None
 
 
+def _first_repeated(names: list[str]) -> str:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            return name
+        seen.add(name)
+    return ""
+
+
 def _check_port(path: str, port: int) -> None:
     if not 1 <= port <= 65535:
         raise FieldError(path, f"{port} is not allowed (expected a port in 1..65535)")
@@ -123,9 +132,10 @@ class NodesSection:
     def validate(self) -> None:
         names = _expand_field("names", self.names)
         if not names:
-            raise FieldError("names", f"{self.names!r} names 0 nodes (expected at least 1)")
+            raise FieldError("names", f"{brief(self.names)} names 0 nodes (expected at least 1)")
         if len(set(names)) != len(names):
-            raise FieldError("names", f"{self.names!r} lists a node twice")
+            raise FieldError("names", f"{brief(self.names)} lists node "
+                             f"{brief(_first_repeated(names))} twice")
         for key, value, low in (
             ("cpus", self.cpus, 1),
             ("real_memory_mb", self.real_memory_mb, 1),
@@ -177,13 +187,16 @@ class TopologySection:
             raise FieldError("switches", "plugin 'tree' needs switches (or a file)")
         if self.plugin == "block" and not (self.blocks or self.file):
             raise FieldError("blocks", "plugin 'block' needs blocks (or a file)")
+        block_names = [b.name for b in self.blocks]
         for i, block in enumerate(self.blocks):
             _check_slurm_word(f"blocks[{i}].name", block.name, "one block name")
+            if block.name in block_names[:i]:
+                raise FieldError(f"blocks[{i}].name", f"{brief(block.name)} is defined twice")
         names = [s.name for s in self.switches]
         for i, name in enumerate(names):
             _check_slurm_word(f"switches[{i}].name", name, "one switch name")
             if name in names[:i]:
-                raise FieldError(f"switches[{i}].name", f"{name!r} is defined twice")
+                raise FieldError(f"switches[{i}].name", f"{brief(name)} is defined twice")
 
 
 @dataclass(frozen=True)
@@ -383,7 +396,7 @@ class SiteConfig:
                     if node not in known:
                         raise FieldError(
                             f"topology.switches[{i}].nodes",
-                            f"{node!r} is not one of nodes.names ({self.nodes.names})",
+                            f"{brief(node)} is not one of nodes.names ({brief(self.nodes.names)})",
                         )
             if switch.switches:
                 where = f"topology.switches[{i}].switches"
@@ -395,7 +408,7 @@ class SiteConfig:
                 if node not in known:
                     raise FieldError(
                         f"topology.blocks[{i}].nodes",
-                        f"{node!r} is not one of nodes.names ({self.nodes.names})",
+                        f"{brief(node)} is not one of nodes.names ({brief(self.nodes.names)})",
                     )
 
 

@@ -189,7 +189,7 @@ def from_mapping(cls: type[T], data: Any, source: str) -> T:
 class _SafeLoader(yaml.SafeLoader):
     """yaml.SafeLoader whose tag constructors fail with a marked YAML error; PyYAML's raise
     plain exceptions without the line (``!!int abc``: ValueError, ``!!bool x``: KeyError, a
-    ``!!timestamp`` over two lines: AttributeError)."""
+    ``!!timestamp`` over two lines: AttributeError); and which refuses a key written twice."""
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         try:
@@ -205,28 +205,40 @@ class _SafeLoader(yaml.SafeLoader):
                 node.start_mark,
             ) from None
 
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        """A mapping whose keys are each written once: YAML forbids a repeated key and PyYAML
-        would keep the last silently (``<<`` merges may still be overridden)."""
-        if isinstance(node, yaml.MappingNode):
+    def __init__(self, stream: str) -> None:
+        super().__init__(stream)
+        self._keys_checked: set[int] = set()
+
+    def flatten_mapping(self, node: yaml.MappingNode) -> None:
+        """Refuse a key written twice in one mapping (YAML forbids it; PyYAML would keep the
+        last silently), a ``<<`` merge's keys may still be overridden. Checked here, before
+        PyYAML folds merged keys into the node, once per node (a merged node is reached again
+        through its aliases)."""
+        if id(node) not in self._keys_checked:
+            self._keys_checked.add(id(node))
             first_line: dict[Any, int] = {}
+            merges = 0
             for key_node, _ in node.value:
                 if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
+                    merges += 1
+                    key: Any = ("<<",)
+                else:
+                    key = self.construct_object(key_node, deep=True)
                 try:
                     earlier = first_line.get(key)
-                except TypeError:  # an unhashable key: the constructor below says so
+                except TypeError:  # an unhashable key: the constructor says so
                     continue
                 if earlier is not None:
+                    shown = (key_node.value if isinstance(key_node, yaml.ScalarNode)
+                             else key)
                     raise yaml.constructor.ConstructorError(
                         None, None,
-                        f"key {brief(key, 64)} appears twice in one mapping (first on line "
+                        f"key {brief(shown, 64)} appears twice in one mapping (first on line "
                         f"{earlier + 1}; each key may appear once)",
                         key_node.start_mark,
                     )
                 first_line[key] = key_node.start_mark.line
-        return super().construct_mapping(node, deep)
+        super().flatten_mapping(node)
 
 
 def tag_problem(err: Exception) -> str:

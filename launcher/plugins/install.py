@@ -80,21 +80,12 @@ def _site_error(site: LoadedSite, err: FieldError, section: str) -> UserInputErr
     return UserInputError(f"{site.path}: {section}.{err}")
 
 
-def plan_install(site: LoadedSite, prefix: Path | None = None) -> InstallPlan:
-    """Validate the site for the suite and render every file (no side effects)."""
+def check_suite_fields(site: LoadedSite, chosen: Path, from_flag: bool = False) -> None:
+    """The site's fields the suite writes into its files (the prefix, the name, mpi.env and
+    nccl.env) as it can write them; each problem is a UserInputError naming the field (or
+    --prefix when the prefix came from the flag)."""
     cfg = site.config
-    plugins = cfg.plugins
-    chosen = prefix.resolve() if prefix is not None else default_prefix(site)
-    if chosen is None:
-        raise UserInputError(
-            f"{site.path}: plugins.prefix: not set and the site is not embedded (pass "
-            "--prefix DIR or set plugins.prefix)"
-        )
-    _check_conf_path("--prefix" if prefix is not None else f"{site.path}: plugins.prefix",
-                     chosen)
-    if chosen.exists() and not chosen.is_dir():
-        raise UserInputError(f"--prefix: {chosen} exists and is not a directory")
-    _check_conf_path(f"{site.path}: the site file path", site.path)
+    _check_conf_path("--prefix" if from_flag else f"{site.path}: plugins.prefix", chosen)
     if not _SITE_NAME.match(cfg.name):
         raise UserInputError(
             f"{site.path}: name: {cfg.name!r} is not allowed for the plugin suite (expected "
@@ -105,6 +96,23 @@ def plan_install(site: LoadedSite, prefix: Path | None = None) -> InstallPlan:
             check_env_mapping(section.split(".")[1], env)
         except FieldError as err:
             raise _site_error(site, err, section.split(".")[0]) from None
+
+
+def plan_install(site: LoadedSite, prefix: Path | None = None) -> InstallPlan:
+    """Validate the site for the suite and render every file (no side effects)."""
+    cfg = site.config
+    plugins = cfg.plugins
+    chosen = prefix.resolve() if prefix is not None else default_prefix(site)
+    if chosen is None:
+        raise UserInputError(
+            f"{site.path}: plugins.prefix: not set and the site is not embedded (pass "
+            "--prefix DIR or set plugins.prefix)"
+        )
+    check_suite_fields(site, chosen, from_flag=prefix is not None)
+    if chosen.exists() and not chosen.is_dir():
+        source = "--prefix" if prefix is not None else f"{site.path}: plugins.prefix"
+        raise UserInputError(f"{source}: {chosen} exists and is not a directory")
+    _check_conf_path(f"{site.path}: the site file path", site.path)
 
     layout = InstallLayout(chosen)
     choice = render.SuiteChoice(

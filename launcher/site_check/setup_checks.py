@@ -6,8 +6,13 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 
 from launcher.build import built_library
-from launcher.errors import GantryError
-from launcher.plugins.install import InstallPlan, default_prefix, plan_install
+from launcher.errors import GantryError, UserInputError
+from launcher.plugins.install import (
+    InstallPlan,
+    check_suite_fields,
+    default_prefix,
+    plan_install,
+)
 from launcher.site_check.live_facts import LiveFacts
 from launcher.site_check.results import SiteCheck
 from launcher.site_config import LoadedSite
@@ -53,16 +58,23 @@ def _includes(plugstack: Path, gantry_conf: Path) -> bool:
     return False
 
 
-def plugin_plan(site: LoadedSite) -> InstallPlan | None:
+def plugin_plan(site: LoadedSite) -> InstallPlan | str | None:
     """The suite's install plan when plugins are enabled and a prefix is known (set, or the
-    embedded default); a site field the suite cannot use (a prefix with blanks, a bad name or
-    env) is bad input and raises UserInputError before anything is asked of Slurm."""
-    if not site.config.plugins.enabled or default_prefix(site) is None:
+    embedded default), else None; why it cannot be planned on this host (the prefix a file,
+    the site file's path unusable in slurm.conf) as a string, for a failed check. A site field
+    the suite cannot use (a prefix with blanks, the name, mpi/nccl env) is bad input: it raises
+    UserInputError, before anything is asked of Slurm."""
+    prefix = default_prefix(site)
+    if not site.config.plugins.enabled or prefix is None:
         return None
-    return plan_install(site)
+    check_suite_fields(site, prefix)
+    try:
+        return plan_install(site)
+    except UserInputError as err:
+        return str(err)
 
 
-def check_plugins(site: LoadedSite, facts: LiveFacts, plan: InstallPlan | None) -> SiteCheck:
+def check_plugins(site: LoadedSite, facts: LiveFacts, plan: InstallPlan | str | None) -> SiteCheck:
     """With plugins.enabled: the suite's files are installed and Slurm runs with its lines
     (``plan`` from :func:`plugin_plan`)."""
     if not site.config.plugins.enabled:
@@ -70,7 +82,10 @@ def check_plugins(site: LoadedSite, facts: LiveFacts, plan: InstallPlan | None) 
     if plan is None:
         return SiteCheck("plugins", "fail", "plugins.prefix is not set and the site is not "
                          "embedded", "an install location for the suite",
-                         "set plugins.prefix to where `gantry plugins install` put the suite")
+                         "set plugins.prefix to where `gantry site install-plugins` put the suite")
+    if isinstance(plan, str):
+        return SiteCheck("plugins", "fail", plan, "an install location for the suite",
+                         "fix the path named")
     expected = f"the suite installed under {plan.layout.prefix} and loaded by slurm.conf"
     paths = [f.path for f in plan.files]
     if plan.choice.spank:

@@ -341,3 +341,17 @@ def test_no_prefix_on_a_real_site_is_a_failed_check_saying_what_to_set(tmp_path:
     assert (check.status, check.observed) == (
         "fail", "plugins.prefix is not set and the site is not embedded")
     assert "set plugins.prefix" in check.hint
+
+
+def test_what_this_host_holds_is_a_failed_plugins_check_not_bad_input(tmp_path: Path) -> None:
+    (tmp_path / "prefix").write_text("a file, not a directory")
+    site = plugin_site(tmp_path, {"enabled": True, "prefix": "prefix"})
+    plan = plugin_plan(site)
+    assert plan == f"{site.path}: plugins.prefix: {tmp_path}/prefix exists and is not a directory"
+    check = check_plugins(site, LiveFacts({}, {}, {}, {}, ""), plan)
+    assert (check.status, check.observed) == ("fail", plan)
+    spaced = tmp_path / "my sites"
+    spaced.mkdir()
+    site = plugin_site(spaced, {"enabled": True, "prefix": "../suite"})
+    plan = plugin_plan(site)
+    assert isinstance(plan, str) and plan.startswith(f"{site.path}: the site file path: ")

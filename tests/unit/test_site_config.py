@@ -111,3 +111,34 @@ def test_a_site_key_written_twice_is_refused(tmp_path: Path) -> None:
     assert "partition: other" in path.read_text()
     with pytest.raises(UserInputError, match=r"site\.yaml:\d+: key 'partition' appears twice"):
         load_site(path)
+
+
+def test_a_block_defined_twice_is_refused(tmp_path: Path) -> None:
+    data = yaml.safe_load(DEFAULT_SITE.read_text())
+    data["topology"] = {"plugin": "block", "blocks": [{"name": "b1", "nodes": "n[1-4]"},
+                                                      {"name": "b1", "nodes": "n[5-8]"}]}
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserInputError) as info:
+        load_site(path)
+    assert str(info.value) == f"{path}: topology.blocks[1].name: 'b1' is defined twice"
+
+
+def test_errors_about_a_long_node_list_stay_short(tmp_path: Path) -> None:
+    data = yaml.safe_load(DEFAULT_SITE.read_text())
+    names = [f"node{i:05d}" for i in range(3000)]
+    data["nodes"]["names"] = ",".join([*names, "node00007"])
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserInputError) as info:
+        load_site(path)
+    message = str(info.value)
+    assert message.endswith("characters) lists node 'node00007' twice"), message
+    assert len(message) < 200 + len(str(path))
+    data["nodes"]["names"] = ",".join(names)
+    data["topology"]["switches"][0]["nodes"] = "zz"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserInputError) as info:
+        load_site(path)
+    assert "'zz' is not one of nodes.names ('node00000,node00001," in str(info.value)
+    assert len(str(info.value)) < 250 + len(str(path))

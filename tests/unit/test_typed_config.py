@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -90,11 +91,35 @@ def test_a_key_written_twice_is_refused_with_both_lines(
                                f"(first on line {first}; each key may appear once)")
 
 
-def test_a_merge_key_may_still_be_overridden(tmp_path: Path) -> None:
-    path = tmp_path / "merge.yaml"
-    path.write_text("base: &b {count: 1, kind: block}\nname: a\ninner:\n  <<: *b\n  count: 3\n")
-    data = parse_yaml(path.read_text(), str(path))
-    assert data["inner"] == {"count": 3, "kind": "block"}
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("base: &b {count: 1, kind: block}\ninner:\n  <<: *b\n  count: 3\n",
+         {"count": 3, "kind": "block"}),
+        ("a: &a {count: 1}\nb: &b {kind: block}\ninner: {<<: [*a, *b], count: 2}\n",
+         {"count": 2, "kind": "block"}),
+        # a merged mapping that itself merges: flattened before its own turn comes
+        ("base: &base {count: 1, kind: tree}\nx: {y: &x {<<: *base, count: 2}}\n"
+         "inner: {<<: *x}\n", {"count": 2, "kind": "tree"}),
+        ("x: {<<: &mid {<<: {count: 1}, count: 2}, kind: block}\ninner: *mid\n", {"count": 2}),
+    ],
+)
+def test_merged_keys_may_still_be_overridden(text: str, expected: dict[str, object]) -> None:
+    assert parse_yaml(text, "merge.yaml")["inner"] == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("inner: {<<: {count: 1, count: 2}}\n", "merge.yaml:1: key 'count' appears twice"),
+        ("a: &a {count: 1}\ninner: {<<: *a, <<: *a}\n", "merge.yaml:2: key '<<' appears twice"),
+        ("{yes: 1, true: 2}\n", "merge.yaml:1: key 'true' appears twice"),
+        ("{1: a, 1.0: b}\n", "merge.yaml:1: key '1.0' appears twice"),
+    ],
+)
+def test_keys_written_twice_inside_merges_and_in_other_spellings(text: str, message: str) -> None:
+    with pytest.raises(UserInputError, match="^" + re.escape(message)):
+        parse_yaml(text, "merge.yaml")
 
 
 def test_a_long_value_is_cut_in_the_message(tmp_path: Path) -> None:
