@@ -44,7 +44,9 @@ site config."""
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser("site", help="site setup: install gantry's Slurm plugins")
+    parser = subparsers.add_parser(
+        "site", help="site setup: install the Slurm plugins, check a site against its live "
+        "Slurm, write the topology Slurm runs")
     actions = parser.add_subparsers(dest="site_command", metavar="ACTION", required=True,
                                     parser_class=type(parser))
     install = actions.add_parser(
