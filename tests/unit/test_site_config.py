@@ -68,6 +68,15 @@ def test_switch_naming_unknown_node_is_rejected(tmp_path: Path) -> None:
         load_site(path)
 
 
+def refused(tmp_path: Path, data: dict[str, object]) -> tuple[Path, str]:
+    """Write ``data`` as a site file; the one-line error loading it gives."""
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump(data))
+    with pytest.raises(UserInputError) as info:
+        load_site(path)
+    return path, str(info.value)
+
+
 @pytest.mark.parametrize(
     ("where", "value", "message"),
     [
@@ -87,21 +96,15 @@ def test_switch_and_block_names_are_one_slurm_word(
         data["topology"] = {"plugin": "block", "blocks": [{"name": value, "nodes": "n[1-4]"}]}
     else:
         data["topology"]["switches"][0]["name"] = value
-    path = tmp_path / "site.yaml"
-    path.write_text(yaml.safe_dump(data))
-    with pytest.raises(UserInputError) as info:
-        load_site(path)
-    assert str(info.value).startswith(f"{path}: {message}")
+    path, error = refused(tmp_path, data)
+    assert error.startswith(f"{path}: {message}")
 
 
 def test_a_bad_hostlist_in_a_switch_names_the_file(tmp_path: Path) -> None:
     data = yaml.safe_load(DEFAULT_SITE.read_text())
     data["topology"]["switches"][0]["nodes"] = "n[2-1]"
-    path = tmp_path / "site.yaml"
-    path.write_text(yaml.safe_dump(data))
-    with pytest.raises(UserInputError) as info:
-        load_site(path)
-    assert str(info.value).startswith(f"{path}: topology.switches[0].nodes: bad hostlist 'n[2-1]'")
+    path, error = refused(tmp_path, data)
+    assert error.startswith(f"{path}: topology.switches[0].nodes: bad hostlist 'n[2-1]'")
 
 
 def test_a_site_key_written_twice_is_refused(tmp_path: Path) -> None:
@@ -117,28 +120,19 @@ def test_a_block_defined_twice_is_refused(tmp_path: Path) -> None:
     data = yaml.safe_load(DEFAULT_SITE.read_text())
     data["topology"] = {"plugin": "block", "blocks": [{"name": "b1", "nodes": "n[1-4]"},
                                                       {"name": "b1", "nodes": "n[5-8]"}]}
-    path = tmp_path / "site.yaml"
-    path.write_text(yaml.safe_dump(data))
-    with pytest.raises(UserInputError) as info:
-        load_site(path)
-    assert str(info.value) == f"{path}: topology.blocks[1].name: 'b1' is defined twice"
+    path, error = refused(tmp_path, data)
+    assert error == f"{path}: topology.blocks[1].name: 'b1' is defined twice"
 
 
 def test_errors_about_a_long_node_list_stay_short(tmp_path: Path) -> None:
     data = yaml.safe_load(DEFAULT_SITE.read_text())
     names = [f"node{i:05d}" for i in range(3000)]
     data["nodes"]["names"] = ",".join([*names, "node00007"])
-    path = tmp_path / "site.yaml"
-    path.write_text(yaml.safe_dump(data))
-    with pytest.raises(UserInputError) as info:
-        load_site(path)
-    message = str(info.value)
-    assert message.endswith("characters) lists node 'node00007' twice"), message
-    assert len(message) < 200 + len(str(path))
+    path, error = refused(tmp_path, data)
+    assert error.endswith("characters) lists node 'node00007' twice"), error
+    assert len(error) < 200 + len(str(path))
     data["nodes"]["names"] = ",".join(names)
     data["topology"]["switches"][0]["nodes"] = "zz"
-    path.write_text(yaml.safe_dump(data))
-    with pytest.raises(UserInputError) as info:
-        load_site(path)
-    assert "'zz' is not one of nodes.names ('node00000,node00001," in str(info.value)
-    assert len(str(info.value)) < 250 + len(str(path))
+    path, error = refused(tmp_path, data)
+    assert "'zz' is not one of nodes.names ('node00000,node00001," in error
+    assert len(error) < 250 + len(str(path))
