@@ -188,12 +188,22 @@ def complete_steps(root: Path) -> list[int]:
     return steps
 
 
+MAX_MANIFEST_BYTES = 16 * 1024 * 1024
+"""A manifest lists one checksum per stage: kilobytes; anything past this is not one."""
+
+
 def read_manifest(directory: Path) -> tuple[int, dict[str, str]]:
     """(step, {shard name: checksum}) of a checkpoint's manifest; UserInputError naming it when
     it is unreadable, not an object with an integer ``step`` (the directory's own step when
     its name has one) and a ``files`` object of strings."""
     manifest = directory / MANIFEST
     try:
+        if manifest.exists() and not manifest.is_file():  # a FIFO would block the read
+            raise UserInputError(f"{manifest}: not a regular file (expected the checkpoint's "
+                                 "JSON manifest)")
+        if manifest.exists() and manifest.stat().st_size > MAX_MANIFEST_BYTES:
+            raise UserInputError(f"{manifest}: {manifest.stat().st_size} bytes is not a "
+                                 f"checkpoint manifest (at most {MAX_MANIFEST_BYTES} bytes)")
         body = json.loads(manifest.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as err:
         raise UserInputError(f"{manifest}: not a valid checkpoint manifest ({err})") from None
