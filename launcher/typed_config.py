@@ -23,6 +23,7 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 import yaml
 
 from launcher.errors import UserInputError, brief
+from launcher.user_files import require_regular_file
 
 T = TypeVar("T")
 
@@ -270,11 +271,7 @@ def load_yaml_file(path: Path) -> Any:
     """Parse a YAML file, turning I/O and syntax errors into one-line UserInputErrors (a
     config is a regular file of at most MAX_CONFIG_BYTES: never a FIFO or /dev/zero)."""
     try:
-        if path.exists() and not path.is_file():
-            raise UserInputError(f"{path}: not a regular file (expected a YAML file)")
-        if path.exists() and path.stat().st_size > MAX_CONFIG_BYTES:
-            raise UserInputError(f"{path}: {path.stat().st_size} bytes is not allowed "
-                                 f"(expected a YAML file of at most {MAX_CONFIG_BYTES} bytes)")
+        require_regular_file(path, "a YAML file", MAX_CONFIG_BYTES)
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UserInputError(f"{path}: no such file") from None

@@ -5,10 +5,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from launcher.errors import UserInputError
+from launcher.user_files import require_regular_file
+
+MAX_TOPOLOGY_BYTES = 256 * 1024 * 1024
+"""Largest topology file read (27,500 nodes listed one by one take 0.25 MB)."""
 
 
 def read_source(path: Path) -> str:
     """The file's UTF-8 text; a missing or unreadable file is a UserInputError naming it."""
+    require_regular_file(path, "a topology file", MAX_TOPOLOGY_BYTES)
     try:
         return path.read_text(encoding="utf-8")
     except FileNotFoundError:

@@ -10,6 +10,7 @@ import numpy as np
 import numpy.typing as npt
 
 from launcher.errors import UserInputError
+from launcher.user_files import require_regular_file
 
 SHARD_MAGIC = 20240520
 SHARD_VERSION = 1
@@ -36,6 +37,7 @@ def write_shard(path: Path, tokens: npt.NDArray[np.uint16]) -> None:
 
 def read_shard(path: Path) -> npt.NDArray[np.uint16]:
     """Reads a whole shard; a bad header or a truncated file is a UserInputError naming it."""
+    require_regular_file(path, "a token shard")
     try:
         size = path.stat().st_size
         with open(path, "rb") as f:

@@ -37,6 +37,7 @@ from launcher.train import faults, piece_hash
 from launcher.train.host_staging import HostStaging
 from launcher.train.native_pipeline import Chunk
 from launcher.train.safetensors_stream import file_size, write_safetensors
+from launcher.user_files import require_regular_file
 
 MANIFEST = "manifest.json"
 _PREFIX = {Buffer.PARAMS: "", Buffer.ADAM_M: "exp_avg.", Buffer.ADAM_V: "exp_avg_sq."}
@@ -198,12 +199,7 @@ def read_manifest(directory: Path) -> tuple[int, dict[str, str]]:
     its name has one) and a ``files`` object of strings."""
     manifest = directory / MANIFEST
     try:
-        if manifest.exists() and not manifest.is_file():  # a FIFO would block the read
-            raise UserInputError(f"{manifest}: not a regular file (expected the checkpoint's "
-                                 "JSON manifest)")
-        if manifest.exists() and manifest.stat().st_size > MAX_MANIFEST_BYTES:
-            raise UserInputError(f"{manifest}: {manifest.stat().st_size} bytes is not a "
-                                 f"checkpoint manifest (at most {MAX_MANIFEST_BYTES} bytes)")
+        require_regular_file(manifest, "the checkpoint's JSON manifest", MAX_MANIFEST_BYTES)
         body = json.loads(manifest.read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError) as err:
         raise UserInputError(f"{manifest}: not a valid checkpoint manifest ({err})") from None

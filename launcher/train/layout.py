@@ -18,6 +18,7 @@ from pathlib import Path
 import yaml
 
 from launcher.errors import UserInputError
+from launcher.user_files import require_regular_file
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,7 @@ def read_rank_order(path: Path, world: int, rank_nodes: list[str] | None = None)
     consecutive layout positions; ``rank_nodes`` (the node of each world rank) resolves them
     (see :func:`order_from_nodes`).
     """
+    require_regular_file(path, "a rank order file (YAML list)", 64 * 1024 * 1024)
     try:
         order = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as err:

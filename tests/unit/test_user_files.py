@@ -1,0 +1,74 @@
+"""Every reader of a file the user names refuses a FIFO at once (opening one to read waits for
+a writer forever) with one line naming it, and a file past its size limit."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from launcher.data.shards import read_shard
+from launcher.errors import UserInputError
+from launcher.train import checkpoint
+from launcher.train.layout import read_rank_order
+from launcher.typed_config import load_yaml_file
+from launcher.user_files import require_regular_file
+from topology.source_file import read_source
+
+
+def _refusal(read: Callable[[], object], fifo: Path) -> str:
+    """The UserInputError ``read`` raises, run in a thread so that a reader that blocks on the
+    FIFO fails the test (after 30 s) instead of hanging it."""
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            read()
+        except BaseException as err:  # handed to the test thread
+            outcome.append(err)
+
+    reader = threading.Thread(target=run, daemon=True)
+    reader.start()
+    reader.join(30)
+    if reader.is_alive():  # let the blocked open return
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+        reader.join(30)
+        pytest.fail(f"{read} blocked on a FIFO")
+    assert len(outcome) == 1 and isinstance(outcome[0], UserInputError), outcome
+    return str(outcome[0])
+
+
+@pytest.mark.parametrize(
+    ("name", "read", "expected"),
+    [
+        ("site.yaml", load_yaml_file, "a YAML file"),
+        ("topology.conf", read_source, "a topology file"),
+        ("train_000.bin", read_shard, "a token shard"),
+        ("order.yaml", lambda p: read_rank_order(p, 2), "a rank order file (YAML list)"),
+        (checkpoint.MANIFEST, lambda p: checkpoint.read_manifest(p.parent),
+         "the checkpoint's JSON manifest"),
+    ],
+)
+def test_a_fifo_is_refused_at_once(
+    tmp_path: Path, name: str, read: Callable[[Path], object], expected: str
+) -> None:
+    fifo = tmp_path / name
+    os.mkfifo(fifo)
+    message = _refusal(lambda: read(fifo), fifo)
+    assert message == f"{fifo}: not a regular file (expected {expected})"
+
+
+def test_size_limit_and_missing_files(tmp_path: Path) -> None:
+    big = tmp_path / "big.json"
+    big.write_bytes(b"x" * 101)
+    with pytest.raises(UserInputError) as info:
+        require_regular_file(big, "a manifest", max_bytes=100)
+    assert str(info.value) == (f"{big}: 101 bytes is not allowed (expected a manifest of at "
+                               "most 100 bytes)")
+    require_regular_file(big, "a manifest", max_bytes=101)
+    require_regular_file(tmp_path / "absent", "anything")  # the caller says "no such file"
+    with pytest.raises(UserInputError, match="not a regular file"):
+        require_regular_file(tmp_path, "a file")
