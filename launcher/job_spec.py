@@ -17,6 +17,9 @@ Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-interle
 CHUNKED_SCHEDULES = ("interleaved", "zb-interleaved")
 """Schedules with virtual_stages >= 2 chunks per rank (launcher.schedules.CHUNKED)."""
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+MAX_MICRO_BATCHES = 4096
+"""Micro-batches a step at most (as `gantry schedules`): the schedule table grows with them."""
+
 _TIME_RE = re.compile(r"^(?:(\d+)-)?(\d{1,2}):(\d{2})(?::(\d{2}))?$|^(\d+)$", re.ASCII)
 
 
@@ -72,6 +75,9 @@ class ParallelismSpec:
             value = getattr(self, key)
             if value < 1:
                 raise FieldError(key, f"{value} is not allowed (expected an integer >= 1)")
+        if self.micro_batches > MAX_MICRO_BATCHES:
+            raise FieldError("micro_batches", f"{self.micro_batches} is not allowed (expected at "
+                             f"most {MAX_MICRO_BATCHES} micro-batches a step)")
         if self.stage_layers is not None:
             stages = self.pp * self.virtual_stages
             if len(self.stage_layers) != stages:
@@ -130,6 +136,18 @@ class TrainSpec:
             raise FieldError("steps", f"{self.steps} is not allowed (expected >= 1)")
         if self.lr <= 0:
             raise FieldError("lr", f"{self.lr} is not allowed (expected > 0)")
+        for key, ok, allowed in (
+            ("warmup_steps", self.warmup_steps >= 0, ">= 0"),
+            ("min_lr", self.min_lr >= 0, ">= 0"),
+            ("weight_decay", self.weight_decay >= 0, ">= 0"),
+            ("beta1", 0 <= self.beta1 < 1, "in [0, 1)"),
+            ("beta2", 0 <= self.beta2 < 1, "in [0, 1)"),
+            ("eps", self.eps > 0, "> 0"),
+            ("grad_clip", self.grad_clip >= 0, ">= 0, 0 = no clipping"),
+            ("seed", 0 <= self.seed < 2**32, "in 0 .. 2**32 - 1"),
+        ):
+            if not ok:
+                raise FieldError(key, f"{getattr(self, key)} is not allowed (expected {allowed})")
 
 
 @dataclass(frozen=True)
@@ -157,6 +175,9 @@ class CheckpointSpec:
     (~2 GB/s copies, no memory held between saves)."""
 
     def validate(self) -> None:
+        if self.dir == "":
+            raise FieldError("dir", "'' is not allowed (expected a directory, or null for no "
+                             "checkpoints)")
         if self.interval < 0:
             raise FieldError("interval", f"{self.interval} is not allowed (expected >= 0)")
         if self.max_lag_steps < 1:
@@ -195,13 +216,15 @@ class ResourcesSpec:
             raise FieldError("nodes", f"{self.nodes} is not allowed (expected >= 1)")
         if self.spares < 0:
             raise FieldError("spares", f"{self.spares} is not allowed (expected >= 0)")
+        if self.cpus_per_task is not None and self.cpus_per_task < 1:
+            raise FieldError("cpus_per_task", f"{self.cpus_per_task} is not allowed (>= 1)")
         if self.gpus_per_node is not None and self.gpus_per_node < 1:
             raise FieldError("gpus_per_node", f"{self.gpus_per_node} is not allowed (>= 1)")
         for key in ("partition", "account", "qos", "container_image"):
             if getattr(self, key) == "":
                 raise FieldError(key, "'' is not allowed (expected a name, or leave it out for "
                                  "the default)")
-        if not _TIME_RE.match(self.time_limit):
+        if not _TIME_RE.fullmatch(self.time_limit):
             raise FieldError(
                 "time_limit",
                 f"{self.time_limit!r} is not allowed (expected [D-]HH:MM[:SS] or minutes)",
@@ -226,6 +249,9 @@ class PolicySpec:
     def validate(self) -> None:
         if self.max_restarts < 0:
             raise FieldError("max_restarts", f"{self.max_restarts} is not allowed (expected >= 0)")
+        if not 0 <= self.signal_lead_s <= 86400:
+            raise FieldError("signal_lead_s",
+                             f"{self.signal_lead_s} is not allowed (expected 0 .. 86400 s)")
         if self.hang_timeout_s < 0:
             raise FieldError("hang_timeout_s",
                              f"{self.hang_timeout_s} is not allowed (expected >= 0 s, 0 = off)")

@@ -158,11 +158,13 @@ def write_shard(root: Path, step: int, stage: int, tensors: Snapshot, seed: int,
 
 
 def write_manifest(root: Path, step: int, files: dict[str, str], keep: int) -> None:
-    """Rank 0, after every shard is written: the completeness marker, then pruning."""
+    """Rank 0, after every shard is written: the completeness marker, then pruning. Only
+    steps up to this one are pruned: a newer directory is not this run's (a checkpoint the
+    resume skipped as corrupt, a stray copy), and counting it would delete the good ones."""
     directory = step_dir(root, step)
     body = json.dumps({"step": step, "files": files}, indent=2, sort_keys=True).encode()
     _atomic_write(directory / MANIFEST, body)
-    complete = sorted(complete_steps(root))
+    complete = sorted(s for s in complete_steps(root) if s <= step)
     for old in complete[:-keep] if keep > 0 else []:
         shutil.rmtree(step_dir(root, old), ignore_errors=True)
     remove_incomplete(root, older_than=step)

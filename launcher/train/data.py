@@ -13,34 +13,27 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
+from launcher.data.shards import read_shard
 from launcher.errors import UserInputError
-
-HEADER_BYTES = 256 * 4
-SHARD_MAGIC = 20240520
 
 I32 = npt.NDArray[np.int32]
 
 
-def read_shards(pattern: str) -> npt.NDArray[np.uint16]:
-    """All shards matching ``pattern`` (sorted), concatenated; bad headers name the file."""
+def read_shards(pattern: str, vocab: int) -> npt.NDArray[np.uint16]:
+    """All shards matching ``pattern`` (sorted), concatenated; bad headers name the file, and
+    a token outside the model's vocabulary is refused here, before any step runs (a run that
+    met one mid-way would stop after hours with exit 2, never retried)."""
     paths = sorted(glob.glob(pattern))
     if not paths:
         raise UserInputError(f"train.data: {pattern!r} matches no token shard")
     parts = []
     for path in paths:
-        raw = Path(path).read_bytes()
-        if len(raw) < HEADER_BYTES:
-            raise UserInputError(f"{path}: truncated token shard (no 1024-byte header)")
-        header = np.frombuffer(raw[:HEADER_BYTES], dtype="<i4")
-        if int(header[0]) != SHARD_MAGIC or int(header[1]) != 1:
-            raise UserInputError(f"{path}: not a token shard (magic {int(header[0])})")
-        count = int(header[2])
-        if len(raw) != HEADER_BYTES + 2 * count:
+        part = read_shard(Path(path))
+        if part.size and int(part.max()) >= vocab:
             raise UserInputError(
-                f"{path}: header says {count} tokens but the file holds "
-                f"{(len(raw) - HEADER_BYTES) // 2}"
-            )
-        parts.append(np.frombuffer(raw[HEADER_BYTES:], dtype="<u2"))
+                f"{path}: token {int(part.max())} is not allowed (expected tokens below the "
+                f"model's vocab_size {vocab}; `gantry data` writes 0..256, so vocab_size >= 257)")
+        parts.append(part)
     return np.concatenate(parts)
 
 

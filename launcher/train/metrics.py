@@ -24,20 +24,27 @@ EVENTS = "events.jsonl"
 
 def set_aside_after(run_dir: Path, step: int) -> int:
     """Moves records with "step" > ``step`` from metrics.jsonl to metrics.replayed.jsonl;
-    returns how many moved."""
+    returns how many moved. A last line cut off by a crash (no newline) moves too, so the
+    next record is not appended onto it; bytes that are not UTF-8 are kept as replacement
+    characters (a resume never fails on its own log)."""
     path = run_dir / METRICS
     if not path.is_file():
         return 0
+    text = path.read_bytes().decode("utf-8", errors="replace")
+    lines = text.splitlines()
+    cut_off = lines.pop() if lines and not text.endswith(("\n", "\r")) else None
     kept: list[str] = []
     moved: list[str] = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in lines:
         if not line.strip():
             continue
         try:
             later = int(json.loads(line)["step"]) > step
-        except (ValueError, KeyError, TypeError):
+        except (ValueError, KeyError, TypeError, RecursionError):
             later = False  # not ours to judge: keep it where it was
         (moved if later else kept).append(line)
+    if cut_off is not None:
+        moved.append(cut_off)
     if moved:
         with open(run_dir / REPLAYED, "a", encoding="utf-8") as handle:
             handle.write("".join(f"{line}\n" for line in moved))

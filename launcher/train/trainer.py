@@ -239,7 +239,8 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
     error: GantryError | None = None
     try:
         data_glob = _resolve(opts.base_dir, train.data)
-        shards = data.read_shards(str(data_glob)) if data_glob is not None else None
+        shards = (data.read_shards(str(data_glob), model.vocab_size)
+                  if data_glob is not None else None)
     except GantryError as err:
         error = err
     _agree(world, error)
@@ -302,7 +303,7 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
                 record = {
                     "step": step + 1, "loss": result.loss, "lr": result.lr,
                     "grad_norm": result.grad_norm, "time": time.time(),
-                    "wall_s": time.monotonic() - t_begin,
+                    "wall_s": time.time() - t_begin,
                     "tokens_per_s": n_micro * par.micro_batch_size * model.seq_len / slowest,
                     "ranks": per_rank,
                 }

@@ -12,6 +12,7 @@ from launcher.cli import main
 from launcher.data.byte_tokenizer import EOT_TOKEN, decode, encode_document
 from launcher.data.shards import HEADER_BYTES, SHARD_MAGIC, read_shard, write_shard
 from launcher.errors import UserInputError
+from launcher.train.data import read_shards
 
 
 def test_shard_layout_and_round_trip(tmp_path: Path) -> None:
@@ -90,3 +91,20 @@ def test_gantry_data_bad_input(
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and "Traceback" not in err
     assert not (tmp_path / "o").exists()  # nothing half-done
+
+
+def test_training_shards_are_checked_against_the_vocabulary_before_any_step(
+    tmp_path: Path,
+) -> None:
+    write_shard(tmp_path / "train_000000.bin", np.array([1, 2, 3], dtype=np.uint16))
+    write_shard(tmp_path / "train_000001.bin", np.array([5, EOT_TOKEN, 7], dtype=np.uint16))
+    pattern = str(tmp_path / "train_*.bin")
+    assert read_shards(pattern, EOT_TOKEN + 1).tolist() == [1, 2, 3, 5, EOT_TOKEN, 7]
+    with pytest.raises(UserInputError) as info:
+        read_shards(pattern, EOT_TOKEN)
+    assert str(info.value) == (
+        f"{tmp_path}/train_000001.bin: token 256 is not allowed (expected tokens below the "
+        "model's vocab_size 256; `gantry data` writes 0..256, so vocab_size >= 257)")
+    (tmp_path / "train_000002.bin").mkdir()
+    with pytest.raises(UserInputError, match=r"train_000002\.bin: not a regular file"):
+        read_shards(pattern, EOT_TOKEN + 1)

@@ -44,6 +44,19 @@ def test_layout_error_names_every_factor() -> None:
         ({"resources": {"account": ""}}, "resources.account: '' is not allowed"),
         ({"env": {"BAD-KEY": "x"}}, "env.BAD-KEY: is not a valid environment variable"),
         ({"colour": "red"}, "colour: unknown key"),
+        ({"resources": {"time_limit": "10\n"}}, "resources.time_limit: '10\\n' is not allowed"),
+        ({"resources": {"cpus_per_task": 0}}, "resources.cpus_per_task: 0 is not allowed"),
+        ({"parallelism": {"micro_batches": 1000000}},
+         "parallelism.micro_batches: 1000000 is not allowed (expected at most 4096"),
+        ({"train": {"beta1": 2}}, "train.beta1: 2.0 is not allowed (expected in [0, 1))"),
+        ({"train": {"eps": 0}}, "train.eps: 0.0 is not allowed (expected > 0)"),
+        ({"train": {"weight_decay": -0.1}}, "train.weight_decay: -0.1 is not allowed"),
+        ({"train": {"grad_clip": -1}}, "train.grad_clip: -1.0 is not allowed"),
+        ({"train": {"warmup_steps": -1}}, "train.warmup_steps: -1 is not allowed"),
+        ({"train": {"seed": -1}}, "train.seed: -1 is not allowed (expected in 0 .. 2**32 - 1)"),
+        ({"checkpoint": {"dir": ""}}, "checkpoint.dir: '' is not allowed"),
+        ({"policy": {"signal_lead_s": 10**20}}, "policy.signal_lead_s: 100000000000000000000 is "
+         "not allowed (expected 0 .. 86400 s)"),
     ],
 )
 def test_bad_job_names_field(tmp_path: Path, edit: dict[str, object], message: str) -> None:

@@ -153,6 +153,29 @@ def test_metrics_after_the_resume_step_are_set_aside(tmp_path: Path) -> None:
     assert metrics.set_aside_after(tmp_path / "missing", 0) == 0
 
 
+def test_a_record_cut_off_by_a_crash_is_set_aside_not_appended_to(tmp_path: Path) -> None:
+    path = tmp_path / metrics.METRICS
+    path.write_bytes(b'{"step": 1, "loss": 1.0}\n{"step": 2, "note": "\xff"}\n{"step": 3, "lo')
+    assert metrics.set_aside_after(tmp_path, 2) == 1
+    metrics.append_jsonl(path, {"step": 3, "loss": 3.0})
+    steps = [json.loads(x)["step"] for x in path.read_text(encoding="utf-8").splitlines()]
+    assert steps == [1, 2, 3]
+    assert (tmp_path / metrics.REPLAYED).read_text() == '{"step": 3, "lo\n'
+
+
+def test_pruning_keeps_this_runs_checkpoints_over_a_newer_one_it_did_not_write(
+    tmp_path: Path,
+) -> None:
+    for step in (9, 3):  # step 9: a checkpoint the resume skipped (corrupt) or a stray copy
+        name, digest = checkpoint.write_shard(tmp_path, step, 0, _tensors(), seed=1)
+        checkpoint.write_manifest(tmp_path, step, {name: digest}, keep=1)
+    assert sorted(checkpoint.complete_steps(tmp_path)) == [3, 9]  # 3 is not pruned for 9
+    for step in (4, 5):
+        name, digest = checkpoint.write_shard(tmp_path, step, 0, _tensors(), seed=1)
+        checkpoint.write_manifest(tmp_path, step, {name: digest}, keep=1)
+    assert sorted(checkpoint.complete_steps(tmp_path)) == [5, 9]
+
+
 def _tensors() -> checkpoint.Snapshot:
     return {"a": np.arange(1000, dtype=np.float32).reshape(10, 100),
             "exp_avg.a": np.ones((10, 100), dtype=np.float32)}
