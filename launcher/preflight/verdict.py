@@ -9,6 +9,7 @@ foreign verdict is a one-line error, never a traceback.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
@@ -61,16 +62,29 @@ class NodeVerdict:
         return [c for c in self.checks if c.status == "FAIL"]
 
     def drain_reason(self) -> str | None:
-        """``gantry:<check>:<detail>`` of the first failing check, None when nothing failed."""
+        """``gantry:<check>:<detail>`` of the first failing check; ``gantry:preflight:failed``
+        for a FAIL verdict that names no failing check; None when nothing failed. The verdict
+        comes from a node: its id and detail are cut to one word each, as a Slurm reason."""
         fails = self.failures()
         if not fails:
-            return None
+            return f"{DRAIN_PREFIX}preflight:failed" if self.status == "FAIL" else None
         first = fails[0]
         more = f" (+{len(fails) - 1} more)" if len(fails) > 1 else ""
-        return f"{DRAIN_PREFIX}{first.id}:{first.detail or 'failed'}{more}"
+        return (f"{DRAIN_PREFIX}{_reason_word(first.id, 'check')}:"
+                f"{_reason_word(first.detail, 'failed')}{more}")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+_REASON_UNSAFE = re.compile(r"[^A-Za-z0-9._/+=@%-]+")
+
+
+def _reason_word(text: str, empty: str) -> str:
+    """``text`` as one short word of a Slurm reason: anything but letters, digits and
+    ``._/+=@%-`` becomes '-', at most 64 characters (``empty`` when nothing is left)."""
+    word = _REASON_UNSAFE.sub("-", text).strip("-")[:64]
+    return word or empty
 
 
 def verdict_from_dict(data: Any, source: str) -> NodeVerdict:

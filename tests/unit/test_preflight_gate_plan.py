@@ -188,3 +188,21 @@ def test_gate_cli_rejects_a_bad_placement_before_doing_anything(tmp_path: Path) 
     assert result.stderr.strip() == (
         f"error: {placement}: rank_nodes: 'n1' is not allowed (expected a list of node names)")
     assert not (tmp_path / "state").exists()
+
+
+def test_a_node_verdict_cannot_put_a_line_break_into_the_drain_reason() -> None:
+    check = CheckResult("x\ny; rm -rf /", "FAIL", "bad", "good", detail="a b\nc:d")
+    bad = NodeVerdict(node="n1", level="quick", status="FAIL",
+                      started_at="2026-11-30T12:00:00+00:00", duration_s=0.1,
+                      gantry_version="0", gpu_source="none", checks=[check])
+    assert bad.drain_reason() == "gantry:x-y-rm--rf-/:a-b-c-d"
+
+
+def test_a_fail_verdict_without_a_failing_check_still_fails_the_node() -> None:
+    empty = NodeVerdict(node="n1", level="quick", status="FAIL",
+                        started_at="2026-11-30T12:00:00+00:00", duration_s=0.1,
+                        gantry_version="0", gpu_source="none", checks=[])
+    [outcome] = outcomes_for(["n1"], {"n1": empty})
+    assert outcome.reason == "gantry:preflight:failed"
+    decision = decide(["n1", "n2"], [outcome, *outcomes(["n2"], set())], 1, "7")
+    assert decision.excluded == ["n1"] and decision.nodes == ["n2"]
