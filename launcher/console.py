@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import sys
 from typing import Any
 
@@ -23,7 +24,20 @@ def make_console(stderr: bool = False) -> Console:
     )
 
 
+def _strict(data: Any) -> Any:
+    """``data`` with NaN and infinities as None: JSON has no such numbers (a run whose loss
+    went NaN must still print JSON every parser reads)."""
+    if isinstance(data, float) and not math.isfinite(data):
+        return None
+    if isinstance(data, dict):
+        return {key: _strict(value) for key, value in data.items()}
+    if isinstance(data, list | tuple):
+        return [_strict(value) for value in data]
+    return data
+
+
 def print_json(data: Any) -> None:
-    """Write ``data`` as indented JSON on stdout (for ``--json`` read commands)."""
-    json.dump(data, sys.stdout, indent=2, sort_keys=True, default=str)
+    """Write ``data`` as indented, strict JSON on stdout (for ``--json`` read commands)."""
+    json.dump(_strict(data), sys.stdout, indent=2, sort_keys=True, default=str,
+              allow_nan=False)
     sys.stdout.write("\n")

@@ -102,7 +102,12 @@ def trace_costs(path: Path) -> dict[Op, float]:
         measured_op_costs(events, max(len(s) for s in chunks.values())))
     if Op.FORWARD not in measured or Op.BACKWARD_INPUT not in measured:
         raise UserInputError(f"--trace: {path} has no forward and backward ops")
-    return {op: measured[op] * 1e3 for op in COST_KEYS.values() if op in measured}
+    costs = {op: measured[op] * 1e3 for op in COST_KEYS.values() if op in measured}
+    empty = [op.name.lower() for op, ms in costs.items() if not ms > 0]
+    if empty:
+        raise UserInputError(f"--trace: {path}: the {empty[0]} ops last 0 ms (expected op "
+                             "costs > 0, as --costs)")
+    return costs
 
 
 def _label(row: ScheduleRow) -> str:

@@ -10,11 +10,13 @@ line still being written (no newline yet) is skipped, so a live run can be read.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from launcher.errors import UserInputError
+from launcher.user_files import require_regular_file
 
 METRICS_FILE = "metrics.jsonl"
 TRACE_FILE = "trace.json"
@@ -72,12 +74,23 @@ def _number(record: dict[str, Any], key: str, where: str) -> float:
     return float(value)
 
 
+def _finite(record: dict[str, Any], key: str, where: str, low: float | None = None) -> float:
+    """A finite number (>= ``low`` when given): a trace's times and ids."""
+    value = _number(record, key, where)
+    if not math.isfinite(value) or (low is not None and value < low):
+        bound = "a finite number" if low is None else f"a finite number >= {low:g}"
+        raise UserInputError(f"{where}: {key}: {value!r} is not allowed (expected {bound})")
+    return value
+
+
 def parse_record(text: str, where: str, attempt: str = "") -> StepRecord:
     """One metrics line -> StepRecord (UserInputError naming ``where`` when malformed)."""
     try:
         record = json.loads(text)
     except json.JSONDecodeError as err:
         raise UserInputError(f"{where}: not JSON ({err.msg})") from None
+    except RecursionError:
+        raise UserInputError(f"{where}: nested too deeply to be a metrics record") from None
     if not isinstance(record, dict):
         raise UserInputError(f"{where}: expected a JSON object, got {type(record).__name__}")
     ranks_raw = record.get("ranks", [])
@@ -109,10 +122,14 @@ def parse_metrics_text(text: str, path: Path, attempt: str = "") -> list[StepRec
 
 def read_metrics(path: Path, attempt: str = "") -> list[StepRecord]:
     """metrics.jsonl -> records in file order."""
+    require_regular_file(path, "a metrics.jsonl file")
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise UserInputError(f"{path}: cannot read ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise UserInputError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})"
+                             ) from None
     return parse_metrics_text(text, path, attempt)
 
 
@@ -150,10 +167,16 @@ class TraceEvent:
 
 def read_trace(path: Path) -> list[TraceEvent]:
     """trace.json -> its complete events (metadata events are skipped)."""
+    require_regular_file(path, "a Chrome trace (trace.json)")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except OSError as err:
         raise UserInputError(f"{path}: cannot read ({err.strerror})") from None
+    except UnicodeDecodeError as err:
+        raise UserInputError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})"
+                             ) from None
+    except RecursionError:
+        raise UserInputError(f"{path}: nested too deeply to be a Chrome trace") from None
     except json.JSONDecodeError as err:
         raise UserInputError(f"{path}: not a JSON trace ({err.msg} at line {err.lineno})"
                              ) from None
@@ -170,12 +193,12 @@ def read_trace(path: Path) -> list[TraceEvent]:
         args = event.get("args")
         if not isinstance(args, dict):
             raise UserInputError(f"{where}: args: expected an object with step/stage/micro_batch")
-        start = _number(event, "ts", where) / 1e6
+        start = _finite(event, "ts", where) / 1e6
         events.append(TraceEvent(
-            rank=int(_number(event, "pid", where)), step=int(_number(args, "step", where)),
+            rank=int(_finite(event, "pid", where, 0)), step=int(_finite(args, "step", where, 0)),
             name=str(event.get("name", "")), category=str(event.get("cat", "")),
-            start_s=start, end_s=start + _number(event, "dur", where) / 1e6,
-            stage=int(_number(args, "stage", where)),
-            micro_batch=int(_number(args, "micro_batch", where)),
+            start_s=start, end_s=start + _finite(event, "dur", where, 0) / 1e6,
+            stage=int(_finite(args, "stage", where, 0)),
+            micro_batch=int(_finite(args, "micro_batch", where, 0)),
         ))
     return events
