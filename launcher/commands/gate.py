@@ -22,6 +22,7 @@ from launcher.preflight.gate import GateReport, run_gate
 from launcher.preflight.gate_plan import read_node_plan
 from launcher.preflight.verdict import LEVELS
 from launcher.site_config import load_site
+from launcher.user_files import require_regular_file, require_writable_file
 from topology import hostlists
 
 EXIT_REQUEUED = 75
@@ -132,8 +133,12 @@ def run(args: argparse.Namespace) -> int:
             )
         need = len(nodes) - args.spares
     job_id = args.job_id or os.environ.get("SLURM_JOB_ID") or None
+    for flag, out in (("--nodelist-out", args.nodelist_out), ("--nodes-out", args.nodes_out)):
+        if out is not None:  # before any node is drained or the job requeued
+            require_writable_file(out, flag)
     reports = None
     if args.reports is not None:
+        require_regular_file(args.reports, "the preflight step's output")
         try:
             reports = args.reports.read_text(encoding="utf-8", errors="replace")
         except OSError as err:

@@ -18,6 +18,7 @@ from launcher.job_dir import jobs_root, new_job_dir_path
 from launcher.job_placement import place_job, placement_notes
 from launcher.job_request import resolve_request
 from launcher.job_script import render_job
+from launcher.user_files import require_writable_file
 
 
 def register(subparsers: Any) -> None:
@@ -33,6 +34,8 @@ def register(subparsers: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     request = resolve_request(args.job, args.site, overrides_from_args(args))
+    if args.output is not None:  # before the placement's notes: an error is the only line
+        require_writable_file(args.output, "--output")
     job_dir = new_job_dir_path(jobs_root(args.jobs_dir), request.spec.name)
     placement = place_job(request)
     library = None if request.spec.command else library_path(request.site)

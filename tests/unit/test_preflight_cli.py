@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tests.unit.preflight_helpers import FAULTS, HEALTHY, gpu_env
 
@@ -23,6 +26,7 @@ def gantry(args: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[
         text=True,
         env=env,
         check=False,
+        timeout=300,
     )
 
 
@@ -78,3 +82,32 @@ def test_gate_rejects_bad_need(tmp_path: Path) -> None:
     )
     assert result.returncode == 2
     assert "--need 5 is not allowed (expected 1..2 for n[1-2])" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--nodes-out", "/nonexistent/dir/nodes"], "--nodes-out: /nonexistent/dir is not a "
+         "directory"),
+        (["--nodelist-out", "{tmp}"], "--nodelist-out: {tmp} is a directory (expected a file "
+         "name)"),
+        (["--reports", "{tmp}/fifo"], "{tmp}/fifo: not a regular file (expected the preflight "
+         "step's output)"),
+    ],
+)
+def test_gate_refuses_its_files_before_draining_anything(
+    tmp_path: Path, flags: list[str], message: str
+) -> None:
+    os.mkfifo(tmp_path / "fifo")
+    scontrol_log = tmp_path / "scontrol.log"
+    fake = tmp_path / "scontrol"
+    fake.write_text(f"#!/bin/sh\necho \"$@\" >> {scontrol_log}\n")
+    fake.chmod(0o755)
+    result = gantry(
+        ["gate", "--nodes", "n[1-2]", "--site", str(site(tmp_path)), "--job-id", "7",
+         *[f.format(tmp=tmp_path) for f in flags]],
+        {**gpu_env(HEALTHY), "PATH": f"{tmp_path}:{os.environ['PATH']}"},
+    )
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.splitlines() == [f"error: {message.format(tmp=tmp_path)}"]
+    assert not scontrol_log.exists()

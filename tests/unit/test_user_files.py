@@ -15,7 +15,7 @@ from launcher.errors import UserInputError
 from launcher.train import checkpoint
 from launcher.train.layout import read_rank_order
 from launcher.typed_config import load_yaml_file
-from launcher.user_files import require_regular_file
+from launcher.user_files import require_regular_file, require_writable_file
 from topology.source_file import read_source
 
 
@@ -72,3 +72,14 @@ def test_size_limit_and_missing_files(tmp_path: Path) -> None:
     require_regular_file(tmp_path / "absent", "anything")  # the caller says "no such file"
     with pytest.raises(UserInputError, match="not a regular file"):
         require_regular_file(tmp_path, "a file")
+
+
+def test_an_output_file_is_checked_before_anything_is_done(tmp_path: Path) -> None:
+    require_writable_file(tmp_path / "new.txt", "--out")
+    with pytest.raises(UserInputError) as info:
+        require_writable_file(tmp_path, "--out")
+    assert str(info.value) == f"--out: {tmp_path} is a directory (expected a file name)"
+    with pytest.raises(UserInputError, match=r"^--out: .*/absent is not a directory$"):
+        require_writable_file(tmp_path / "absent" / "x", "--out")
+    with pytest.raises(UserInputError, match=r"^--out: x{40}\.\.\. is not allowed"):
+        require_writable_file(tmp_path / ("x" * 300), "--out")
