@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from launcher.errors import UserInputError
+from launcher.errors import UserInputError, brief
 
 
 def require_regular_file(path: Path, expected: str, max_bytes: int | None = None) -> None:
@@ -28,13 +28,14 @@ def require_writable_file(path: Path, flag: str) -> None:
     """Check, before anything is done, that ``path`` (the value of ``flag``) can be written
     as a file: not a directory, its parent a directory, a name the file system takes.
     UserInputError naming the flag otherwise."""
+    if len(path.name.encode()) > 255:
+        raise UserInputError(f"{flag}: {path.name[:40]}... is not allowed (a file name of at "
+                             "most 255 bytes)")
     try:
         if path.is_dir():
             raise UserInputError(f"{flag}: {path} is a directory (expected a file name)")
         if not path.resolve().parent.is_dir():
             raise UserInputError(f"{flag}: {path.parent} is not a directory")
-        if len(path.name.encode()) > 255:
-            raise UserInputError(f"{flag}: {path.name[:40]}... is not allowed (a file name of "
-                                 "at most 255 bytes)")
-    except (OSError, RuntimeError) as err:  # a link loop, a name too long
-        raise UserInputError(f"{flag}: {path} is not allowed ({err})") from None
+    except (OSError, RuntimeError) as err:  # a link loop, a path too long
+        raise UserInputError(f"{flag}: {brief(str(path))} is not allowed "
+                             f"({getattr(err, 'strerror', None) or err})") from None
