@@ -20,6 +20,7 @@ removed again if submission fails, so bad input leaves nothing behind.
 from __future__ import annotations
 
 import json
+import math
 import os
 import secrets
 import shutil
@@ -30,17 +31,21 @@ from typing import Any
 
 import yaml
 
-from launcher.errors import UserInputError
+from launcher.errors import UserInputError, brief
 
 JOBS_DIR_ENV = "GANTRY_JOBS_DIR"
 
 
 def jobs_root(cli_value: Path | None = None) -> Path:
     """The jobs root: the CLI's --jobs-dir, else $GANTRY_JOBS_DIR, else ./gantry-jobs."""
-    if cli_value is not None:
-        return cli_value.resolve()
     env = os.environ.get(JOBS_DIR_ENV)
-    return Path(env).resolve() if env else (Path.cwd() / "gantry-jobs").resolve()
+    chosen = (cli_value if cli_value is not None else Path(env) if env
+              else Path.cwd() / "gantry-jobs")
+    source = "--jobs-dir" if cli_value is not None else JOBS_DIR_ENV if env else "./gantry-jobs"
+    try:
+        return chosen.resolve()
+    except (OSError, RuntimeError) as err:  # a link loop
+        raise UserInputError(f"{source}: {chosen} cannot be resolved ({err})") from None
 
 
 def new_job_dir_path(root: Path, name: str, now: float | None = None) -> Path:
@@ -79,7 +84,7 @@ class JobDir:
         """meta.json (empty if missing or unreadable)."""
         try:
             data = json.loads((self.path / "meta.json").read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError):
+        except (OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             return {}
         return data if isinstance(data, dict) else {}
 
@@ -169,11 +174,22 @@ def list_job_dirs(root: Path) -> list[JobDir]:
         return []
     dirs = [JobDir(p) for p in root.iterdir()
             if p.is_dir() and p.name != "by-id" and (p / "meta.json").is_file()]
-    return sorted(dirs, key=lambda d: (float(d.meta().get("created_at") or 0), d.path.name))
+    return sorted(dirs, key=lambda d: (_created_at(d), d.path.name))
+
+
+def _created_at(job: JobDir) -> float:
+    """meta.json's created_at; 0 when it is missing or not a number (one damaged job
+    directory must not break every lookup by name)."""
+    value = job.meta().get("created_at")
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) \
+        and math.isfinite(value) else 0.0
 
 
 def find_job_dir(root: Path, ref: str) -> JobDir:
     """The job directory for ``ref``: a Slurm job id, a directory path, or a job name (latest)."""
+    if len(ref.encode()) > 4096 or any(len(p.encode()) > 255 for p in Path(ref).parts):
+        raise UserInputError(f"job {brief(ref)}: not allowed (a job id, directory or name; "
+                             "too long for a path)")
     if ref.isdigit():
         link = root / "by-id" / ref
         if link.exists():

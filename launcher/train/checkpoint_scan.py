@@ -42,7 +42,7 @@ def scan(root: Path, verify: bool = False) -> list[CheckpointEntry]:
     entries = []
     for step, child in sorted(found):
         shards = sorted(child.glob("stage_*.safetensors"))
-        size = sum(p.stat().st_size for p in shards)
+        size = sum(p.stat().st_size for p in shards if p.is_file())  # a dangling link: 0
         complete = (child / checkpoint.MANIFEST).is_file()
         verified: bool | None = None
         problem = None if complete else "no manifest (a write that did not finish)"
