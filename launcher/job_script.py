@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import launcher
+from launcher.errors import UserInputError
 from launcher.job_request import JobRequest
 from launcher.sbatch_render import (
     TEMPLATE_DIR,
@@ -144,4 +145,12 @@ def render_job(request: JobRequest, job_dir: Path, submit_dir: Path,
     name, directory = template_location(request)
     inputs = script_inputs(request, job_dir, submit_dir, placement, gantry, extra_env,
                            library)
-    return render_script(inputs, name, directory)
+    try:
+        return render_script(inputs, name, directory)
+    except UserInputError as err:  # a job field no #SBATCH line can carry: name its file
+        if not str(err).startswith(("resources.", "policy.", "env", "command")):
+            raise
+        used = request.overrides_used
+        source = (f"{request.spec_path} with {', '.join(used)}" if used
+                  else str(request.spec_path))
+        raise UserInputError(f"{source}: {err}") from None

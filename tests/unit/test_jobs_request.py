@@ -131,3 +131,16 @@ def test_status_and_logs_of_unknown_jobs(tmp_path: Path) -> None:
         assert result.returncode == 2 and result.stderr.startswith("error: job "), result.stderr
     result = gantry("status", "--json", cwd=tmp_path)
     assert result.stdout.strip() == "[]"
+
+
+def test_a_job_value_no_sbatch_line_can_carry_names_the_job_file(tmp_path: Path) -> None:
+    job = write(tmp_path, EXAMPLE.read_text().replace(
+        "resources: {nodes: 4, ", "resources: {nodes: 4, qos: 'x;id', "))
+    with pytest.raises(UserInputError) as info:
+        render_job(resolve_request(job), tmp_path / "jd", tmp_path, gantry=("gantry",))
+    assert str(info.value).startswith(f"{job}: resources.qos: 'x;id' is not allowed in an "
+                                      "#SBATCH line")
+    over = resolve_request(EXAMPLE, None, CliOverrides(account="a b"))
+    with pytest.raises(UserInputError) as info:
+        render_job(over, tmp_path / "jd", tmp_path, gantry=("gantry",))
+    assert str(info.value).startswith(f"{EXAMPLE} with --account: resources.account: 'a b'")
