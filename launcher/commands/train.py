@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from launcher.errors import UserInputError
 from launcher.job_spec import load_job
 
 
@@ -31,6 +32,8 @@ def run(args: argparse.Namespace) -> int:
     from launcher.train.trainer import QuietFailure, TrainOptions
     from launcher.train.trainer import run as train_run
 
+    if args.max_steps is not None and args.max_steps < 1:
+        raise UserInputError(f"--max-steps: {args.max_steps} is not allowed (expected >= 1)")
     spec = load_job(args.job)
     base = args.job.resolve().parent
     library = args.lib
@@ -39,8 +42,20 @@ def run(args: argparse.Namespace) -> int:
         from launcher.site_config import load_site
 
         library = built_library(load_site(args.site))
+    run_dir = args.run_dir or base / "runs" / spec.name
+    try:
+        if run_dir.exists() and not run_dir.is_dir():
+            raise UserInputError(f"--run-dir: {run_dir} exists and is not a directory")
+        if spec.checkpoint.dir is not None:
+            ckpt = Path(spec.checkpoint.dir)
+            ckpt = ckpt if ckpt.is_absolute() else base / ckpt
+            if ckpt.exists() and not ckpt.is_dir():
+                raise UserInputError(f"{args.job}: checkpoint.dir: {ckpt} exists and is not a "
+                                     "directory")
+    except (OSError, RuntimeError) as err:  # a link loop, a name too long
+        raise UserInputError(f"--run-dir / checkpoint.dir: cannot use the path ({err})") from None
     options = TrainOptions(
-        run_dir=args.run_dir or base / "runs" / spec.name,
+        run_dir=run_dir,
         base_dir=base,
         library=library,
         resume=args.resume,

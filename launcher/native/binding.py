@@ -205,9 +205,16 @@ class NativeLibrary:
         # (bench/bench_cpu_step.py, docs/BENCHMARKS.md). libgomp reads this when it is loaded,
         # i.e. by the CDLL below; a value the user set wins.
         os.environ.setdefault("GOMP_SPINCOUNT", GOMP_SPINCOUNT_DEFAULT)
-        self.lib = ctypes.CDLL(str(path))
+        try:
+            self.lib = ctypes.CDLL(str(path))
+        except OSError as err:
+            raise UserInputError(f"{path}: cannot load the native library ({err})") from None
         for name, (restype, argtypes) in _SIGNATURES.items():
-            func = getattr(self.lib, name)
+            try:
+                func = getattr(self.lib, name)
+            except AttributeError:
+                raise UserInputError(f"{path}: not gantry's native library (no {name}; "
+                                     "expected libgantry_native.so of this gantry)") from None
             func.restype = restype
             func.argtypes = argtypes
 
