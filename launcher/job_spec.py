@@ -75,6 +75,10 @@ class ParallelismSpec:
             value = getattr(self, key)
             if value < 1:
                 raise FieldError(key, f"{value} is not allowed (expected an integer >= 1)")
+        if self.schedule == "interleaved" and self.micro_batches % self.pp:
+            raise FieldError("micro_batches", f"{self.micro_batches} is not allowed with schedule "
+                             f"'interleaved' (expected a multiple of pp({self.pp}), as Megatron; "
+                             "zb-interleaved takes any)")
         if self.micro_batches > MAX_MICRO_BATCHES:
             raise FieldError("micro_batches", f"{self.micro_batches} is not allowed (expected at "
                              f"most {MAX_MICRO_BATCHES} micro-batches a step)")

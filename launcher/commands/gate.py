@@ -12,12 +12,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Any
 
 from launcher.console import make_console
-from launcher.errors import EXIT_FAILURE, EXIT_OK, UserInputError
+from launcher.errors import EXIT_FAILURE, EXIT_OK, UserInputError, brief
 from launcher.preflight.gate import GateReport, run_gate
 from launcher.preflight.gate_plan import read_node_plan
 from launcher.preflight.verdict import LEVELS
@@ -133,6 +134,9 @@ def run(args: argparse.Namespace) -> int:
             )
         need = len(nodes) - args.spares
     job_id = args.job_id or os.environ.get("SLURM_JOB_ID") or None
+    if job_id is not None and not re.fullmatch(r"\d+(?:[_+]\d+)?", job_id):
+        raise UserInputError(f"gate: --job-id {brief(job_id)} is not allowed (expected a Slurm "
+                             "job id, e.g. 1234 or 1234_7)")
     for flag, out in (("--nodelist-out", args.nodelist_out), ("--nodes-out", args.nodes_out)):
         if out is not None:  # before any node is drained or the job requeued
             require_writable_file(out, flag)

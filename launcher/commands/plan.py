@@ -135,9 +135,14 @@ def run(args: argparse.Namespace) -> int:
     site, data, source = _shape(args)
     topology = site_topology(site)
     request = from_mapping(PlacementRequest, data, source)
+    total = len(topology.node_names)
+    if request.nodes + request.spares > total:  # more than the site has: bad input, as render
+        raise UserInputError(f"{source}: nodes({request.nodes}) + spares({request.spares}) = "
+                             f"{request.nodes + request.spares} nodes but site "
+                             f"{site.config.name} has {total}")
     state, live, state_note = _state(args, site)
     if args.slurm_version is not None:  # given, even empty: never fall back to detection
-        version = SlurmVersion.parse(args.slurm_version, "--slurm-version")
+        version = SlurmVersion.parse(args.slurm_version, "--slurm-version", exact=True)
         version_note = "from --slurm-version"
     elif live is not None:
         version, version_note = live.version, "of the live cluster"

@@ -549,6 +549,10 @@ def test_found_bad_files(job_text: str, site_prefix: str | None, message: str) -
      "names without blanks or control characters)"),
     (["--nodes=1", "--slurm-version="],
      "error: --slurm-version: '' is not allowed (expected e.g. 22.05.8 or 24.11)"),
+    (["--nodes=1", "--slurm-version=-1.2"],
+     "error: --slurm-version: '-1.2' is not allowed (expected e.g. 22.05.8 or 24.11)"),
+    (["--nodes=1", "--slurm-version=1e5.3"],
+     "error: --slurm-version: '1e5.3' is not allowed (expected e.g. 22.05.8 or 24.11)"),
 ])
 def test_found_bad_plan_flags(argv: list[str], message: str) -> None:
     outcome = run_cli(["plan", "--offline", "--slurm-version=24.11", *argv])

@@ -46,6 +46,10 @@ def test_layout_error_names_every_factor() -> None:
         ({"colour": "red"}, "colour: unknown key"),
         ({"resources": {"time_limit": "10\n"}}, "resources.time_limit: '10\\n' is not allowed"),
         ({"resources": {"cpus_per_task": 0}}, "resources.cpus_per_task: 0 is not allowed"),
+        ({"model": {"n_layer": 4}, "parallelism": {"pp": 2, "schedule": "interleaved",
+                                                    "virtual_stages": 2, "micro_batches": 3}},
+         "parallelism.micro_batches: 3 is not allowed with schedule 'interleaved' (expected a "
+         "multiple of pp(2)"),
         ({"parallelism": {"micro_batches": 1000000}},
          "parallelism.micro_batches: 1000000 is not allowed (expected at most 4096"),
         ({"train": {"beta1": 2}}, "train.beta1: 2.0 is not allowed (expected in [0, 1))"),

@@ -111,3 +111,11 @@ def test_gate_refuses_its_files_before_draining_anything(
     assert result.returncode == 2, result.stderr
     assert result.stderr.splitlines() == [f"error: {message.format(tmp=tmp_path)}"]
     assert not scontrol_log.exists()
+
+
+def test_gate_refuses_a_job_id_that_is_no_job_id(tmp_path: Path) -> None:
+    result = gantry(["gate", "--nodes", "n[1-2]", "--site", str(site(tmp_path)),
+                     "--job-id=--help"], gpu_env(HEALTHY))
+    assert result.returncode == 2
+    assert result.stderr == ("error: gate: --job-id '--help' is not allowed (expected a Slurm "
+                             "job id, e.g. 1234 or 1234_7)\n")

@@ -65,6 +65,10 @@ def test_bad_flags_are_one_line_exit_2() -> None:
 def test_impossible_request_is_one_line_exit_1() -> None:
     result = gantry("--nodes", "3", "--free", "n[1,3,5,7]")
     assert result.returncode == 0  # 3 of 4 free nodes under core
-    result = gantry("--nodes", "9")
+    result = gantry("--nodes", "5", "--free", "n[1-4]")  # the site has them, Slurm not now
     assert result.returncode == 1
-    assert result.stderr.startswith("error: the job needs 9 nodes")
+    assert result.stderr.startswith("error: the job needs 5 nodes")
+    result = gantry("--nodes", "9")  # more than the site has: bad input, as in `gantry render`
+    assert result.returncode == 2
+    assert result.stderr == "error: command line: nodes(9) + spares(0) = 9 nodes but site " \
+        "local has 8\n"

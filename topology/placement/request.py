@@ -128,9 +128,12 @@ class SlurmVersion:
     """Maintenance release."""
 
     @staticmethod
-    def parse(text: str, where: str = "slurm version") -> SlurmVersion:
-        """The first X.Y[.Z] in ``text`` (e.g. `sinfo -V` output); ``where`` names its origin."""
-        match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text, re.ASCII)
+    def parse(text: str, where: str = "slurm version", exact: bool = False) -> SlurmVersion:
+        """The first X.Y[.Z] in ``text`` (e.g. `sinfo -V` output); ``where`` names its origin.
+        ``exact``: ``text`` must be the version alone (a flag's value: "-1.2" is no version)."""
+        pattern = r"(\d+)\.(\d+)(?:\.(\d+))?"
+        match = (re.fullmatch(pattern, text.strip(), re.ASCII) if exact
+                 else re.search(pattern, text, re.ASCII))
         if match is None:
             raise UserInputError(
                 f"{where}: {text!r} is not allowed (expected e.g. 22.05.8 or 24.11)"
