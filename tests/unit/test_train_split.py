@@ -110,7 +110,7 @@ def test_stage_layers_loads(tmp_path: Path) -> None:
     job = load_job(_job(tmp_path, {"pp": 2, "stage_layers": [13, 11]}))
     assert job.parallelism.stage_layers == [13, 11]
     job = load_job(_job(tmp_path, {"pp": 2, "schedule": "interleaved", "virtual_stages": 2,
-                                   "stage_layers": [6, 6, 7, 5]}))
+                                   "micro_batches": 2, "stage_layers": [6, 6, 7, 5]}))
     assert job.parallelism.stage_layers == [6, 6, 7, 5]
     assert load_job(_job(tmp_path, {"pp": 2})).parallelism.stage_layers is None
 
@@ -119,7 +119,8 @@ BAD_STAGE_LAYERS = [
     ({"pp": 2, "stage_layers": [13, 9, 2]},
      "parallelism.stage_layers: [13, 9, 2] has 3 entries but pp(2) * virtual_stages(1) = "
      "2 stages (expected one layer count per stage)"),
-    ({"pp": 2, "schedule": "interleaved", "virtual_stages": 2, "stage_layers": [12, 12]},
+    ({"pp": 2, "schedule": "interleaved", "virtual_stages": 2, "micro_batches": 2,
+      "stage_layers": [12, 12]},
      "parallelism.stage_layers: [12, 12] has 2 entries but pp(2) * virtual_stages(2) = "
      "4 stages (expected one layer count per stage)"),
     ({"pp": 2, "stage_layers": [24, 0]},
