@@ -44,11 +44,19 @@ def _validate(args: argparse.Namespace) -> None:
         raise UserInputError(
             f"--shard-tokens: {args.shard_tokens} is not allowed (expected 1..{2**31 - 1})"
         )
-    for path in args.inputs:
-        if not path.is_file():
+    for path in args.inputs:  # a FIFO (`<(zcat corpus.gz)`) is read as a stream
+        if path.is_dir():
+            raise UserInputError(f"{path}: is a directory (expected a text file)")
+        if not path.exists():
             raise UserInputError(f"{path}: input text file does not exist")
     if args.out.exists() and not args.out.is_dir():
         raise UserInputError(f"--out: {args.out} exists and is not a directory")
+    earlier = sorted(args.out.glob("train_*.bin")) + sorted(args.out.glob("val_*.bin")) \
+        if args.out.is_dir() else []
+    if earlier:  # a train_*.bin glob would mix them with the new ones
+        raise UserInputError(f"--out: {args.out} already holds token shards ({earlier[0].name}"
+                             f"{f' and {len(earlier) - 1} more' if len(earlier) > 1 else ''}; "
+                             "expected a new or empty directory)")
 
 
 def _write_split(out: Path, split: str, tokens: np.ndarray, shard_tokens: int) -> list[str]:

@@ -174,7 +174,7 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
 
     steps.begin("data", "token shards from the repository's docs")
     files = corpus_files(REPO_ROOT)
-    data_dir = work / "data"
+    data_dir = run_dir / "data"  # per run: gantry data refuses a directory of older shards
     args = ["data", *(str(f.relative_to(REPO_ROOT)) for f in files), "--out", str(data_dir),
             "--val-fraction", "0.05"]
     steps.command(["gantry", *args])

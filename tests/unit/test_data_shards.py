@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -77,6 +79,9 @@ def test_gantry_data_makes_train_and_val_shards(
         (["--val-fraction", "1.5"], "--val-fraction: 1.5 is not allowed"),
         (["--shard-tokens", "0"], "--shard-tokens: 0 is not allowed"),
         (["MISSING"], "MISSING: input text file does not exist"),
+        (["DIR"], "is a directory (expected a text file)"),
+        (["STALE"], "already holds token shards (train_000000.bin and 1 more; expected a new "
+         "or empty directory)"),
     ],
 )
 def test_gantry_data_bad_input(
@@ -87,10 +92,31 @@ def test_gantry_data_bad_input(
     args = ["data", str(text), "--out", str(tmp_path / "o"), *extra]
     if extra == ["MISSING"]:
         args = ["data", "MISSING", "--out", str(tmp_path / "o")]
+    if extra == ["DIR"]:
+        args = ["data", str(tmp_path), "--out", str(tmp_path / "o")]
+    if extra == ["STALE"]:  # an earlier run's shards: a train_*.bin glob would mix them in
+        (tmp_path / "o").mkdir()
+        write_shard(tmp_path / "o" / "train_000000.bin", np.array([1], dtype=np.uint16))
+        write_shard(tmp_path / "o" / "val_000000.bin", np.array([1], dtype=np.uint16))
+        args = ["data", str(text), "--out", str(tmp_path / "o")]
     assert main(args) == 2
     err = capsys.readouterr().err
     assert err.startswith("error: ") and message in err and "Traceback" not in err
-    assert not (tmp_path / "o").exists()  # nothing half-done
+    if extra == ["STALE"]:
+        assert sorted(p.name for p in (tmp_path / "o").iterdir()) == [
+            "train_000000.bin", "val_000000.bin"]
+    else:
+        assert not (tmp_path / "o").exists()  # nothing half-done
+
+
+def test_gantry_data_reads_a_fifo_as_a_stream(tmp_path: Path) -> None:
+    fifo = tmp_path / "corpus"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(b"hello fifo"), daemon=True)
+    writer.start()
+    assert main(["data", str(fifo), "--out", str(tmp_path / "o"), "--val-fraction", "0"]) == 0
+    writer.join(30)
+    assert read_shard(tmp_path / "o" / "train_000000.bin").tolist()[:5] == list(b"hello")
 
 
 def test_training_shards_are_checked_against_the_vocabulary_before_any_step(
