@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import selectors
 import shutil
 import signal
 import subprocess
@@ -64,6 +65,11 @@ def proc_root(env: Mapping[str, str] | None = None) -> Path:
     return Path(environ.get("GANTRY_PROC_ROOT") or "/proc")
 
 
+MAX_TOOL_OUTPUT = 256 * 1024 * 1024
+"""Most bytes a tool may print (stdout and stderr together): `nvidia-smi -q -x` on 8 GPUs
+prints ~1 MB; a tool printing without end is killed and its check fails."""
+
+
 @dataclass(frozen=True)
 class ToolOutput:
     """What one external command did."""
@@ -82,16 +88,21 @@ class ToolOutput:
     """True when the watchdog killed it."""
     start_error: str | None = None
     """Why it could not be started (missing, not executable), else None."""
+    too_much: bool = False
+    """True when it was killed for printing more than MAX_TOOL_OUTPUT bytes."""
 
     @property
     def ok(self) -> bool:
-        return self.returncode == 0 and not self.timed_out and self.start_error is None
+        return (self.returncode == 0 and not self.timed_out and self.start_error is None
+                and not self.too_much)
 
     def describe_failure(self) -> str:
         """One line saying why the command gave no usable output."""
         name = self.argv[0] if self.argv else "?"
         if self.start_error is not None:
             return f"{name}: {self.start_error}"
+        if self.too_much:
+            return f"{name} printed more than {MAX_TOOL_OUTPUT} bytes (killed)"
         if self.timed_out:
             return f"{name} did not answer within {self.duration_s:.1f} s (killed)"
         tail = (self.stderr.strip().splitlines() or [""])[-1][:200]
@@ -115,24 +126,51 @@ def run_tool(
         )
     except OSError as err:
         return ToolOutput(args, None, "", "", time.monotonic() - start, False, err.strerror)
-    try:
-        out, err_bytes = proc.communicate(timeout=timeout_s)
-    except subprocess.TimeoutExpired:
+    out, err_bytes, stop = _read_capped(proc, start + timeout_s)
+    if stop is not None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        out, err_bytes = proc.communicate()
-        return ToolOutput(
-            args,
-            None,
-            out.decode(errors="replace"),
-            err_bytes.decode(errors="replace"),
-            time.monotonic() - start,
-            timed_out=True,
-        )
+        proc.wait()
+        return ToolOutput(args, None, out.decode(errors="replace"),
+                          err_bytes.decode(errors="replace"), time.monotonic() - start,
+                          timed_out=stop == "timeout", too_much=stop == "too much")
     return ToolOutput(
         args,
-        proc.returncode,
+        proc.wait(),
         out.decode(errors="replace"),
         err_bytes.decode(errors="replace"),
         time.monotonic() - start,
     )
+
+
+def _read_capped(proc: subprocess.Popen[bytes], deadline: float
+                 ) -> tuple[bytes, bytes, str | None]:
+    """Both pipes until they close, the deadline passes ("timeout") or together they exceed
+    MAX_TOOL_OUTPUT bytes ("too much"; a broken tool printing without end must not take the
+    node's memory)."""
+    assert proc.stdout is not None and proc.stderr is not None
+    out_fd, err_fd = proc.stdout.fileno(), proc.stderr.fileno()
+    chunks: dict[int, list[bytes]] = {out_fd: [], err_fd: []}
+    total = 0
+    stop: str | None = None
+    with selectors.DefaultSelector() as selector:
+        for pipe in (proc.stdout, proc.stderr):
+            selector.register(pipe, selectors.EVENT_READ)
+        while selector.get_map():
+            left = deadline - time.monotonic()
+            if left <= 0:
+                stop = "timeout"
+                break
+            for key, _ in selector.select(timeout=left):
+                data = os.read(key.fd, 1 << 16)
+                if not data:
+                    selector.unregister(key.fileobj)
+                    continue
+                chunks[key.fd].append(data)
+                total += len(data)
+            if total > MAX_TOOL_OUTPUT:
+                stop = "too much"
+                break
+    proc.stdout.close()
+    proc.stderr.close()
+    return b"".join(chunks[out_fd]), b"".join(chunks[err_fd]), stop
