@@ -134,8 +134,9 @@ def run(args: argparse.Namespace) -> int:
             )
         need = len(nodes) - args.spares
     job_id = args.job_id or os.environ.get("SLURM_JOB_ID") or None
-    if job_id is not None and not re.fullmatch(r"\d+(?:[_+]\d+)?", job_id):
-        raise UserInputError(f"gate: --job-id {brief(job_id)} is not allowed (expected a Slurm "
+    if job_id is not None and not re.fullmatch(r"\d+(?:[_+]\d+)?", job_id, re.ASCII):
+        source = "--job-id" if args.job_id else "$SLURM_JOB_ID"
+        raise UserInputError(f"gate: {source} {brief(job_id)} is not allowed (expected a Slurm "
                              "job id, e.g. 1234 or 1234_7)")
     for flag, out in (("--nodelist-out", args.nodelist_out), ("--nodes-out", args.nodes_out)):
         if out is not None:  # before any node is drained or the job requeued

@@ -126,17 +126,25 @@ def run_tool(
         )
     except OSError as err:
         return ToolOutput(args, None, "", "", time.monotonic() - start, False, err.strerror)
-    out, err_bytes, stop = _read_capped(proc, start + timeout_s)
+    deadline = start + timeout_s
+    out, err_bytes, stop = _read_capped(proc, deadline)
+    returncode = None
+    if stop is None:  # both pipes closed: it may still run (pipes closed, or a child holds on)
+        try:
+            returncode = proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            stop = "timeout"
     if stop is not None:
         with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        with contextlib.suppress(subprocess.TimeoutExpired):  # never wait on a D-state tool
+            proc.wait(timeout=5)
         return ToolOutput(args, None, out.decode(errors="replace"),
                           err_bytes.decode(errors="replace"), time.monotonic() - start,
                           timed_out=stop == "timeout", too_much=stop == "too much")
     return ToolOutput(
         args,
-        proc.wait(),
+        returncode,
         out.decode(errors="replace"),
         err_bytes.decode(errors="replace"),
         time.monotonic() - start,

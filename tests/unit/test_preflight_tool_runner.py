@@ -33,3 +33,9 @@ def test_a_tool_printing_without_end_is_killed_at_the_cap(
     assert done.too_much and not done.timed_out and not done.ok
     assert (1 << 20) < len(done.stdout) <= (1 << 20) + (1 << 16)
     assert done.describe_failure().endswith(f"printed more than {1 << 20} bytes (killed)")
+
+
+def test_a_tool_that_closes_its_output_and_keeps_running_is_killed_at_the_timeout() -> None:
+    done = tools.run_tool(["sh", "-c", "echo hi; exec >&- 2>&-; sleep 60"], 1.0)
+    assert done.timed_out and done.returncode is None and done.stdout == "hi\n"
+    assert done.duration_s < 30
