@@ -8,6 +8,7 @@ or submitted before resolution succeeds.
 from __future__ import annotations
 
 import copy
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -142,6 +143,11 @@ def _site_path(spec: JobSpec, spec_path: Path, cli_site: Path | None) -> Path | 
     return None
 
 
+def spec_source(spec_path: Path, overrides_used: Sequence[str]) -> str:
+    """How errors name a job's values: the file, and the flags that overrode it."""
+    return f"{spec_path} with {', '.join(overrides_used)}" if overrides_used else str(spec_path)
+
+
 def resolve_request(spec_path: Path, site_path: Path | None = None,
                     overrides: CliOverrides | None = None) -> JobRequest:
     """Load the job YAML and site, apply ``overrides``, check the layout; raise UserInputError."""
@@ -152,7 +158,7 @@ def resolve_request(spec_path: Path, site_path: Path | None = None,
     # The file alone first, so that its own mistakes are reported against it.
     from_mapping(JobSpec, raw, str(spec_path))
     merged, used = (overrides or CliOverrides()).apply(raw)
-    source = f"{spec_path} with {', '.join(used)}" if used else str(spec_path)
+    source = spec_source(spec_path, used)
     spec = from_mapping(JobSpec, merged, source)
     site = load_site(_site_path(spec, spec_path, site_path))
     cfg = site.config

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import launcher
 from launcher.errors import UserInputError
-from launcher.job_request import JobRequest
+from launcher.job_request import JobRequest, spec_source
 from launcher.sbatch_render import (
     TEMPLATE_DIR,
     LaunchStep,
@@ -150,7 +150,5 @@ def render_job(request: JobRequest, job_dir: Path, submit_dir: Path,
     except UserInputError as err:  # a job field no #SBATCH line can carry: name its file
         if not str(err).startswith(("resources.", "policy.", "env", "command")):
             raise
-        used = request.overrides_used
-        source = (f"{request.spec_path} with {', '.join(used)}" if used
-                  else str(request.spec_path))
+        source = spec_source(request.spec_path, request.overrides_used)
         raise UserInputError(f"{source}: {err}") from None

@@ -50,13 +50,13 @@ def _expand_field(path: str, expression: str) -> list[str]:
         raise FieldError(path, err.problem) from None
 
 
-def _first_repeated(names: list[str]) -> str:
+def _first_repeated(names: list[str]) -> str | None:
     seen: set[str] = set()
     for name in names:
         if name in seen:
             return name
         seen.add(name)
-    return ""
+    return None
 
 
 def _check_port(path: str, port: int) -> None:
@@ -133,9 +133,9 @@ class NodesSection:
         names = _expand_field("names", self.names)
         if not names:
             raise FieldError("names", f"{brief(self.names)} names 0 nodes (expected at least 1)")
-        if len(set(names)) != len(names):
-            raise FieldError("names", f"{brief(self.names)} lists node "
-                             f"{brief(_first_repeated(names))} twice")
+        twice = _first_repeated(names)
+        if twice is not None:
+            raise FieldError("names", f"{brief(self.names)} lists node {brief(twice)} twice")
         for key, value, low in (
             ("cpus", self.cpus, 1),
             ("real_memory_mb", self.real_memory_mb, 1),

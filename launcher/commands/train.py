@@ -29,7 +29,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from launcher.train.trainer import QuietFailure, TrainOptions
+    from launcher.train.trainer import QuietFailure, TrainOptions, resolve_job_path
     from launcher.train.trainer import run as train_run
 
     if args.max_steps is not None and args.max_steps < 1:
@@ -46,12 +46,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         if run_dir.exists() and not run_dir.is_dir():
             raise UserInputError(f"--run-dir: {run_dir} exists and is not a directory")
-        if spec.checkpoint.dir is not None:
-            ckpt = Path(spec.checkpoint.dir)
-            ckpt = ckpt if ckpt.is_absolute() else base / ckpt
-            if ckpt.exists() and not ckpt.is_dir():
-                raise UserInputError(f"{args.job}: checkpoint.dir: {ckpt} exists and is not a "
-                                     "directory")
+        ckpt = resolve_job_path(base, spec.checkpoint.dir)
+        if ckpt is not None and ckpt.exists() and not ckpt.is_dir():
+            raise UserInputError(f"{args.job}: checkpoint.dir: {ckpt} exists and is not a "
+                                 "directory")
     except (OSError, RuntimeError) as err:  # a link loop, a name too long
         raise UserInputError(f"--run-dir / checkpoint.dir: cannot use the path ({err})") from None
     options = TrainOptions(

@@ -89,7 +89,8 @@ def _agree(world: Any, error: GantryError | None) -> None:
     raise err
 
 
-def _resolve(base: Path, value: str | None) -> Path | None:
+def resolve_job_path(base: Path, value: str | None) -> Path | None:
+    """A path field of the job (checkpoint.dir, train.data, ...) against the job file's dir."""
     if value is None:
         return None
     path = Path(value)
@@ -205,7 +206,7 @@ def _pick_checkpoint(world: Any, opts: TrainOptions, n_stages: int, stages: list
 def _load_start(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any,
                 pipe: Pipeline) -> int:
     """Fills weights (and moments); returns the first step to run."""
-    ckpt_root = _resolve(opts.base_dir, spec.checkpoint.dir)
+    ckpt_root = resolve_job_path(opts.base_dir, spec.checkpoint.dir)
     n_stages = spec.parallelism.pp * spec.parallelism.virtual_stages
     mine = [chunk.stage for chunk in pipe.chunks] if layout.replica == 0 else []
     chosen = _pick_checkpoint(world, opts, n_stages, mine,
@@ -218,7 +219,7 @@ def _load_start(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any,
             for chunk in pipe.chunks:
                 checkpoint.load_chunk(directory, chunk)
         else:
-            init = _resolve(opts.base_dir, spec.train.init_weights)
+            init = resolve_job_path(opts.base_dir, spec.train.init_weights)
             for chunk in pipe.chunks:
                 if init is not None:
                     chunk.load(init)
@@ -238,7 +239,7 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
     shards = None
     error: GantryError | None = None
     try:
-        data_glob = _resolve(opts.base_dir, train.data)
+        data_glob = resolve_job_path(opts.base_dir, train.data)
         shards = (data.read_shards(str(data_glob), model.vocab_size)
                   if data_glob is not None else None)
     except GantryError as err:
@@ -250,7 +251,7 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
               f"{lib.lib.gt_comm_backend().decode()}: {pipe.chunks[0].info()}", flush=True)
     n_micro = par.dp * par.micro_batches
     rows = slice(layout.replica * par.micro_batches, (layout.replica + 1) * par.micro_batches)
-    ckpt_root = _resolve(opts.base_dir, spec.checkpoint.dir)
+    ckpt_root = resolve_job_path(opts.base_dir, spec.checkpoint.dir)
     writer = None
     if ckpt_root is not None:
         writer = CheckpointWriter(world, _agree, ckpt_root, keep=spec.checkpoint.keep,
