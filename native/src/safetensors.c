@@ -4,6 +4,8 @@
  * The JSON parser accepts exactly what safetensors headers contain: one top-level object whose
  * values are tensor objects {dtype: string, shape: [ints], data_offsets: [int, int]} or the
  * "__metadata__" object of string values. Anything else is an error naming the byte position.
+ * Memory stays linear in the header: strings are allocated at their own length, the tensor count
+ * is capped and names go into a hash index (duplicates found in linear time).
  */
 #include "safetensors.h"
 
@@ -17,8 +19,6 @@
 #include <unistd.h>
 
 #include "common.h"
-
-#define GT_ST_MAX_HEADER (100u * 1024u * 1024u)
 
 /* ------------------------------------------------------------------------------------------ */
 /* JSON subset parser                                                                          */
@@ -88,7 +88,10 @@ static int parse_string(json_cursor *j, char **out) {
     size_t n = 0;
     *out = NULL;
     GT_CHECK(expect(j, '"'));
-    GT_CALLOC(buf, j->len - j->pos + 1);
+    /* Decoded, a string is never longer than its JSON text up to the closing quote. */
+    size_t end = j->pos;
+    while (end < j->len && j->text[end] != '"') end += j->text[end] == '\\' ? 2 : 1;
+    GT_CALLOC(buf, (end < j->len ? end : j->len) - j->pos + 1);
     for (;;) {
         if (j->pos >= j->len) {
             rc = json_error(j, "unterminated string");
@@ -272,6 +275,47 @@ static int dtype_size(const char *dtype) {
     return 0;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* name index: open addressing, linear probing, at most half full                             */
+
+static uint64_t name_hash(const char *name) {
+    uint64_t h = UINT64_C(0xcbf29ce484222325); /* FNV-1a */
+    for (const unsigned char *p = (const unsigned char *)name; *p; p++)
+        h = (h ^ *p) * UINT64_C(0x100000001b3);
+    return h;
+}
+
+/* The index slot holding `name`, or the empty slot where it would go. */
+static size_t index_slot(const gt_st_file *f, const char *name) {
+    size_t mask = f->index_cap - 1;
+    size_t slot = (size_t)name_hash(name) & mask;
+    while (f->index[slot] != 0 && strcmp(f->entries[f->index[slot] - 1].name, name) != 0)
+        slot = (slot + 1) & mask;
+    return slot;
+}
+
+/* Grows the index (rehashing the entries in it) so that `count` entries fill at most half. */
+static int index_reserve(gt_st_file *f, size_t count) {
+    int rc = GT_OK;
+    int *old = f->index;
+    size_t old_cap = f->index_cap;
+    if (count * 2 <= old_cap) return GT_OK;
+    size_t cap = old_cap ? old_cap : 128;
+    while (cap < count * 2) cap *= 2;
+    f->index = NULL;
+    GT_CALLOC(f->index, cap);
+    f->index_cap = cap;
+    for (size_t i = 0; i < old_cap; i++)
+        if (old[i] != 0) f->index[index_slot(f, f->entries[old[i] - 1].name)] = old[i];
+cleanup:
+    if (rc != GT_OK) {
+        f->index = old;
+        old = NULL;
+    }
+    free(old);
+    return rc;
+}
+
 static int parse_header(json_cursor *j, gt_st_file *f) {
     int rc = GT_OK;
     char *key = NULL;
@@ -284,11 +328,14 @@ static int parse_header(json_cursor *j, gt_st_file *f) {
             GT_CHECK(parse_metadata(j));
             free(key);
         } else {
-            if (gt_st_find(f, key) != NULL) {
-                rc = gt_set_error(GT_EINPUT, "%s: invalid safetensors header: tensor '%s' "
-                                  "appears twice", j->path, key);
-                goto cleanup;
-            }
+            if (f->num_entries >= GT_ST_MAX_TENSORS)
+                GT_INPUT_FAIL("%s: invalid safetensors header: more than %d tensors (at most %d "
+                              "allowed)", j->path, GT_ST_MAX_TENSORS, GT_ST_MAX_TENSORS);
+            GT_CHECK(index_reserve(f, (size_t)f->num_entries + 1));
+            size_t slot = index_slot(f, key);
+            if (f->index[slot] != 0)
+                GT_INPUT_FAIL("%s: invalid safetensors header: tensor '%s' appears twice",
+                              j->path, key);
             if (f->num_entries == cap) {
                 int new_cap = cap ? 2 * cap : 64;
                 gt_st_entry *grown = realloc(f->entries, (size_t)new_cap * sizeof(*grown));
@@ -300,6 +347,7 @@ static int parse_header(json_cursor *j, gt_st_file *f) {
             memset(e, 0, sizeof(*e));
             e->name = key; /* owned by the entry from here on */
             key = NULL;
+            f->index[slot] = f->num_entries;
             GT_CHECK(parse_tensor(j, e));
         }
         key = NULL;
@@ -378,9 +426,9 @@ cleanup:
 }
 
 const gt_st_entry *gt_st_find(const gt_st_file *f, const char *name) {
-    for (int i = 0; i < f->num_entries; i++)
-        if (strcmp(f->entries[i].name, name) == 0) return &f->entries[i];
-    return NULL;
+    if (f->index_cap == 0) return NULL;
+    int number = f->index[index_slot(f, name)];
+    return number != 0 ? &f->entries[number - 1] : NULL;
 }
 
 int gt_st_read(gt_st_file *f, const gt_st_entry *e, void *dst) {
@@ -398,6 +446,7 @@ void gt_st_close(gt_st_file *f) {
     if (f->file != NULL) fclose(f->file);
     for (int i = 0; i < f->num_entries; i++) free(f->entries[i].name);
     free(f->entries);
+    free(f->index);
     const char *path = f->path;
     memset(f, 0, sizeof(*f));
     f->path = path;

@@ -7,6 +7,9 @@
  * then the data; offsets are relative to the end of the header. The reader checks the JSON
  * strictly, every offset against the file size (a truncated file names the first tensor it cuts)
  * and each byte length against dtype x shape. Error messages start with the file's path.
+ * Bounds: a header of at most GT_ST_MAX_HEADER bytes and GT_ST_MAX_TENSORS tensors; memory is
+ * linear in the header (each string at its own length), names are checked unique through a
+ * hash index (also behind gt_st_find).
  */
 #ifndef GANTRY_SAFETENSORS_H
 #define GANTRY_SAFETENSORS_H
@@ -17,6 +20,8 @@
 #include "gantry/stage.h"
 
 #define GT_ST_MAX_DIMS 8
+#define GT_ST_MAX_HEADER (100u * 1024u * 1024u) /* bytes of JSON header, as safetensors' cap */
+#define GT_ST_MAX_TENSORS 65536 /* GPT-2 1.5B has ~600 tensors */
 
 typedef struct {
     char *name;
@@ -33,6 +38,8 @@ typedef struct {
     uint64_t file_size;
     gt_st_entry *entries;
     int num_entries;
+    int *index;        /* open-addressing hash of names: entry number + 1, 0 = empty slot */
+    size_t index_cap;  /* a power of two, at least twice num_entries */
 } gt_st_file;
 
 /* Opens and validates `path`; on failure everything is released and *out zeroed. */
