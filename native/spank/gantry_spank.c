@@ -79,6 +79,7 @@ extern char **environ;
 #define OUTPUT_MAX 65536   /* bytes of preflight output kept for the report */
 #define RELAY_LINES_MAX 12 /* lines of it shown to the user */
 #define ENV_LINE_MAX 4096
+#define KILL_WAIT_S 5.0    /* how long to wait for the killed preflight to be reaped */
 
 typedef struct {
     char gantry[PATH_MAX];        /* absolute path of the gantry executable */
@@ -426,8 +427,32 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
-/* Child side: own session (so the watchdog can kill the whole tree), output to the pipe,
- * nothing else inherited, then exec. Only async-signal-safe calls. */
+/* Waits for `pid` until `deadline` (now_s() clock). Returns 1 with *wstatus when it ended, 0
+ * when the deadline came first, -1 on a waitpid error (logged). Polls with pauses growing from
+ * 1 ms to 50 ms: the child may have closed its output long before it exits. */
+static int wait_until(pid_t pid, double deadline, int *wstatus) {
+    long pause_ns = 1000000L;
+    for (;;) {
+        pid_t done = waitpid(pid, wstatus, WNOHANG);
+        if (done == pid)
+            return 1;
+        if (done < 0 && errno != EINTR) {
+            gantry_error("%s:%d: waitpid: %s", __FILE__, __LINE__, strerror(errno));
+            return -1;
+        }
+        double left = deadline - now_s();
+        if (left <= 0)
+            return 0;
+        long left_ns = left < 1.0 ? (long)(left * 1e9) + 1 : 1000000000L;
+        struct timespec pause = {0, pause_ns < left_ns ? pause_ns : left_ns};
+        nanosleep(&pause, NULL);
+        if (pause_ns < 50000000L)
+            pause_ns *= 2;
+    }
+}
+
+/* Child side: own session and process group (so the watchdog can kill the whole tree),
+ * output to the pipe, nothing else inherited, then exec. Only async-signal-safe calls. */
 static void exec_child(int out_fd, char *const argv[], char *const envp[]) {
     int devnull = open("/dev/null", O_RDONLY);
     setsid();
@@ -449,6 +474,8 @@ static void exec_child(int out_fd, char *const argv[], char *const envp[]) {
 
 /* Runs `gantry preflight` for `level` on this node. Sets *status to the exit status (or -1
  * when killed by the watchdog / a signal); its output (stdout+stderr) lands in `output`.
+ * The watchdog covers reading the output and waiting for the exit: past config.timeout_s the
+ * whole process group is killed (also when the program closed its output and kept running).
  * Returns 0 when it ran to an end, -1 when it could not be started. */
 static int run_preflight(const char *level, const char *node, char *output, size_t cap,
                          int *status, int *timed_out) {
@@ -510,29 +537,18 @@ static int run_preflight(const char *level, const char *node, char *output, size
         used += keep;
         output[used] = '\0';
     }
-    for (;;) { /* reap it; past the deadline kill its whole session */
-        int wstatus = 0;
-        pid_t done = waitpid(pid, &wstatus, *timed_out ? WNOHANG : 0);
-        if (done < 0 && errno == EINTR)
-            continue;
-        if (done == pid) {
-            *status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
-            break;
-        }
-        if (done < 0) {
-            gantry_error("%s:%d: waitpid: %s", __FILE__, __LINE__, strerror(errno));
-            break;
-        }
-        if (*timed_out) {
-            kill(-pid, SIGKILL);
-            kill(pid, SIGKILL);
-            waitpid(pid, &wstatus, 0);
-            *status = -1;
-            break;
-        }
+    int wstatus = 0;
+    int ended = *timed_out ? 0 : wait_until(pid, deadline, &wstatus); /* reap it by the deadline */
+    if (ended == 1)
+        *status = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : -1;
+    if (ended == 0) { /* past the deadline: kill its whole process group, then reap it */
+        *timed_out = 1;
+        kill(-pid, SIGKILL);
+        kill(pid, SIGKILL); /* in case it had not reached setsid() yet */
+        if (wait_until(pid, now_s() + KILL_WAIT_S, &wstatus) == 0)
+            gantry_error("preflight process %d not reaped %.0f s after SIGKILL (left behind)",
+                         (int)pid, KILL_WAIT_S);
     }
-    if (*timed_out)
-        kill(-pid, SIGKILL); /* leftovers of its session */
     rc = 0;
 out:
     if (pipefd[0] >= 0)

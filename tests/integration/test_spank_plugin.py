@@ -6,7 +6,8 @@ Two private clusters (drains stay there), each from a site with `plugins.enabled
   recording (plugins.preflight_env, the door admins use for tool paths); n3's override
   directory holds pending row remaps. `--gantry-preflight` refuses the step on n3 with the
   plugin's message and gantry drains n3 with its own reason; `--gantry-env` puts the site's
-  NCCL/MPI tuning into the tasks' environment.
+  NCCL/MPI tuning into the tasks' environment; a preflight program that closes its output and
+  keeps running is killed, with its process group, at the plugin's timeout.
 - "scripts": Prolog/Epilog/HealthCheckProgram only, same fault on n2: a job there runs (the
   prolog never fails a job) and leaves n2 drained with gantry's reason.
 """
@@ -14,6 +15,9 @@ Two private clusters (drains stay there), each from a site with `plugins.enabled
 from __future__ import annotations
 
 import json
+import os
+import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -179,6 +183,45 @@ def test_gantry_env_reaches_the_tasks_user_values_win(spank_cluster: EmbeddedClu
     assert named.stdout.split() == ["n5", "0", "WARN", "test"]
     without = c.run("srun", "-N1", "-w", "n5", "sh", "-c", script)
     assert without.stdout.split() == ["n5"]
+
+
+def _replace_text(path: Path, text: str) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def test_preflight_watchdog_kills_a_program_that_closed_its_output(
+    spank_cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    """The preflight program closes stdout/stderr (the plugin's pipe reads EOF) and keeps
+    running with a child; at timeout=2 the plugin kills its process group and refuses the step
+    instead of waiting for it."""
+    c = spank_cluster
+    lock, marker, program = tmp_path / "held", tmp_path / "ran", tmp_path / "hung-gantry"
+    # the shell and its sleep share the flock on `held`: it is free once both are gone
+    program.write_text(f"#!/bin/sh\nexec 9>{shlex.quote(str(lock))}\nflock 9\n"
+                       "exec >&- 2>&-\nsleep 30\n")
+    program.chmod(0o755)
+    plugstack = c.run_dir / "plugins" / "etc" / "plugstack.conf"
+    original = plugstack.read_text()
+    hung = re.sub(r" timeout=\d+", " timeout=2",
+                  re.sub(r" gantry=\S+", f" gantry={program}", original))
+    assert hung.count(f"gantry={program} ") == 1 and " timeout=2 " in hung, hung
+    try:
+        _replace_text(plugstack, hung)
+        # 25 s: above the watchdog's 2 s, below the program's 30 s (an unbounded wait fails)
+        result = c.run("srun", "-N1", "-w", "n7", "--gantry-preflight", "touch", str(marker),
+                       check=False, timeout=25)
+    finally:
+        _replace_text(plugstack, original)
+        c.cancel_all()
+    assert result.returncode == 1, result
+    assert "gantry: node n7 failed preflight (quick)" in result.stderr, result.stderr
+    assert "gantry: n7: error: gantry preflight did not finish within 2 s (killed)" \
+        in result.stderr, result.stderr
+    assert not marker.exists()
+    subprocess.run(["flock", str(lock), "true"], timeout=20, check=True)  # the group is gone
 
 
 @pytest.fixture(scope="module")
