@@ -1,7 +1,10 @@
-"""`gantry data`: make llm.c-layout token shards from text files with the byte tokenizer.
+"""`gantry data`: make llm.c-layout token shards (uint16) from text files.
 
-Every input file is one document (its bytes, then EOT). The last --val-fraction of the tokens
-goes to val_*.bin, the rest to train_*.bin, at most --shard-tokens tokens per shard.
+Every input file is one document. --tokenizer byte (the default): its bytes, then EOT (256),
+vocabulary 257, no files needed. --tokenizer gpt2: GPT-2's BPE (vocabulary 50257) from the
+vocabulary files in --tokenizer-files DIR, never downloaded; <|endoftext|> before each
+document's tokens, as llm.c's GPT-2 data scripts write them. The last --val-fraction of the
+tokens goes to val_*.bin, the rest to train_*.bin, at most --shard-tokens tokens per shard.
 """
 
 from __future__ import annotations
@@ -13,20 +16,27 @@ from typing import Any
 import numpy as np
 
 from launcher.console import make_console, print_json
-from launcher.data.byte_tokenizer import VOCAB_SIZE, encode_document
+from launcher.data import byte_tokenizer, gpt2_tokenizer
 from launcher.data.shards import write_shard
 from launcher.errors import UserInputError
 
 DEFAULT_SHARD_TOKENS = 100_000_000
+TOKENIZERS = ("byte", "gpt2")
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
-        "data", help="make token shards from text files (byte-level tokenizer)",
+        "data", help="make token shards from text files (byte or GPT-2 BPE tokens)",
         description=__doc__,
     )
     parser.add_argument("inputs", nargs="+", type=Path, help="text files (one document each)")
     parser.add_argument("--out", type=Path, required=True, help="output directory")
+    parser.add_argument("--tokenizer", choices=TOKENIZERS, default="byte",
+                        help="byte (default: bytes + EOT, vocabulary 257) or gpt2 (GPT-2's BPE, "
+                             "vocabulary 50257; needs --tokenizer-files)")
+    parser.add_argument("--tokenizer-files", type=Path, default=None, metavar="DIR",
+                        help="gpt2: directory with vocab.json + merges.txt (or encoder.json + "
+                             "vocab.bpe); nothing is downloaded")
     parser.add_argument("--val-fraction", type=float, default=0.1,
                         help="fraction of tokens for validation, in [0, 1) (default 0.1)")
     parser.add_argument("--shard-tokens", type=int, default=DEFAULT_SHARD_TOKENS,
@@ -35,7 +45,11 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
-def _validate(args: argparse.Namespace) -> None:
+def _validate(args: argparse.Namespace) -> gpt2_tokenizer.Gpt2Tokenizer | None:
+    """Checks every flag before anything is written; the GPT-2 tokenizer when asked for."""
+    if args.tokenizer != "gpt2" and args.tokenizer_files is not None:
+        raise UserInputError("--tokenizer-files: only used with --tokenizer gpt2 (the byte "
+                             "tokenizer needs no files)")
     if not 0.0 <= args.val_fraction < 1.0:
         raise UserInputError(
             f"--val-fraction: {args.val_fraction} is not allowed (expected a number in [0, 1))"
@@ -57,6 +71,19 @@ def _validate(args: argparse.Namespace) -> None:
         raise UserInputError(f"--out: {args.out} already holds token shards ({earlier[0].name}"
                              f"{f' and {len(earlier) - 1} more' if len(earlier) > 1 else ''}; "
                              "expected a new or empty directory)")
+    return gpt2_tokenizer.load(args.tokenizer_files) if args.tokenizer == "gpt2" else None
+
+
+def _encode(path: Path, data: bytes,
+            gpt2: gpt2_tokenizer.Gpt2Tokenizer | None) -> np.ndarray:
+    if gpt2 is None:
+        return byte_tokenizer.encode_document(data)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise UserInputError(f"{path}: not UTF-8 text (byte {err.start}: {err.reason}); "
+                             "--tokenizer gpt2 reads UTF-8") from None
+    return gpt2.encode_document(text)
 
 
 def _write_split(out: Path, split: str, tokens: np.ndarray, shard_tokens: int) -> list[str]:
@@ -69,13 +96,15 @@ def _write_split(out: Path, split: str, tokens: np.ndarray, shard_tokens: int) -
 
 
 def run(args: argparse.Namespace) -> int:
-    _validate(args)
+    gpt2 = _validate(args)
+    vocab_size = gpt2.vocab_size if gpt2 is not None else byte_tokenizer.VOCAB_SIZE
     documents = []
     for path in args.inputs:
         try:
-            documents.append(encode_document(path.read_bytes()))
+            data = path.read_bytes()
         except OSError as err:
             raise UserInputError(f"{path}: cannot read: {err.strerror}") from err
+        documents.append(_encode(path, data, gpt2))
     tokens = np.concatenate(documents)
     n_val = int(len(tokens) * args.val_fraction)
     if args.val_fraction > 0 and n_val == 0:
@@ -90,7 +119,8 @@ def run(args: argparse.Namespace) -> int:
     val_shards = _write_split(args.out, "val", val, args.shard_tokens) if len(val) else []
     summary: dict[str, Any] = {
         "out": str(args.out),
-        "vocab_size": VOCAB_SIZE,
+        "tokenizer": args.tokenizer,
+        "vocab_size": vocab_size,
         "documents": len(documents),
         "train_tokens": len(train),
         "val_tokens": len(val),
@@ -100,9 +130,11 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(summary)
     else:
+        what = (f"GPT-2 BPE from {gpt2.vocab_file.parent}, vocab {vocab_size}: "
+                f"<|endoftext|> = {gpt2.eot} before each document" if gpt2 is not None else
+                f"byte tokenizer, vocab {vocab_size}: bytes 0-255, EOT 256")
         make_console().print(
             f"wrote {len(train_shards)} train shard(s) ({len(train)} tokens) and "
-            f"{len(val_shards)} val shard(s) ({len(val)} tokens) to {args.out} "
-            f"(byte tokenizer, vocab {VOCAB_SIZE}: bytes 0-255, EOT 256)"
+            f"{len(val_shards)} val shard(s) ({len(val)} tokens) to {args.out} ({what})"
         )
     return 0

@@ -1,1 +1,1 @@
-"""Training data: llm.c-layout token shards and the byte-level tokenizer."""
+"""Training data: llm.c-layout token shards, the byte-level and the GPT-2 BPE tokenizers."""

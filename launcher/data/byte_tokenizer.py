@@ -1,7 +1,7 @@
 """Byte-level tokenizer: token i < 256 is the byte i; token 256 ends a document.
 
 No vocabulary file and no download. A model trained on these tokens needs vocab_size >= 257
-(pad it, e.g. to 320 or 384, for friendlier matrix shapes: padded rows are never targets).
+(257 itself works on every backend: the CUDA backend pads its logits inside).
 """
 
 from __future__ import annotations
