@@ -12,7 +12,9 @@ class GPTConfig:
     """Shape of a GPT-2 model (the fields of the C ``gt_config``)."""
 
     vocab_size: int
-    """V: rows of the token embedding (may be padded beyond the tokenizer's vocabulary)."""
+    """V: rows of the token embedding, the real vocabulary (e.g. GPT-2's 50257) on every
+    backend: the loss is a softmax over exactly V classes (the CUDA backend pads its logits
+    inside, never wte)."""
     max_seq_len: int
     """maxT: rows of the position embedding."""
     n_layer: int

@@ -75,8 +75,9 @@ GT_API int gt_api_version(void);
 /* model configuration                                                                         */
 
 typedef struct {
-    int vocab_size;  /* V: rows of wte; may be padded beyond the tokenizer's vocabulary (the loss
-                        is a softmax over all V rows) */
+    int vocab_size;  /* V: rows of wte, the model's real vocabulary (any V >= 1 on every
+                        backend; the loss is a softmax over exactly these V rows: a backend that
+                        wants wider rows pads its logits inside, never wte) */
     int max_seq_len; /* maxT: rows of wpe */
     int n_layer;     /* L: transformer blocks of the whole model */
     int n_head;      /* NH: attention heads; must divide n_embd (head size may be odd) */

@@ -50,7 +50,7 @@ static int ln_ld(const gt_stage *s) { return s->layout.cfg.n_embd + GT_CU_LN_PAD
 static void layout_slot(const gt_stage *s, gt_cu_slot *t, gt_arena *a) {
     size_t N = (size_t)s->layout.B * s->layout.T, C = (size_t)s->layout.cfg.n_embd;
     size_t LD = (size_t)ln_ld(s);
-    size_t V = (size_t)s->layout.cfg.vocab_size;
+    size_t Vp = (size_t)gt_cu_logits_ld(s->layout.cfg.vocab_size);
     size_t bh = (size_t)s->layout.B * s->layout.cfg.n_head, bf = sizeof(gt_bf16);
     size_t f = sizeof(float);
     t->x0 = take(a, N * C * bf);
@@ -75,7 +75,7 @@ static void layout_slot(const gt_stage *s, gt_cu_slot *t, gt_arena *a) {
         t->lnf = take(a, N * C * bf);
         t->lnf_mean = take(a, N * f);
         t->lnf_rstd = take(a, N * f);
-        t->logits = take(a, N * V * bf);
+        t->logits = take(a, N * Vp * bf);
         t->lse = take(a, N * f);
         t->losses = take(a, N * f);
     }
@@ -407,7 +407,7 @@ static int forward_body(void *arg) {
     gt_cu_slot *a = c->a;
     size_t N = (size_t)s->layout.B * s->layout.T;
     int B = s->layout.B, T = s->layout.T, C = s->layout.cfg.n_embd;
-    int V = s->layout.cfg.vocab_size, n = (int)N;
+    int V = s->layout.cfg.vocab_size, Vp = gt_cu_logits_ld(V), n = (int)N;
     const gt_bf16 *P = s->params16;
     cudaStream_t st = s->stream;
     MARK(GT_P_INPUT);
@@ -471,20 +471,21 @@ static int forward_body(void *arg) {
         MARK(GT_P_LN);
         CUDA_CHECK(layernorm_of_sum(s, a->lnf, C, a->lnf_mean, a->lnf_rstd, out,
                                     nl > 0 ? a->layers[nl - 1].res2 : NULL, lnfw, lnfb, n, C));
-        /* logits (N,V) = lnf @ wte^T: col-major (V,N) = wte^T (V,C) @ lnf (C,N) */
+        /* logits (N,V) = lnf @ wte^T: col-major (V,N) = wte^T (V,C) @ lnf (C,N), the rows Vp
+         * apart (the padded columns are not written; the loss kernels leave them out) */
         memset(&m, 0, sizeof(m));
         m.D = a->logits, m.A = wte, m.B = a->lnf;
         m.m = V, m.n = n, m.k = C;
         m.transa = 1;
-        m.lda = C, m.ldb = C, m.ldd = V;
+        m.lda = C, m.ldb = C, m.ldd = Vp;
         MARK(GT_P_HEAD);
         GT_CHECK(gt_matmul(&s->lt, &m, st, NULL));
         MARK(GT_P_CE);
         if (s->ce_fused) /* the loss and the unscaled logit gradients in one pass */
-            CUDA_CHECK(gt_cu_crossentropy_fused(a->losses, a->logits, a->targets, n, V, st));
+            CUDA_CHECK(gt_cu_crossentropy_fused(a->losses, a->logits, a->targets, n, V, Vp, st));
         else
             CUDA_CHECK(gt_cu_crossentropy_forward(a->lse, a->losses, a->logits, a->targets, n, V,
-                                                  st));
+                                                  Vp, st));
         CUDA_CHECK(gt_cu_mean(s->loss, a->losses, n, st));
         CUDA_CHECK(cudaMemcpyAsync(s->host_loss, s->loss, sizeof(float), cudaMemcpyDeviceToHost,
                                    st));
@@ -642,7 +643,7 @@ cleanup:
 static int head_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, float loss_scale) {
     int rc = GT_OK;
     int n = s->layout.B * s->layout.T, C = s->layout.cfg.n_embd;
-    int V = s->layout.cfg.vocab_size, nl = s->layout.nl;
+    int V = s->layout.cfg.vocab_size, Vp = gt_cu_logits_ld(V), nl = s->layout.nl;
     const gt_bf16 *P = s->params16;
     float *Gb = s->buffers[GT_BUF_GRADS];
     const gt_bf16 *out = nl > 0 ? a->layers[nl - 1].res3 : a->x0;
@@ -652,12 +653,12 @@ static int head_backward_input(gt_stage *s, gt_cu_slot *a, gt_cu_grads *g, float
     if (!s->ce_fused) {
         MARK(GT_P_D_CE);
         CUDA_CHECK(gt_cu_crossentropy_backward(a->logits, a->lse, a->targets,
-                                               loss_scale / (float)n, n, V, s->stream));
+                                               loss_scale / (float)n, n, V, Vp, s->stream));
     }
     /* dlnf (N,C) = dlogits (N,V) @ wte (V,C): col-major (C,N) = wte (C,V) @ dl (V,N) */
     m.D = g->dlnf, m.A = P + s->layout.tensors[0].offset, m.B = a->logits;
     m.m = C, m.n = n, m.k = V;
-    m.lda = C, m.ldb = V, m.ldd = C;
+    m.lda = C, m.ldb = Vp, m.ldd = C;
     MARK(GT_P_D_HEAD);
     GT_CHECK(gt_matmul(&s->lt, &m, s->stream, NULL));
     MARK(GT_P_D_LN); /* ln_f's input and weight gradients in one pass */
@@ -674,10 +675,10 @@ cleanup:
 static int head_backward_weight(gt_stage *s, gt_cu_slot *a, int fresh) {
     int rc = GT_OK;
     int n = s->layout.B * s->layout.T, C = s->layout.cfg.n_embd;
-    int V = s->layout.cfg.vocab_size;
+    int V = s->layout.cfg.vocab_size, Vp = gt_cu_logits_ld(V);
     float *Gb = s->buffers[GT_BUF_GRADS];
     gt_matmul_args m;
-    /* dwte (V,C) += dlogits^T lnf: col-major (C,V) = lnf (C,N) @ dl^T (N,V) */
+    /* dwte (V,C) += dlogits^T lnf: col-major (C,V) = lnf (C,N) @ dl^T (N,V): the V real rows */
     memset(&m, 0, sizeof(m));
     m.scaled = 1, m.alpha = a->dlogits_scale;
     m.D = Gb + s->layout.tensors[0].offset, m.d_fp32 = 1;
@@ -685,7 +686,7 @@ static int head_backward_weight(gt_stage *s, gt_cu_slot *a, int fresh) {
     m.A = a->lnf, m.B = a->logits;
     m.m = C, m.n = V, m.k = n;
     m.transb = 1;
-    m.lda = C, m.ldb = V, m.ldd = C;
+    m.lda = C, m.ldb = Vp, m.ldd = C;
     MARK(GT_P_W_HEAD);
     GT_CHECK(gt_matmul(&s->lt, &m, s->stream, NULL));
     GT_CHECK(gt_stage_report_head(&s->layout));

@@ -2,10 +2,13 @@
  * crossentropy.cu — the loss kernels of the last stage (see kernels.h for the contracts of
  * gt_cu_crossentropy_forward / _backward and gt_cu_mean).
  *
- * One block per row of V logits (V % 8 == 0: the CUDA backend requires it), 16-byte loads of 8
- * bf16. The forward is one pass with an online softmax: each thread keeps a running (max, sum of
- * exp(x - max)) and the block merges the pairs; the backward rewrites the row in place as
- * dloss * (softmax - onehot). fp32 math; every reduction has a fixed order (deterministic).
+ * One block per row of V logits, rows ld apart (ld % 8 == 0, ld >= V: the stage pads the rows of
+ * its logits buffer, so any vocabulary works), 16-byte loads of 8 bf16. The padded columns
+ * [V, ld) are outside the softmax: they count as -inf in the forward and the backward writes 0
+ * into them, so they never win a row and carry no gradient. The forward is one pass with an
+ * online softmax: each thread keeps a running (max, sum of exp(x - max)) and the block merges
+ * the pairs; the backward rewrites the row in place as dloss * (softmax - onehot). fp32 math;
+ * every reduction has a fixed order (deterministic).
  */
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
@@ -49,17 +52,21 @@ __device__ MaxSum block_merge(MaxSum v) {
     return v;
 }
 
+/* Vectors of 8 holding the row's V logits (the last one may end in padded columns). */
+__device__ __forceinline__ int row_vectors(int V) { return (V + 7) / 8; }
+
 /* The row's softmax partial over the block: thread t reads vectors t, t + CE_THREADS, ... of
- * the row (V / 8 of them); result in every thread, after a block barrier (every read done). */
+ * the row (ceil(V / 8) of them; columns >= V count as -inf, so each vector has a finite max);
+ * result in every thread, after a block barrier (every read done). */
 __device__ MaxSum row_max_sum(const uint4 *x, int V) {
     MaxSum acc = {-FLT_MAX, 0.0f};
-    for (int j = threadIdx.x; j < V / 8; j += CE_THREADS) {
+    for (int j = threadIdx.x; j < row_vectors(V); j += CE_THREADS) {
         uint4 raw = x[j];
         const bf16 *v = reinterpret_cast<const bf16 *>(&raw);
         float f[8], vmax = -FLT_MAX;
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            f[i] = __bfloat162float(v[i]);
+            f[i] = 8 * j + i < V ? __bfloat162float(v[i]) : -INFINITY;
             vmax = fmaxf(vmax, f[i]);
         }
         float m = fmaxf(acc.m, vmax), s = 0.0f;
@@ -71,15 +78,16 @@ __device__ MaxSum row_max_sum(const uint4 *x, int V) {
     return block_merge(acc);
 }
 
-/* In place, the block's row: x = scale * (exp(x - lse) - [j == target]) */
+/* In place, the block's row: x = scale * (exp(x - lse) - [j == target]); padded columns 0 */
 __device__ void row_softmax_grad(uint4 *x, int V, float lse, int tgt, float scale) {
-    for (int j = threadIdx.x; j < V / 8; j += CE_THREADS) {
+    for (int j = threadIdx.x; j < row_vectors(V); j += CE_THREADS) {
         uint4 raw = x[j];
         bf16 *v = reinterpret_cast<bf16 *>(&raw);
 #pragma unroll
         for (int i = 0; i < 8; i++) {
-            float p = expf(__bfloat162float(v[i]) - lse);
-            v[i] = __float2bfloat16((p - (8 * j + i == tgt ? 1.0f : 0.0f)) * scale);
+            int col = 8 * j + i;
+            float p = col < V ? expf(__bfloat162float(v[i]) - lse) : 0.0f;
+            v[i] = __float2bfloat16((p - (col == tgt ? 1.0f : 0.0f)) * scale);
         }
         x[j] = raw;
     }
@@ -88,22 +96,22 @@ __device__ void row_softmax_grad(uint4 *x, int V, float lse, int tgt, float scal
 /* block (CE_THREADS) per row */
 __global__ void __launch_bounds__(CE_THREADS)
     crossentropy_forward_vec_kernel(float *lse, float *losses, const bf16 *logits,
-                                    const int32_t *targets, int V) {
+                                    const int32_t *targets, int V, int ld) {
     size_t row = blockIdx.x;
-    MaxSum acc = row_max_sum(reinterpret_cast<const uint4 *>(logits + row * (size_t)V), V);
+    MaxSum acc = row_max_sum(reinterpret_cast<const uint4 *>(logits + row * (size_t)ld), V);
     if (threadIdx.x == 0) {
         float l = acc.m + logf(acc.s);
         lse[row] = l;
-        losses[row] = l - __bfloat162float(logits[row * (size_t)V + targets[row]]);
+        losses[row] = l - __bfloat162float(logits[row * (size_t)ld + targets[row]]);
     }
 }
 
 /* block (CE_THREADS) per row, in place: x = dloss * (exp(x - lse) - [j == target]) */
 __global__ void __launch_bounds__(CE_THREADS)
     crossentropy_backward_vec_kernel(bf16 *logits, const float *lse, const int32_t *targets,
-                                     float dloss, int V) {
+                                     float dloss, int V, int ld) {
     size_t row = blockIdx.x;
-    row_softmax_grad(reinterpret_cast<uint4 *>(logits + row * (size_t)V), V, lse[row],
+    row_softmax_grad(reinterpret_cast<uint4 *>(logits + row * (size_t)ld), V, lse[row],
                      targets[row], dloss);
 }
 
@@ -113,11 +121,12 @@ __global__ void __launch_bounds__(CE_THREADS)
  * from L2, so the logits cross DRAM about once each way instead of twice in and once out (H200,
  * 1.5B: the step within noise of the separate passes, session 8). */
 __global__ void __launch_bounds__(CE_THREADS)
-    crossentropy_fused_vec_kernel(bf16 *logits, float *losses, const int32_t *targets, int V) {
+    crossentropy_fused_vec_kernel(bf16 *logits, float *losses, const int32_t *targets, int V,
+                                  int ld) {
     size_t row = blockIdx.x;
-    uint4 *x = reinterpret_cast<uint4 *>(logits + row * (size_t)V);
+    uint4 *x = reinterpret_cast<uint4 *>(logits + row * (size_t)ld);
     int tgt = targets[row];
-    float target_logit = __bfloat162float(logits[row * (size_t)V + tgt]); /* before any write */
+    float target_logit = __bfloat162float(logits[row * (size_t)ld + tgt]); /* before any write */
     MaxSum acc = row_max_sum(x, V); /* ends past a block barrier: no write races a read */
     float l = acc.m + logf(acc.s);
     if (threadIdx.x == 0) losses[row] = l - target_logit;
@@ -139,30 +148,34 @@ __global__ void mean_kernel(float *out, const float *x, int n) {
     }
 }
 
+/* The rows' stride: whole 16-byte vectors, room for the V logits. */
+static bool ld_ok(int V, int ld) { return V >= 1 && ld >= V && ld % 8 == 0; }
+
 extern "C" cudaError_t gt_cu_crossentropy_forward(float *lse, float *losses,
                                                   const gt_bf16 *logits, const int32_t *targets,
-                                                  int N, int V, cudaStream_t stream) {
-    if (V % 8 != 0) return cudaErrorInvalidValue;
+                                                  int N, int V, int ld,
+                                                  cudaStream_t stream) {
+    if (!ld_ok(V, ld)) return cudaErrorInvalidValue;
     crossentropy_forward_vec_kernel<<<N, CE_THREADS, 0, stream>>>(
-        lse, losses, (const bf16 *)logits, targets, V);
+        lse, losses, (const bf16 *)logits, targets, V, ld);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t gt_cu_crossentropy_backward(gt_bf16 *logits, const float *lse,
                                                    const int32_t *targets, float dloss, int N,
-                                                   int V, cudaStream_t stream) {
-    if (V % 8 != 0) return cudaErrorInvalidValue;
+                                                   int V, int ld, cudaStream_t stream) {
+    if (!ld_ok(V, ld)) return cudaErrorInvalidValue;
     crossentropy_backward_vec_kernel<<<N, CE_THREADS, 0, stream>>>((bf16 *)logits, lse, targets,
-                                                                   dloss, V);
+                                                                   dloss, V, ld);
     return cudaGetLastError();
 }
 
 extern "C" cudaError_t gt_cu_crossentropy_fused(float *losses, gt_bf16 *logits,
-                                                const int32_t *targets, int N, int V,
+                                                const int32_t *targets, int N, int V, int ld,
                                                 cudaStream_t stream) {
-    if (V % 8 != 0) return cudaErrorInvalidValue;
+    if (!ld_ok(V, ld)) return cudaErrorInvalidValue;
     crossentropy_fused_vec_kernel<<<N, CE_THREADS, 0, stream>>>((bf16 *)logits, losses, targets,
-                                                                V);
+                                                                V, ld);
     return cudaGetLastError();
 }
 

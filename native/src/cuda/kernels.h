@@ -140,16 +140,19 @@ cudaError_t gt_cu_causal_softmax_backward(gt_bf16 *dpreatt, const gt_bf16 *datt,
                                           const gt_bf16 *att, float scale, int BH, int T,
                                           cudaStream_t stream);
 
-/* Cross-entropy over bf16 logits (N,V): lse (N) = logsumexp, losses (N) = lse - logit[target] */
+/* Cross-entropy over bf16 logits: N rows of V logits, ld apart (ld % 8 == 0, ld >= V; the
+ * padded columns [V, ld) are outside the softmax and never read as logits).
+ * lse (N) = logsumexp, losses (N) = lse - logit[target] */
 cudaError_t gt_cu_crossentropy_forward(float *lse, float *losses, const gt_bf16 *logits,
-                                       const int32_t *targets, int N, int V, cudaStream_t stream);
-/* In place: logits (N,V) -> dlogits = (softmax - onehot(target)) * dloss */
+                                       const int32_t *targets, int N, int V, int ld,
+                                       cudaStream_t stream);
+/* In place: logits (N,V) -> dlogits = (softmax - onehot(target)) * dloss; padded columns 0 */
 cudaError_t gt_cu_crossentropy_backward(gt_bf16 *logits, const float *lse, const int32_t *targets,
-                                        float dloss, int N, int V, cudaStream_t stream);
+                                        float dloss, int N, int V, int ld, cudaStream_t stream);
 /* Both in one pass (training): losses (N) as gt_cu_crossentropy_forward, and in place logits ->
- * softmax - onehot(target), NOT scaled (the consumers scale by dloss) */
+ * softmax - onehot(target), NOT scaled (the consumers scale by dloss); padded columns 0 */
 cudaError_t gt_cu_crossentropy_fused(float *losses, gt_bf16 *logits, const int32_t *targets,
-                                     int N, int V, cudaStream_t stream);
+                                     int N, int V, int ld, cudaStream_t stream);
 /* Zeroes n chunks of base: chunks holds (offset, count) pairs, count <= 16384 floats each. */
 cudaError_t gt_cu_zero_chunks(float *base, const uint64_t *chunks, int n, cudaStream_t stream);
 /* out (1) = sum of x (n) / n, fixed order (one block) */

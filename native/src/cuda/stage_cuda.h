@@ -7,6 +7,12 @@
  * Memory: parameters, gradients and AdamW moments are fp32 device buffers in the stage.h layout;
  * params16 is their bf16 copy used by every kernel (refreshed by AdamW, load and writes).
  * Activations of a micro-batch (one slot) are bf16 in one device allocation.
+ *
+ * Vocabulary: the buffers hold wte with the model's real V rows (any V), as on the CPU. Only
+ * the logits are padded: their rows are gt_cu_logits_ld(V) apart (16-byte aligned rows for
+ * cuBLASLt and the loss kernels' 8-wide loads); the head's products run over the V real rows
+ * alone and the loss kernels leave the padded columns out of the softmax (and zero them in the
+ * gradient), so the padding changes no result and there are no padded wte rows to train.
  */
 #ifndef GANTRY_STAGE_CUDA_H
 #define GANTRY_STAGE_CUDA_H
@@ -49,7 +55,7 @@ typedef struct {
     gt_bf16 *x0;               /* (N,C) stage input */
     gt_bf16 *lnf;              /* last: (N,C) */
     float *lnf_mean, *lnf_rstd; /* last: (N) */
-    gt_bf16 *logits;           /* last: (N,V); softmax - onehot after a fused forward (ce_fused),
+    gt_bf16 *logits;           /* last: (N,V), rows gt_cu_logits_ld(V) apart; softmax - onehot after a fused forward (ce_fused),
                                   dlogits after backward_input otherwise */
     float dlogits_scale;       /* last: alpha of the head's backward products (dloss if fused) */
     float *lse, *losses;       /* last: (N) */
@@ -127,6 +133,12 @@ struct gt_stage {
 };
 
 _Static_assert(offsetof(struct gt_stage, layout) == 0, "gt_stage_layout_of needs layout first");
+
+/* Row stride of the logits for a vocabulary of V: V rounded up to 64 columns (128-byte rows). */
+#define GT_CU_LOGITS_PAD 64
+static inline int gt_cu_logits_ld(int V) {
+    return (V + GT_CU_LOGITS_PAD - 1) / GT_CU_LOGITS_PAD * GT_CU_LOGITS_PAD;
+}
 
 /* compute_cuda.c */
 int gt_cu_alloc_slot(struct gt_stage *s, gt_cu_slot *slot);
