@@ -15,7 +15,12 @@ from launcher.errors import UserInputError
 from launcher.train import checkpoint
 from launcher.train.layout import read_rank_order
 from launcher.typed_config import load_yaml_file
-from launcher.user_files import require_regular_file, require_writable_file
+from launcher.user_files import (
+    require_output_dir,
+    require_regular_file,
+    require_short_names,
+    require_writable_file,
+)
 from topology.source_file import read_source
 
 
@@ -83,3 +88,22 @@ def test_an_output_file_is_checked_before_anything_is_done(tmp_path: Path) -> No
         require_writable_file(tmp_path / "absent" / "x", "--out")
     with pytest.raises(UserInputError, match=r"^--out: x{40}\.\.\. is not allowed"):
         require_writable_file(tmp_path / ("x" * 300), "--out")
+
+
+def test_names_the_file_system_cannot_take_are_refused_naming_the_flag(tmp_path: Path) -> None:
+    long_part = "d" * 256
+    for path in (tmp_path / long_part / "x", Path(os.fsdecode(b"\xff" * 256))):
+        with pytest.raises(UserInputError) as info:
+            require_short_names(path, "--out")
+        assert str(info.value).startswith("--out: ") and "at most 255 bytes" in str(info.value)
+    with pytest.raises(UserInputError, match=r"^--out: .* \(a path of at most 4095 bytes; "
+                                             r"this one has 5\d{3}\)$"):
+        require_short_names(Path("/".join(["p" * 200] * 26)), "--out")
+    require_short_names(tmp_path / ("é" * 127 + "x"), "--out")  # 255 bytes: fine
+    with pytest.raises(UserInputError, match=r"^out_dir: d{40}\.\.\. is not allowed"):
+        require_output_dir(tmp_path / long_part, "out_dir")
+    (tmp_path / "file").write_text("")
+    with pytest.raises(UserInputError) as info:
+        require_output_dir(tmp_path / "file", "--out")
+    assert str(info.value) == f"--out: {tmp_path / 'file'} exists and is not a directory"
+    require_output_dir(tmp_path / "new" / "dir", "--out")
