@@ -17,7 +17,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from launcher.errors import UserInputError
+from launcher.errors import UserInputError, brief
+from launcher.whole_numbers import MAX_DIGITS, is_whole, read_whole
 from topology import hostlists
 from topology.document import BlockDecl, SwitchDecl, TopologyDoc
 from topology.model import Topology
@@ -161,10 +162,10 @@ def parse_topology_conf(text: str, source: str) -> TopologyDoc:
             if not value:
                 raise UserInputError(f"{where}: SwitchName= is empty")
             options = _options(where, pairs, _SWITCH_KEYS)
-            if "LinkSpeed" in options and not _is_uint(options["LinkSpeed"]):
+            if "LinkSpeed" in options and not is_whole(options["LinkSpeed"]):
                 raise UserInputError(
-                    f"{where}: LinkSpeed={options['LinkSpeed']} is not allowed "
-                    "(expected a non-negative integer)"
+                    f"{where}: LinkSpeed={brief(options['LinkSpeed'])} is not allowed "
+                    f"(expected a non-negative integer of at most {MAX_DIGITS} digits)"
                 )
             switches.append(SwitchDecl(value, where, options.get("Nodes"), options.get("Switches")))
         elif kind == "blockname":
@@ -202,19 +203,16 @@ def parse_topology_conf(text: str, source: str) -> TopologyDoc:
     )
 
 
-def _is_uint(text: str) -> bool:
-    """ASCII digits only: str.isdigit() also takes "²", which int() refuses."""
-    return text.isascii() and text.isdigit()
-
-
 def _parse_sizes(where: str, value: str) -> tuple[int, ...]:
     sizes: list[int] = []
     for part in value.split(","):
-        if not _is_uint(part.strip()) or int(part) <= 0:
+        size = read_whole(part.strip())
+        if not size:
             raise UserInputError(
-                f"{where}: BlockSizes value {part!r} is not allowed (expected positive integers)"
+                f"{where}: BlockSizes value {brief(part)} is not allowed (expected positive "
+                f"integers of at most {MAX_DIGITS} digits)"
             )
-        sizes.append(int(part))
+        sizes.append(size)
     return tuple(sizes)
 
 

@@ -13,7 +13,8 @@ Block (23.11 without BlockSize=, 24.11 with it and with the aggregated blocks):
 
 from __future__ import annotations
 
-from launcher.errors import UserInputError
+from launcher.errors import UserInputError, brief
+from launcher.whole_numbers import read_whole
 from topology.document import BlockDecl, SwitchDecl, TopologyDoc
 
 SOURCE = "scontrol show topology"
@@ -42,10 +43,10 @@ def parse_scontrol_topology(text: str, source: str = SOURCE) -> TopologyDoc:
         where = f"{source}:{number}"
         if line.startswith("SwitchName="):
             f = _fields(where, line)
-            level = f.get("Level", "0")
-            if not (level.isascii() and level.isdigit()):
-                raise UserInputError(f"{where}: Level={level} is not an integer")
-            if int(level) > 0:
+            level = read_whole(f.get("Level", "0"))
+            if level is None:
+                raise UserInputError(f"{where}: Level={brief(f['Level'])} is not an integer")
+            if level > 0:
                 if "Switches" not in f:
                     raise UserInputError(f"{where}: switch at Level={level} lists no Switches=")
                 switches.append(SwitchDecl(f["SwitchName"], where, switches=f["Switches"]))
@@ -53,16 +54,18 @@ def parse_scontrol_topology(text: str, source: str = SOURCE) -> TopologyDoc:
                 switches.append(SwitchDecl(f["SwitchName"], where, nodes=f.get("Nodes") or None))
         elif line.startswith(("BlockName=", "AggregatedBlock=")):
             f = _fields(where, line)
-            size = f.get("BlockSize")
-            if size is not None:
-                if not (size.isascii() and size.isdigit()) or int(size) <= 0:
-                    raise UserInputError(f"{where}: BlockSize={size} is not a positive integer")
-                sizes.add(int(size))
+            size_text = f.get("BlockSize")
+            size = None if size_text is None else read_whole(size_text)
+            if size_text is not None:
+                if not size:
+                    raise UserInputError(
+                        f"{where}: BlockSize={brief(size_text)} is not a positive integer")
+                sizes.add(size)
             if "BlockName" in f:
                 if not f.get("Nodes"):
                     raise UserInputError(f"{where}: block {f['BlockName']!r} lists no Nodes=")
                 if base_size is None and size is not None:
-                    base_size = int(size)
+                    base_size = size
                 blocks.append(BlockDecl(f["BlockName"], f["Nodes"], where))
         else:
             raise UserInputError(

@@ -31,7 +31,7 @@ from typing import Any
 
 import yaml
 
-from launcher.errors import UserInputError
+from launcher.errors import UserInputError, brief
 from launcher.typed_config import tag_problem
 from topology import hostlists
 from topology.document import BlockDecl, SwitchDecl, TopologyDoc
@@ -80,18 +80,19 @@ class _Reader:
             value = self.constructor.construct_object(node)
         except yaml.YAMLError as err:  # a tag it has no constructor for: !foo, !!python/...
             raise UserInputError(
-                f"{self.where(node)}: {what} {node.value!r} is not allowed "
+                f"{self.where(node)}: {what} {brief(node.value)} is not allowed "
                 f"({getattr(err, 'problem', None) or 'invalid YAML'})"
             ) from None
         except Exception as err:  # PyYAML's constructors: !!int abc, !!bool x, ...
             raise UserInputError(
-                f"{self.where(node)}: {what} {node.value!r} is not allowed ({tag_problem(err)})"
+                f"{self.where(node)}: {what} {brief(node.value)} is not allowed "
+                f"({tag_problem(err)})"
             ) from None
         if kind is str and isinstance(value, int | float) and not isinstance(value, bool):
             value = str(node.value)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
             raise UserInputError(
-                f"{self.where(node)}: {what} {node.value!r} is not allowed (expected "
+                f"{self.where(node)}: {what} {brief(node.value)} is not allowed (expected "
                 f"{'true or false' if kind is bool else 'a ' + kind.__name__})"
             )
         return value

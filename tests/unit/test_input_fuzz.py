@@ -562,7 +562,8 @@ def test_found_bad_plan_flags(argv: list[str], message: str) -> None:
 
 @pytest.mark.parametrize(("name", "text", "message"), [
     ("topology.conf", "BlockSizes=\u00b2\nBlockName=b1 Nodes=n[1-8]\n",
-     "topology.conf:1: BlockSizes value '\u00b2' is not allowed (expected positive integers)"),
+     "topology.conf:1: BlockSizes value '\u00b2' is not allowed (expected positive integers "
+     "of at most 18 digits)"),
     ("topo.yaml", "- topology: t\n  flat: !!bool x\n",
      "topo.yaml:2: flat 'x' is not allowed (not a value of this tag)"),
     ("topo.yaml", "- topology: t\n  tree: " + "[" * 5000, "topo.yaml: nested too deeply"),

@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from launcher.errors import UserInputError
 from launcher.site_config import DEFAULT_SITE, load_site
 from tests.unit.topology_helpers import conf
+from topology import hostlists
 from topology.build import build_topology
 from topology.conf_format import parse_topology_conf, split_words, write_topology_conf
 from topology.model import Topology
@@ -210,7 +211,7 @@ MALFORMED_CONF = [
     ),
     ("SwitchName=a Nodes=n[1-\n", "t.conf:1: Nodes: bad hostlist 'n[1-'"),
     ("SwitchName=a Colour=red\n", "t.conf:1: unknown key 'Colour' on a SwitchName line"),
-    ("SwitchName=a LinkSpeed=fast Nodes=n1\n", "t.conf:1: LinkSpeed=fast is not allowed"),
+    ("SwitchName=a LinkSpeed=fast Nodes=n1\n", "t.conf:1: LinkSpeed='fast' is not allowed"),
     ("\n\nFrobnicate=1\n", "t.conf:3: unknown key 'Frobnicate'"),
     (
         "SwitchName=a Nodes=n1\nBlockName=b Nodes=n2\n",
@@ -237,6 +238,12 @@ MALFORMED_CONF = [
     ),
     ("SwitchName=" + "x" * 70 + " Nodes=n1\n", "t.conf:1: switch name"),
     ("SwitchName=a Nodes=n1 stray\n", "t.conf:1: 'stray' is not Key=Value"),
+    # Past Python's int-string limit (4,300 digits): one line, not ValueError "Exceeds the limit".
+    ("BlockSizes=2," + "9" * 5000 + "\nBlockName=b1 Nodes=n[1-4]\n",
+     "t.conf:1: BlockSizes value '999"),
+    ("BlockSizes=\u00b2\nBlockName=b1 Nodes=n[1-4]\n", "t.conf:1: BlockSizes value '\u00b2'"),
+    ("SwitchName=a LinkSpeed=" + "9" * 5000 + " Nodes=n1\n", "t.conf:1: LinkSpeed='999"),
+    ("SwitchName=a Nodes=n[1-" + "9" * 5000 + "]\n", "(a number of 5000 digits; expected at most"),
 ]
 
 
@@ -296,18 +303,37 @@ def test_malformed_yaml_names_file_and_line(text: str, message: str) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        ("SwitchName=a Level=x Nodes=n1\n", "scontrol show topology:1: Level=x is not an integer"),
+        ("SwitchName=a Level=x Nodes=n1\n",
+         "scontrol show topology:1: Level='x' is not an integer"),
         ("Hello\n", "scontrol show topology:1: 'Hello' is not a SwitchName="),
         ("", "no topology information"),
         (
             "BlockName=b1 BlockIndex=0 BlockSize=4\n",
             "scontrol show topology:1: block 'b1' lists no Nodes=",
         ),
+        ("SwitchName=a Level=" + "9" * 5000 + " Nodes=n1\n",
+         "scontrol show topology:1: Level='9999"),
+        ("SwitchName=a Level=\u00b2 Nodes=n1\n", "scontrol show topology:1: Level='\u00b2'"),
+        ("BlockName=b1 Nodes=n[1-4] BlockSize=" + "9" * 5000 + "\n",
+         "scontrol show topology:1: BlockSize='9999"),
     ],
 )
 def test_malformed_scontrol_output(text: str, message: str) -> None:
     with pytest.raises(UserInputError, match=message.replace("(", r"\(").replace("[", r"\[")):
         build_topology(parse_scontrol_topology(text))
+
+
+@pytest.mark.parametrize("expression", [
+    "n[1-" + "9" * 5000 + "]", "n" + "9" * 5000, "n[00-" + "9" * 4400 + "]", "n" + "1" * 65,
+])
+def test_hostlist_numbers_longer_than_a_host_name_are_refused(expression: str) -> None:
+    with pytest.raises(UserInputError, match=r"--nodes: bad hostlist .* \(a number of \d+ "
+                       r"digits; expected at most 64"):
+        hostlists.expand(expression, "--nodes")
+    with pytest.raises(UserInputError, match=r"x: cannot write these names as a hostlist "
+                       r"\(a number of \d+ digits"):
+        hostlists.collect(["n1", expression.replace("[", "").replace("]", "")], "x")
+    assert hostlists.expand("n" + "1" * 64) == ["n" + "1" * 64]
 
 
 def test_site_section_errors_name_the_field(tmp_path: Path) -> None:
