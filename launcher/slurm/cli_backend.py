@@ -41,7 +41,8 @@ class CliSlurmClient:
 
     def version(self) -> tuple[int, int, int]:
         if self._version is None:
-            self._version = parse_version(self.runner.run(["sbatch", "--version"]).stdout)
+            self._version = parse_version(self.runner.run(["sbatch", "--version"]).stdout,
+                                          "sbatch --version")
         return self._version
 
     def submit(self, script: Path, extra_args: Sequence[str] = (),
@@ -110,11 +111,9 @@ class CliSlurmClient:
         self.runner.run(["scontrol", "requeuehold" if hold else "requeue", job_id])
 
     def node_states(self, names: Iterable[str] | None = None) -> list[NodeInfo]:
-        if self.version() >= SCONTROL_JSON_SINCE:
-            text = self.runner.run(["scontrol", "--json", "show", "nodes"]).stdout
-        else:
-            text = self.runner.run(["sinfo", "--json"]).stdout
-        nodes = parse_nodes(text)
+        argv = (["scontrol", "--json", "show", "nodes"] if self.version() >= SCONTROL_JSON_SINCE
+                else ["sinfo", "--json"])
+        nodes = parse_nodes(self.runner.run(argv).stdout, " ".join(argv))
         if names is None:
             return nodes
         wanted = set(names)

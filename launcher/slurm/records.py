@@ -16,11 +16,13 @@ Differences handled here (and only here):
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.errors import GantryError
+from launcher.errors import GantryError, brief
+from launcher.whole_numbers import is_whole, read_whole
 
 #: Job states after which the job will not run again (unless requeued by someone).
 TERMINAL_STATES = frozenset({
@@ -130,17 +132,25 @@ class NodeInfo:
 
 
 def number(value: Any) -> int | None:
-    """An integer from a 22.05 int/null or a 23.02+ ``{"set","infinite","number"}`` object."""
-    if value is None or isinstance(value, bool):
-        return None
-    if isinstance(value, int | float):
-        return int(value)
+    """An integer from a 22.05 int/null or a 23.02+ ``{"set","infinite","number"}`` object;
+    None for unset, unlimited, or anything that is not a whole number (NaN, infinity, a list,
+    a string of other than 1-18 ASCII digits): it never raises."""
     if isinstance(value, Mapping):
         if not value.get("set", True) or value.get("infinite", False):
             return None
-        return number(value.get("number"))
-    if isinstance(value, str) and value.strip().lstrip("-").isdigit():
-        return int(value)
+        value = value.get("number")  # one level only: Slurm never nests these
+    if value is None or isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, float):
+        return int(value) if math.isfinite(value) else None
+    if isinstance(value, str):
+        text = value.strip()
+        magnitude = read_whole(text.removeprefix("-"))
+        if magnitude is None:
+            return None
+        return -magnitude if text.startswith("-") else magnitude
     return None
 
 
@@ -168,7 +178,8 @@ def exit_status(value: Any) -> tuple[int | None, int | None]:
     """(exit code, signal) from a 22.05 wait status or a 24.11 verbose exit code object."""
     if isinstance(value, Mapping):
         status = value.get("status")
-        status_list = [status] if isinstance(status, str) else list(status or [])
+        status_list = [status] if isinstance(status, str) else (
+            list(status) if isinstance(status, list) else [])
         signal_obj = value.get("signal")
         signal = number(signal_obj.get("id")) if isinstance(signal_obj, Mapping) else None
         code = number(value.get("return_code"))
@@ -183,20 +194,75 @@ def exit_status(value: Any) -> tuple[int | None, int | None]:
     return (raw >> 8) & 0xFF, None
 
 
+def _kind(value: Any) -> str:
+    """A JSON value's kind in words, for messages."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    return "a list" if isinstance(value, list) else "an object"
+
+
+def _object(value: Any, where: str) -> Mapping[str, Any]:
+    """``value`` when it is a JSON object; null reads as an empty one."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SlurmParseError(f"{where}: expected an object, got {_kind(value)}")
+    return value
+
+
+def _text(value: Any, where: str) -> str:
+    """A string field; null reads as "", a number as its digits."""
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    raise SlurmParseError(f"{where}: expected a string, got {_kind(value)}")
+
+
+def _records(data: Mapping[str, Any], key: str, what: str) -> list[Mapping[str, Any]]:
+    """The list of objects under ``key`` (missing or null: none)."""
+    raw = data.get(key)
+    if raw is None:
+        return []
+    if not isinstance(raw, list):
+        raise SlurmParseError(f"{what}: {key}: expected a list, got {_kind(raw)}")
+    for index, item in enumerate(raw):
+        if not isinstance(item, Mapping):
+            raise SlurmParseError(f"{what}: {key}[{index}]: expected an object, got "
+                                  f"{_kind(item)}")
+    return raw
+
+
 def _load(text: str, what: str) -> Mapping[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as err:
         raise SlurmParseError(f"{what}: not JSON ({err.msg} at line {err.lineno})") from None
+    except ValueError:  # an integer past int()'s 4,300-digit limit
+        raise SlurmParseError(f"{what}: not JSON gantry can read (a number of more than "
+                              "4,300 digits)") from None
+    except RecursionError:
+        raise SlurmParseError(f"{what}: nested too deeply to be Slurm's JSON") from None
     if not isinstance(data, Mapping):
-        raise SlurmParseError(f"{what}: expected a JSON object")
-    errors = data.get("errors") or []
-    if errors:
-        first = errors[0]
-        detail = first.get("description") or first.get("error") if isinstance(
-            first, Mapping) else str(first)
-        raise SlurmParseError(f"{what}: Slurm reported an error: {detail}")
-    return data
+        raise SlurmParseError(f"{what}: expected a JSON object, got {_kind(data)}")
+    errors = data.get("errors")
+    if errors is None or errors == []:
+        return data
+    if not isinstance(errors, list):
+        raise SlurmParseError(f"{what}: errors: expected a list, got {_kind(errors)}")
+    first = errors[0]
+    detail = (first.get("description") or first.get("error")) if isinstance(
+        first, Mapping) else first
+    shown = detail if isinstance(detail, str) and detail else brief(first)
+    raise SlurmParseError(f"{what}: Slurm reported an error: {shown}")
 
 
 def _job_id(raw: Mapping[str, Any]) -> str:
@@ -208,35 +274,42 @@ def _job_id(raw: Mapping[str, Any]) -> str:
     return str(job_id)
 
 
-def job_from_squeue(raw: Mapping[str, Any]) -> JobInfo:
-    """One entry of ``squeue --json`` (or ``scontrol --json show job``) ``jobs``."""
+def job_from_squeue(raw: Mapping[str, Any], what: str = "squeue --json") -> JobInfo:
+    """One entry of ``squeue --json`` (or ``scontrol --json show job``) ``jobs``;
+    SlurmParseError naming ``what`` and the field when a field has the wrong shape."""
     state, flags = states(raw.get("job_state"))
     code, signal = exit_status(raw.get("exit_code"))
     if state in {"PENDING", "RUNNING", "CONFIGURING", "SUSPENDED"}:
         code, signal = None, None
+
+    def text(key: str) -> str:
+        return _text(raw.get(key), f"{what}: {key}")
+
     return JobInfo(
-        job_id=_job_id(raw), name=str(raw.get("name", "")), state=state, flags=flags,
-        reason=str(raw.get("state_reason", "") or ""), nodes=str(raw.get("nodes", "") or ""),
-        node_count=number(raw.get("node_count")), partition=str(raw.get("partition", "")),
+        job_id=_job_id(raw), name=text("name"), state=state, flags=flags,
+        reason=text("state_reason"), nodes=text("nodes"),
+        node_count=number(raw.get("node_count")), partition=text("partition"),
         time_limit_min=number(raw.get("time_limit")), submit_time=_time(raw.get("submit_time")),
         start_time=_time(raw.get("start_time")), end_time=_time(raw.get("end_time")),
         exit_code=code, signal=signal, restarts=number(raw.get("restart_cnt")) or 0,
-        stdout=str(raw.get("standard_output", "") or ""),
-        stderr=str(raw.get("standard_error", "") or ""),
-        dependency=str(raw.get("dependency", "") or ""),
+        stdout=text("standard_output"), stderr=text("standard_error"),
+        dependency=text("dependency"),
     )
 
 
-def job_from_sacct(raw: Mapping[str, Any]) -> JobInfo:
+def job_from_sacct(raw: Mapping[str, Any], what: str = "sacct --json") -> JobInfo:
     """One entry of ``sacct --json`` ``jobs`` (22.05 or 24.11)."""
-    state_obj = raw.get("state") or {}
-    state, flags = states(state_obj.get("current") if isinstance(state_obj, Mapping) else state_obj)
-    times = raw.get("time") or {}
+    state_raw = raw.get("state")
+    state_obj = state_raw if isinstance(state_raw, Mapping) else None
+    state, flags = states(state_obj.get("current") if state_obj is not None else state_raw)
+    times = _object(raw.get("time"), f"{what}: time")
     code, signal = exit_status(raw.get("exit_code"))
     return JobInfo(
-        job_id=_job_id(raw), name=str(raw.get("name", "")), state=state, flags=flags,
-        reason=str(state_obj.get("reason", "") if isinstance(state_obj, Mapping) else ""),
-        nodes=str(raw.get("nodes", "") or ""), partition=str(raw.get("partition", "")),
+        job_id=_job_id(raw), name=_text(raw.get("name"), f"{what}: name"), state=state,
+        flags=flags,
+        reason=_text(state_obj.get("reason"), f"{what}: state.reason") if state_obj else "",
+        nodes=_text(raw.get("nodes"), f"{what}: nodes"),
+        partition=_text(raw.get("partition"), f"{what}: partition"),
         time_limit_min=number(times.get("limit")), submit_time=_time(times.get("submission")),
         start_time=_time(times.get("start")), end_time=_time(times.get("end")),
         exit_code=code, signal=signal,
@@ -246,53 +319,76 @@ def job_from_sacct(raw: Mapping[str, Any]) -> JobInfo:
 
 def parse_squeue(text: str) -> list[JobInfo]:
     """All jobs of a ``squeue --json`` document."""
-    data = _load(text, "squeue --json")
-    return [job_from_squeue(raw) for raw in data.get("jobs", [])]
+    what = "squeue --json"
+    data = _load(text, what)
+    return [job_from_squeue(raw, f"{what}: jobs[{index}]")
+            for index, raw in enumerate(_records(data, "jobs", what))]
 
 
 def parse_sacct(text: str) -> list[JobInfo]:
     """All jobs of a ``sacct --json`` document (the last record wins for requeued jobs)."""
-    data = _load(text, "sacct --json")
-    return [job_from_sacct(raw) for raw in data.get("jobs", [])]
+    what = "sacct --json"
+    data = _load(text, what)
+    return [job_from_sacct(raw, f"{what}: jobs[{index}]")
+            for index, raw in enumerate(_records(data, "jobs", what))]
 
 
-def node_from_json(raw: Mapping[str, Any]) -> NodeInfo:
-    """One node of ``sinfo --json`` (22.05) or ``scontrol --json show nodes`` (23.02+)."""
+def node_from_json(raw: Mapping[str, Any], what: str = "node list") -> NodeInfo:
+    """One node of ``sinfo --json`` (22.05) or ``scontrol --json show nodes`` (23.02+);
+    SlurmParseError naming ``what`` and the field when a field has the wrong shape."""
     state, flags = states(raw.get("state"))
-    extra = tuple(str(f).upper() for f in raw.get("state_flags", []) or [])
+    raw_flags = raw.get("state_flags")
+    if isinstance(raw_flags, str):
+        extra = states(f"X+{raw_flags}")[1]
+    elif raw_flags is None or isinstance(raw_flags, list):
+        extra = tuple(str(f).upper() for f in raw_flags or [])
+    else:
+        raise SlurmParseError(f"{what}: state_flags: expected a list, got {_kind(raw_flags)}")
+    name = raw.get("name")
+    if name is not None and not isinstance(name, str):
+        raise SlurmParseError(f"{what}: name: expected a string, got {_kind(name)}")
     return NodeInfo(
-        name=str(raw.get("name", "")), state=state, flags=flags + extra,
-        reason=str(raw.get("reason", "") or ""),
-        reason_user=str(raw.get("reason_set_by_user", "") or ""),
+        name=name or "", state=state, flags=flags + extra,
+        reason=_text(raw.get("reason"), f"{what}: reason"),
+        reason_user=_text(raw.get("reason_set_by_user"), f"{what}: reason_set_by_user"),
     )
 
 
-def parse_nodes(text: str) -> list[NodeInfo]:
-    """All nodes of a node-list JSON document (``{"nodes": [...]}``)."""
-    data = _load(text, "node list")
+def parse_nodes(text: str, what: str = "node list") -> list[NodeInfo]:
+    """All nodes of a node-list JSON document (``{"nodes": [...]}``); ``what`` (the command
+    that printed it) names it in errors."""
+    data = _load(text, what)
     if "nodes" not in data:
-        raise SlurmParseError("node list: no 'nodes' key (expected sinfo/scontrol --json)")
-    return [node_from_json(raw) for raw in data["nodes"]]
+        raise SlurmParseError(f"{what}: no 'nodes' key (expected sinfo/scontrol --json)")
+    if not isinstance(data["nodes"], list):
+        raise SlurmParseError(f"{what}: nodes: expected a list, got {_kind(data['nodes'])}")
+    return [node_from_json(raw, f"{what}: nodes[{index}]")
+            for index, raw in enumerate(_records(data, "nodes", what))]
 
 
 def meta_version(text: str) -> tuple[int, int, int] | None:
-    """The Slurm version in a JSON document's ``meta`` (22.05 ints or 24.11 strings)."""
+    """The Slurm version in a JSON document's ``meta`` (22.05 ints or 24.11 strings); None
+    when the document has none readable."""
     data = _load(text, "slurm json")
-    meta = data.get("meta") or {}
-    slurm = meta.get("Slurm") or meta.get("slurm") or {}
-    version = slurm.get("version") or {}
-    try:
-        return (int(version["major"]), int(version["minor"]), int(version["micro"]))
-    except (KeyError, TypeError, ValueError):
+    meta = data.get("meta")
+    slurm = (meta.get("Slurm") or meta.get("slurm")) if isinstance(meta, Mapping) else None
+    version = slurm.get("version") if isinstance(slurm, Mapping) else None
+    if not isinstance(version, Mapping):
         return None
+    parts = [number(version.get(key)) for key in ("major", "minor", "micro")]
+    if any(part is None or part < 0 for part in parts):
+        return None
+    return parts[0] or 0, parts[1] or 0, parts[2] or 0
 
 
-def parse_version(text: str) -> tuple[int, int, int]:
-    """(major, minor, micro) from ``sbatch --version`` output ("slurm 22.05.8")."""
+def parse_version(text: str, what: str | None = None) -> tuple[int, int, int]:
+    """(major, minor, micro) from ``sbatch --version`` output ("slurm 22.05.8"); ``what``
+    (the command) names it in errors."""
     words = text.strip().split()
     if len(words) >= 2:
         parts = words[-1].split("-")[0].split(".")
-        if len(parts) >= 2 and all(p.isdigit() for p in parts[:3]):
+        if len(parts) >= 2 and all(is_whole(p, 9) for p in parts[:3]):
             padded = [*parts[:3], "0", "0"][:3]
             return int(padded[0]), int(padded[1]), int(padded[2])
-    raise SlurmParseError(f"cannot read a Slurm version from {text.strip()!r}")
+    prefix = f"{what}: " if what else ""
+    raise SlurmParseError(f"{prefix}cannot read a Slurm version from {brief(text.strip())}")

@@ -131,3 +131,87 @@ def test_node_flags_that_take_no_jobs(state: list[str], usable: bool) -> None:
     """A 23.02+ node record (state as a list of base and flags): what placement may use."""
     node = node_from_json({"name": "n1", "state": state})
     assert node.usable is usable
+
+
+# Shapes Slurm's JSON never has (a damaged or foreign tool, another version): each is one
+# SlurmParseError naming the command and the field, never AttributeError/TypeError/KeyError.
+BAD_SHAPES = [
+    (parse_nodes, {"nodes": [1]}, "node list: nodes[0]: expected an object, got a number"),
+    (parse_nodes, {"nodes": None}, "node list: nodes: expected a list, got null"),
+    (parse_nodes, {"nodes": "n1"}, "node list: nodes: expected a list, got a string"),
+    (parse_nodes, {"nodes": {"n1": {}}}, "node list: nodes: expected a list, got an object"),
+    (parse_nodes, {"nodes": [{"name": "n1", "state_flags": 5}]},
+     "node list: nodes[0]: state_flags: expected a list, got a number"),
+    (parse_nodes, {"nodes": [{"name": ["n1"]}]},
+     "node list: nodes[0]: name: expected a string, got a list"),
+    (parse_nodes, {"nodes": [{"name": "n1", "reason": {"a": 1}}]},
+     "node list: nodes[0]: reason: expected a string, got an object"),
+    (parse_nodes, {"errors": True, "nodes": []},
+     "node list: errors: expected a list, got a boolean"),
+    (parse_nodes, {"errors": {"a": 1}, "nodes": []},
+     "node list: errors: expected a list, got an object"),
+    (parse_nodes, {"errors": 5, "nodes": []}, "node list: errors: expected a list, got a number"),
+    (parse_nodes, {"errors": [{"description": [1]}], "nodes": []},
+     "node list: Slurm reported an error: {'description': [1]}"),
+    (parse_squeue, {"jobs": [1]}, "squeue --json: jobs[0]: expected an object, got a number"),
+    (parse_squeue, {"jobs": "x"}, "squeue --json: jobs: expected a list, got a string"),
+    (parse_squeue, {"jobs": 3}, "squeue --json: jobs: expected a list, got a number"),
+    (parse_squeue, {"jobs": [{"job_id": 1, "nodes": ["n1"]}]},
+     "squeue --json: jobs[0]: nodes: expected a string, got a list"),
+    (parse_sacct, {"jobs": [1]}, "sacct --json: jobs[0]: expected an object, got a number"),
+    (parse_sacct, {"jobs": [{"time": "x"}]},
+     "sacct --json: jobs[0]: time: expected an object, got a string"),
+    (parse_sacct, {"jobs": [{"time": [1]}]},
+     "sacct --json: jobs[0]: time: expected an object, got a list"),
+    (parse_sacct, {"jobs": [{"state": {"current": "FAILED", "reason": [1]}}]},
+     "sacct --json: jobs[0]: state.reason: expected a string, got a list"),
+    (parse_squeue, [1], "squeue --json: expected a JSON object, got a list"),
+]
+
+
+@pytest.mark.parametrize(("parse", "doc", "message"), BAD_SHAPES)
+def test_unexpected_json_shapes_are_one_parse_error(parse: object, doc: object,
+                                                    message: str) -> None:
+    assert callable(parse)
+    with pytest.raises(SlurmParseError) as info:
+        parse(json.dumps(doc))
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    ('{"jobs": [' + "9" * 5000 + "]}",
+     "squeue --json: not JSON gantry can read (a number of more than 4,300 digits)"),
+    ("[" * 100_000 + "]" * 100_000, "squeue --json: nested too deeply to be Slurm's JSON"),
+])
+def test_json_past_python_limits_is_one_parse_error(text: str, message: str) -> None:
+    with pytest.raises(SlurmParseError) as info:
+        parse_squeue(text)
+    assert str(info.value) == message
+
+
+@pytest.mark.parametrize(("raw", "expected"), [
+    (float("inf"), None), (float("nan"), None), ("9" * 5000, None), ("\u00b2", None),
+    ("-3", -3), ({"set": True, "number": float("inf")}, None),
+    ({"set": True, "number": {"set": True, "number": 4}}, None), ([1], None),
+])
+def test_number_is_none_for_what_is_not_a_whole_number(raw: object, expected: int | None) -> None:
+    assert number(raw) == expected
+
+
+def test_odd_exit_codes_states_and_versions_do_not_raise() -> None:
+    jobs = parse_squeue(json.dumps({"jobs": [
+        {"job_id": 1, "job_state": "FAILED", "exit_code": {"status": 5, "return_code": 2}},
+        {"job_id": 2, "job_state": "FAILED", "exit_code": float("inf")},
+        {"job_id": 3, "job_state": {"a": 1}, "node_count": "\u00b2"},
+    ]}))
+    assert [(j.exit_code, j.state, j.node_count) for j in jobs] == [
+        (2, "FAILED", None), (None, "FAILED", None), (None, "UNKNOWN", None)]
+    assert parse_nodes(json.dumps({"nodes": [{"name": "n1", "state": "IDLE",
+                                              "state_flags": "DRAIN"}]}))[0].drained
+    for meta in ("x", {"slurm": "x"}, {"slurm": {"version": [1]}},
+                 {"slurm": {"version": {"major": float("inf"), "minor": 1, "micro": 1}}},
+                 {"slurm": {"version": {"major": "\u00b2", "minor": 1, "micro": 1}}}):
+        assert meta_version(json.dumps({"meta": meta})) is None
+    for text in ("slurm \u00b2\u00b2.05.8", "slurm " + "9" * 5000 + ".05.8"):
+        with pytest.raises(SlurmParseError, match="sbatch --version: cannot read a Slurm "):
+            parse_version(text, "sbatch --version")
