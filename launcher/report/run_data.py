@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.errors import UserInputError
+from launcher.errors import UserInputError, brief
 from launcher.user_files import require_regular_file
 
 METRICS_FILE = "metrics.jsonl"
@@ -67,30 +67,69 @@ class StepRecord:
     """Run directory (attempt) name the record came from."""
 
 
-def _number(record: dict[str, Any], key: str, where: str) -> float:
+MAX_MAGNITUDE = 1e100
+"""Largest magnitude of a finite number read: no measurement of a run comes near it (float32,
+in which the trainer computes, ends at 3.4e38), and the plots overflow near 1.8e308."""
+MAX_INDEX = 2**31 - 1
+"""Largest step, rank, stage or micro-batch number (MPI ranks and Slurm's counts are int32)."""
+
+
+def _number(record: dict[str, Any], key: str, where: str, low: float | None = None,
+            diverged_ok: bool = False) -> float:
+    """A finite number of magnitude at most MAX_MAGNITUDE (and >= ``low`` when given); with
+    ``diverged_ok`` also NaN or +-Infinity (what the trainer writes for a loss or gradient
+    norm that diverged)."""
     value = record.get(key)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UserInputError(f"{where}: {key}: {value!r} is not allowed (expected a number)")
-    return float(value)
+        raise UserInputError(f"{where}: {key}: {brief(value)} is not allowed (expected a number)")
+    non_finite = isinstance(value, float) and not math.isfinite(value)
+    too_large = not non_finite and abs(value) > MAX_MAGNITUDE  # an int past float's range too
+    if (non_finite and diverged_ok) or (
+            not non_finite and not too_large and (low is None or value >= low)):
+        return float(value)
+    shown = repr(float(value)) if not too_large or isinstance(value, float) else (
+        f"an integer of {len(str(abs(value)))} digits")
+    bound = f" >= {low:g}" if low is not None else ""
+    if too_large:
+        bound += f" of magnitude at most {MAX_MAGNITUDE:g}"
+    also = ", NaN or Infinity" if diverged_ok else ""
+    raise UserInputError(f"{where}: {key}: {shown} is not allowed (expected a finite number"
+                         f"{bound}{also})")
 
 
 def _finite(record: dict[str, Any], key: str, where: str, low: float | None = None) -> float:
     """A finite number (>= ``low`` when given): a trace's times and ids."""
-    value = _number(record, key, where)
-    if not math.isfinite(value) or (low is not None and value < low):
-        bound = "a finite number" if low is None else f"a finite number >= {low:g}"
-        raise UserInputError(f"{where}: {key}: {value!r} is not allowed (expected {bound})")
-    return value
+    return _number(record, key, where, low)
+
+
+def _index(record: dict[str, Any], key: str, where: str, low: int = 0) -> int:
+    """A step, rank, stage or micro-batch number: low .. MAX_INDEX (a fraction is cut)."""
+    value = _finite(record, key, where, low)
+    if value > MAX_INDEX:
+        raise UserInputError(f"{where}: {key}: {value:.3g} is not allowed (expected at most "
+                             f"{MAX_INDEX})")
+    return int(value)
+
+
+def _json(text: str, where: str, kind: str, what: str, lines: bool = False) -> Any:
+    """``text`` parsed; one UserInputError naming ``where`` for what json cannot read: "not
+    ``kind``" for a syntax error (with its line when ``lines``), "nested too deeply to be
+    ``what``"."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as err:
+        at = f" at line {err.lineno}" if lines else ""
+        raise UserInputError(f"{where}: not {kind} ({err.msg}{at})") from None
+    except ValueError:  # an integer of more than 4,300 digits (int()'s limit)
+        raise UserInputError(f"{where}: not {kind} gantry can read (a number of more than "
+                             "4,300 digits)") from None
+    except RecursionError:
+        raise UserInputError(f"{where}: nested too deeply to be {what}") from None
 
 
 def parse_record(text: str, where: str, attempt: str = "") -> StepRecord:
     """One metrics line -> StepRecord (UserInputError naming ``where`` when malformed)."""
-    try:
-        record = json.loads(text)
-    except json.JSONDecodeError as err:
-        raise UserInputError(f"{where}: not JSON ({err.msg})") from None
-    except RecursionError:
-        raise UserInputError(f"{where}: nested too deeply to be a metrics record") from None
+    record = _json(text, where, "JSON", "a metrics record")
     if not isinstance(record, dict):
         raise UserInputError(f"{where}: expected a JSON object, got {type(record).__name__}")
     ranks_raw = record.get("ranks", [])
@@ -103,12 +142,13 @@ def parse_record(text: str, where: str, attempt: str = "") -> StepRecord:
         ranks.append(RankTiming(*(_number(entry, k, f"{where}: ranks[{index}]")
                                   for k in TIMING_KEYS)))
     step = _number(record, "step", where)
-    if step != int(step) or step < 1:
-        raise UserInputError(f"{where}: step: {record['step']!r} is not allowed "
-                             "(expected an integer >= 1)")
-    return StepRecord(int(step), _number(record, "loss", where),
+    if step != int(step) or not 1 <= step <= MAX_INDEX:
+        raise UserInputError(f"{where}: step: {brief(record['step'])} is not allowed "
+                             f"(expected an integer 1 .. {MAX_INDEX})")
+    return StepRecord(int(step), _number(record, "loss", where, diverged_ok=True),
                       _number(record, "tokens_per_s", where), _number(record, "lr", where),
-                      _number(record, "grad_norm", where), tuple(ranks), attempt)
+                      _number(record, "grad_norm", where, diverged_ok=True), tuple(ranks),
+                      attempt)
 
 
 def parse_metrics_text(text: str, path: Path, attempt: str = "") -> list[StepRecord]:
@@ -169,17 +209,13 @@ def read_trace(path: Path) -> list[TraceEvent]:
     """trace.json -> its complete events (metadata events are skipped)."""
     require_regular_file(path, "a Chrome trace (trace.json)")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        text = path.read_text(encoding="utf-8")
     except OSError as err:
         raise UserInputError(f"{path}: cannot read ({err.strerror})") from None
     except UnicodeDecodeError as err:
         raise UserInputError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})"
                              ) from None
-    except RecursionError:
-        raise UserInputError(f"{path}: nested too deeply to be a Chrome trace") from None
-    except json.JSONDecodeError as err:
-        raise UserInputError(f"{path}: not a JSON trace ({err.msg} at line {err.lineno})"
-                             ) from None
+    data = _json(text, str(path), "a JSON trace", "a Chrome trace", lines=True)
     raw = data.get("traceEvents") if isinstance(data, dict) else data
     if not isinstance(raw, list):
         raise UserInputError(f"{path}: expected a Chrome trace (traceEvents: a list)")
@@ -195,10 +231,10 @@ def read_trace(path: Path) -> list[TraceEvent]:
             raise UserInputError(f"{where}: args: expected an object with step/stage/micro_batch")
         start = _finite(event, "ts", where) / 1e6
         events.append(TraceEvent(
-            rank=int(_finite(event, "pid", where, 0)), step=int(_finite(args, "step", where, 0)),
+            rank=_index(event, "pid", where), step=_index(args, "step", where),
             name=str(event.get("name", "")), category=str(event.get("cat", "")),
             start_s=start, end_s=start + _finite(event, "dur", where, 0) / 1e6,
-            stage=int(_finite(args, "stage", where, 0)),
-            micro_batch=int(_finite(args, "micro_batch", where, 0)),
+            stage=_index(args, "stage", where),
+            micro_batch=_index(args, "micro_batch", where),
         ))
     return events

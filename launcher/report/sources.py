@@ -9,6 +9,7 @@ from pathlib import Path
 from launcher.errors import GantryError, UserInputError
 from launcher.job_dir import find_job_dir, jobs_root
 from launcher.report.run_data import METRICS_FILE, TRACE_FILE
+from launcher.whole_numbers import read_whole
 
 
 @dataclass(frozen=True)
@@ -30,7 +31,10 @@ class RunSources:
 
 
 def _attempt_key(path: Path) -> tuple[list[int], str]:
-    return [int(x) if x.isdigit() else -1 for x in path.name.split("-")], path.name
+    """``<job id>-<restart>`` by its numbers (a part that is not 1-18 ASCII digits, e.g. "²",
+    counts as -1), then by name."""
+    parts = [read_whole(x) for x in path.name.split("-")]
+    return [-1 if x is None else x for x in parts], path.name
 
 
 def attempts_of(job_dir: Path) -> list[Path]:
