@@ -15,9 +15,8 @@ import socket
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
-
-from launcher.errors import UserInputError
+from launcher.errors import UserInputError, brief
+from launcher.typed_config import MAX_CONFIG_BYTES, load_yaml_file
 from launcher.user_files import require_regular_file
 
 
@@ -51,11 +50,8 @@ def read_rank_order(path: Path, world: int, rank_nodes: list[str] | None = None)
     consecutive layout positions; ``rank_nodes`` (the node of each world rank) resolves them
     (see :func:`order_from_nodes`).
     """
-    require_regular_file(path, "a rank order file (YAML list)", 64 * 1024 * 1024)
-    try:
-        order = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError) as err:
-        raise UserInputError(f"{path}: cannot read rank order ({err})") from None
+    require_regular_file(path, "a rank order file (YAML list)", MAX_CONFIG_BYTES)
+    order = load_yaml_file(path)  # UTF-8, bounded nesting; one UserInputError naming path
     if (isinstance(order, list) and order and all(type(r) is str for r in order)
             and rank_nodes is not None):
         return order_from_nodes(order, rank_nodes, str(path))
@@ -63,7 +59,8 @@ def read_rank_order(path: Path, world: int, rank_nodes: list[str] | None = None)
         raise UserInputError(f"{path}: expected a list of integer world ranks or node names")
     if sorted(order) != list(range(world)):
         raise UserInputError(
-            f"{path}: {order!r} is not allowed (expected each world rank 0..{world - 1} once)"
+            f"{path}: {brief(order)} is not allowed (expected each world rank 0..{world - 1} "
+            "once)"
         )
     return list(order)
 

@@ -44,3 +44,28 @@ def test_train_inputs_are_one_line_before_training(
     lines = outcome.stderr.splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: " + message.format(tmp=tmp_path)), \
         outcome.stderr
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        (b"\xff\xfe[0]\n", "{path}: cannot read (invalid start byte at byte 0; expected UTF-8 "
+         "text)"),
+        (b"[" * 100_000 + b"]" * 100_000 + b"\n", "{path}: nested too deeply to read"),
+        (("[" + ", ".join(["2"] * 100_000) + "]\n").encode(),
+         "{path}: [2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2"
+         "... (100000 items) is not allowed (expected each world rank 0..0 once)"),
+    ],
+)
+def test_a_rank_order_file_that_cannot_be_read_is_one_line(tmp_path: Path, content: bytes,
+                                                           message: str) -> None:
+    """--rank-order: bytes that are not UTF-8 raised UnicodeDecodeError, 100,000-deep nesting
+    RecursionError, a long list became a megabyte-long error line."""
+    job = tmp_path / "job.yaml"
+    job.write_text(EXAMPLE.read_text().replace("pp: 2, dp: 2,", "pp: 1, dp: 1,"))
+    order = tmp_path / "order.yaml"
+    order.write_bytes(content)
+    outcome = run_cli(["train", str(job), "--rank-order", str(order),
+                       "--run-dir", str(tmp_path / "run")])
+    assert outcome.code == 2, outcome
+    assert outcome.stderr.splitlines() == ["error: " + message.format(path=order)]
