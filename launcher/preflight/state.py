@@ -12,12 +12,12 @@ import contextlib
 import fcntl
 import json
 import os
-import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher.atomic_write import write_text
 from launcher.preflight.context import Baseline
 from launcher.site_config import SiteConfig
 
@@ -43,15 +43,7 @@ def _safe(node: str) -> str:
 
 def write_json_atomic(path: Path, data: Any) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            json.dump(data, handle, indent=1, sort_keys=True)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_text(path, json.dumps(data, indent=1, sort_keys=True), mode=0o600)
 
 
 def _read_json(path: Path) -> Any:
