@@ -31,6 +31,7 @@ from typing import Any
 
 import yaml
 
+from launcher.atomic_write import WriteError, made_directories, write_text
 from launcher.errors import UserInputError, brief
 
 JOBS_DIR_ENV = "GANTRY_JOBS_DIR"
@@ -54,15 +55,8 @@ def new_job_dir_path(root: Path, name: str, now: float | None = None) -> Path:
     return root / f"{name}-{stamp}-{secrets.token_hex(2)}"
 
 
-def _write_atomic(path: Path, text: str, mode: int = 0o644) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.chmod(mode)
-    os.replace(tmp, path)
-
-
 def _write_json(path: Path, data: Any) -> None:
-    _write_atomic(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+    write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", mode=0o644)
 
 
 @dataclass(frozen=True)
@@ -131,22 +125,29 @@ def create_job_dir(path: Path, script: str, spec: dict[str, Any], request: dict[
                    placement: dict[str, Any], name: str,
                    extra_files: dict[str, str] | None = None) -> JobDir:
     """Create the job directory with its files (``extra_files``: name -> text); nothing is
-    left behind if this fails."""
+    left behind if this fails (not the directory, not a jobs root it had to make)."""
     try:
-        path.mkdir(parents=True, exist_ok=False)
-        (path / "logs").mkdir()
-        (path / "runs").mkdir()
-        _write_atomic(path / "job.sbatch", script, 0o755)
-        _write_atomic(path / "spec.yaml", yaml.safe_dump(spec, sort_keys=False))
-        _write_json(path / "request.json", request)
-        _write_json(path / "placement.json", placement)
-        for file_name, text in (extra_files or {}).items():
-            _write_atomic(path / file_name, text)
-        _write_json(path / "meta.json", {"name": name, "created_at": time.time()})
+        with made_directories(path.parent):
+            path.mkdir()
+            try:
+                (path / "logs").mkdir()
+                (path / "runs").mkdir()
+                write_text(path / "job.sbatch", script, mode=0o755)
+                write_text(path / "spec.yaml", yaml.safe_dump(spec, sort_keys=False), mode=0o644)
+                _write_json(path / "request.json", request)
+                _write_json(path / "placement.json", placement)
+                for file_name, text in (extra_files or {}).items():
+                    write_text(path / file_name, text, mode=0o644)
+                _write_json(path / "meta.json", {"name": name, "created_at": time.time()})
+            except BaseException:
+                shutil.rmtree(path, ignore_errors=True)
+                raise
     except FileExistsError:
         raise UserInputError(f"{path}: job directory already exists") from None
+    except WriteError as err:
+        raise UserInputError(f"{path}: cannot create the job directory ({err.path.name}: "
+                             f"{err.reason})") from None
     except OSError as err:
-        shutil.rmtree(path, ignore_errors=True)
         raise UserInputError(f"{path}: cannot create the job directory ({err.strerror})") from None
     return JobDir(path)
 
@@ -165,7 +166,10 @@ def record_submission(root: Path, job_dir: JobDir, job_id: str) -> None:
     tmp = by_id / f".{job_id}.tmp"
     tmp.unlink(missing_ok=True)
     tmp.symlink_to(Path("..") / job_dir.path.name)
-    os.replace(tmp, link)
+    try:
+        os.replace(tmp, link)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def list_job_dirs(root: Path) -> list[JobDir]:

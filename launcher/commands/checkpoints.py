@@ -19,6 +19,7 @@ from launcher.job_cli import add_jobs_dir_arg, run_history
 from launcher.job_dir import find_job_dir, jobs_root
 from launcher.train.checkpoint_scan import CheckpointEntry, resume_choice, scan
 from launcher.train.export_weights import export_weights
+from launcher.user_files import require_short_names, require_writable_file
 
 
 def register(subparsers: Any) -> None:
@@ -91,6 +92,9 @@ def run(args: argparse.Namespace) -> int:
     if args.verify and args.export_weights is not None:
         raise UserInputError("--verify: not with --export-weights (the export verifies the "
                              "checkpoint it writes)")
+    require_short_names(Path(args.ref), "JOB|DIR")
+    if args.export_weights is not None:
+        require_writable_file(args.export_weights, "--export-weights")
     root, of_job = checkpoint_root(args.ref, args.jobs_dir)
     if args.export_weights is not None:
         return _export(args, root, scan(root))

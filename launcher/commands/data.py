@@ -15,10 +15,12 @@ from typing import Any
 
 import numpy as np
 
+from launcher.atomic_write import FileSet, made_directories
 from launcher.console import make_console, print_json
 from launcher.data import byte_tokenizer, gpt2_tokenizer
 from launcher.data.shards import write_shard
 from launcher.errors import UserInputError
+from launcher.user_files import require_output_dir, require_short_names
 
 DEFAULT_SHARD_TOKENS = 100_000_000
 TOKENIZERS = ("byte", "gpt2")
@@ -58,7 +60,9 @@ def _validate(args: argparse.Namespace) -> gpt2_tokenizer.Gpt2Tokenizer | None:
         raise UserInputError(
             f"--shard-tokens: {args.shard_tokens} is not allowed (expected 1..{2**31 - 1})"
         )
+    require_output_dir(args.out, "--out")
     for path in args.inputs:  # a FIFO (`<(zcat corpus.gz)`) is read as a stream
+        require_short_names(path, "inputs")
         if path.is_dir():
             raise UserInputError(f"{path}: is a directory (expected a text file)")
         if not path.exists():
@@ -86,11 +90,12 @@ def _encode(path: Path, data: bytes,
     return gpt2.encode_document(text)
 
 
-def _write_split(out: Path, split: str, tokens: np.ndarray, shard_tokens: int) -> list[str]:
+def _write_split(files: FileSet, out: Path, split: str, tokens: np.ndarray,
+                 shard_tokens: int) -> list[str]:
     names = []
     for index, start in enumerate(range(0, len(tokens), shard_tokens)):
         path = out / f"{split}_{index:06d}.bin"
-        write_shard(path, tokens[start : start + shard_tokens])
+        write_shard(path, tokens[start : start + shard_tokens], files)
         names.append(path.name)
     return names
 
@@ -114,9 +119,12 @@ def run(args: argparse.Namespace) -> int:
         raise UserInputError(
             f"inputs: {len(tokens)} tokens leave {len(train)} for training (need at least 2)"
         )
-    args.out.mkdir(parents=True, exist_ok=True)
-    train_shards = _write_split(args.out, "train", train, args.shard_tokens)
-    val_shards = _write_split(args.out, "val", val, args.shard_tokens) if len(val) else []
+    # All shards or none: a failure leaves no shard (a rerun would refuse the directory)
+    # and removes the --out directories this run made.
+    with made_directories(args.out, "--out"), FileSet() as files:
+        train_shards = _write_split(files, args.out, "train", train, args.shard_tokens)
+        val_shards = _write_split(files, args.out, "val", val, args.shard_tokens) \
+            if len(val) else []
     summary: dict[str, Any] = {
         "out": str(args.out),
         "tokenizer": args.tokenizer,

@@ -17,10 +17,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from launcher.atomic_write import FileSet, WriteError
 from launcher.console import make_console
-from launcher.errors import EXIT_FAILURE, EXIT_OK, UserInputError, brief
+from launcher.errors import EXIT_FAILURE, EXIT_OK, GantryError, UserInputError, brief
 from launcher.preflight.gate import GateReport, run_gate
 from launcher.preflight.gate_plan import read_node_plan
+from launcher.preflight.state import state_dir
 from launcher.preflight.verdict import LEVELS
 from launcher.site_config import load_site
 from launcher.user_files import require_regular_file, require_writable_file
@@ -114,6 +116,26 @@ def print_report(report: GateReport) -> None:
         console.print(f"gantry gate: requeue steps: {', '.join(report.requeue_steps)}")
 
 
+SHOWN_ACTIONS = 4
+"""Drains (resumes) an error line names one by one; more are counted."""
+
+
+def what_was_done(report: GateReport, state: Path) -> str:
+    """The gate's decision and its drains and resumes, for an error after they happened."""
+    done = []
+    for kind, verb in (("drain", "drained"), ("resume", "resumed")):
+        acted = [f"{a.node} ({a.reason})" if kind == "drain" else a.node
+                 for a in report.actions if a.kind == kind]
+        if acted:
+            more = len(acted) - SHOWN_ACTIONS
+            done.append(f"{verb} {', '.join(acted[:SHOWN_ACTIONS])}"
+                        + (f" and {more} more" if more > 0 else ""))
+    nodes = hostlists.collect(report.decision.nodes)
+    if not done:
+        return f"the gate had decided go on {nodes} and changed no node"
+    return f"the gate had decided go on {nodes} and {' and '.join(done)}, as recorded in {state}"
+
+
 def run(args: argparse.Namespace) -> int:
     site = load_site(args.site)
     nodes_expr = args.nodes or os.environ.get("SLURM_JOB_NODELIST", "")
@@ -167,10 +189,18 @@ def run(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     decision = report.decision.decision
     if decision == "go":
-        if args.nodelist_out is not None:
-            args.nodelist_out.write_text(hostlists.collect(report.decision.nodes) + "\n")
-        if args.nodes_out is not None:
-            args.nodes_out.write_text(",".join(report.decision.nodes) + "\n")
+        try:
+            with FileSet() as files:  # both files or neither
+                if args.nodelist_out is not None:
+                    files.write_text(args.nodelist_out,
+                                     hostlists.collect(report.decision.nodes) + "\n",
+                                     label="--nodelist-out")
+                if args.nodes_out is not None:
+                    files.write_text(args.nodes_out, ",".join(report.decision.nodes) + "\n",
+                                     label="--nodes-out")
+        except WriteError as err:  # the drains are done: say so, and do not let the job run
+            raise GantryError(f"{err}; {what_was_done(report, state_dir(site.config))}: "
+                              "the job does not run") from None
         if not (args.json or args.nodelist_out or args.nodes_out):  # else the files say it
             sys.stdout.write(hostlists.collect(report.decision.nodes) + "\n")
         return EXIT_OK

@@ -12,6 +12,7 @@ from launcher.errors import EXIT_OK
 from launcher.preflight.slurm_scripts import KINDS, ScriptSpec, write_scripts
 from launcher.preflight.verdict import LEVELS
 from launcher.site_config import load_site
+from launcher.user_files import require_output_dir
 
 
 def register(subparsers: Any) -> None:
@@ -39,6 +40,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    require_output_dir(args.out_dir, "out_dir")
     site = load_site(args.site)
     root = str(Path(launcher.__file__).resolve().parent.parent)
     level = args.level or site.config.preflight.level

@@ -11,8 +11,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from launcher.atomic_write import write_text
 from launcher.build import library_path
-from launcher.errors import UserInputError
 from launcher.job_cli import add_request_args, overrides_from_args
 from launcher.job_dir import jobs_root, new_job_dir_path
 from launcher.job_placement import place_job, placement_notes
@@ -46,8 +46,5 @@ def run(args: argparse.Namespace) -> int:
     if args.output is None:
         sys.stdout.write(script)
         return 0
-    try:
-        args.output.write_text(script, encoding="utf-8")
-    except OSError as err:
-        raise UserInputError(f"--output: cannot write {args.output} ({err.strerror})") from None
+    write_text(args.output, script, label="--output")
     return 0

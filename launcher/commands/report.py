@@ -10,6 +10,7 @@ from typing import Any
 from launcher.console import make_console, print_json
 from launcher.errors import EXIT_OK, UserInputError
 from launcher.job_cli import add_jobs_dir_arg
+from launcher.user_files import require_output_dir, require_short_names
 
 
 def register(subparsers: Any) -> None:
@@ -39,6 +40,11 @@ def run(args: argparse.Namespace) -> int:
     from launcher.report.checkpoints import describe as describe_checkpoints
     from launcher.report.sources import resolve_sources
 
+    require_short_names(Path(args.job_ref), "JOB")
+    if args.spec is not None:
+        require_short_names(args.spec, "--spec")
+    if args.out is not None:
+        require_output_dir(args.out, "--out")
     if args.step is not None and args.step < 1:
         raise UserInputError(f"--step: {args.step} is not allowed (expected a step >= 1)")
     result = build_report(resolve_sources(args.job_ref, args.jobs_dir, args.spec), args.out,

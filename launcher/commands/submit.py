@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import launcher
+from launcher.atomic_write import write_text
 from launcher.build import build_site, library_path
 from launcher.console import make_console, print_json
 from launcher.errors import EXIT_FAILURE, EXIT_OK, GantryError
@@ -124,7 +125,7 @@ def run(args: argparse.Namespace) -> int:
     if args.test_only:
         with tempfile.TemporaryDirectory(prefix="gantry-test-only-") as tmp:
             script_path = Path(tmp) / "job.sbatch"
-            script_path.write_text(script, encoding="utf-8")
+            write_text(script_path, script)
             verdict = client.test_submit(script_path)
         sys.stdout.write(f"{verdict}\n")
         return EXIT_OK
@@ -139,7 +140,11 @@ def run(args: argparse.Namespace) -> int:
     except BaseException:
         remove_job_dir(job_dir)
         raise
-    record_submission(root, job_dir, job_id)
+    try:
+        record_submission(root, job_dir, job_id)
+    except (GantryError, OSError) as err:  # the job is in Slurm: its directory must stay
+        raise GantryError(f"job {job_id} was submitted ({job_dir.path}) but not recorded there "
+                          f"({err}): find it by its directory, not its id") from None
     if args.json and not args.follow:
         print_json({"job_id": job_id, "job_dir": str(job_dir.path), "name": request.spec.name,
                     "placement": placement.summary})

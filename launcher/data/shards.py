@@ -3,12 +3,12 @@ zeros), then the tokens as little-endian uint16. Reads are checked against the f
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
+from launcher.atomic_write import FileSet
 from launcher.errors import UserInputError
 from launcher.user_files import require_regular_file
 
@@ -18,21 +18,22 @@ HEADER_INTS = 256
 HEADER_BYTES = HEADER_INTS * 4
 
 
-def write_shard(path: Path, tokens: npt.NDArray[np.uint16]) -> None:
-    """Writes a shard atomically (temp file, fsync, rename)."""
+def write_shard(path: Path, tokens: npt.NDArray[np.uint16], files: FileSet | None = None) -> None:
+    """Writes a shard atomically (launcher/atomic_write.py); into ``files``, it is put in place
+    with the set's other files (a whole `gantry data` run, all or nothing)."""
     if tokens.dtype != np.uint16:
         raise ValueError(f"tokens must be uint16, got {tokens.dtype}")
     if len(tokens) > 2**31 - 1:
         raise UserInputError(f"{path}: {len(tokens)} tokens do not fit one shard")
     header = np.zeros(HEADER_INTS, dtype="<i4")
     header[0], header[1], header[2] = SHARD_MAGIC, SHARD_VERSION, len(tokens)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(header.tobytes())
-        f.write(tokens.astype("<u2").tobytes())
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    if files is None:
+        with FileSet() as own:
+            write_shard(path, tokens, own)
+        return
+    with files.open(path) as handle:
+        handle.write(header.tobytes())
+        handle.write(tokens.astype("<u2").tobytes())
 
 
 def read_shard(path: Path) -> npt.NDArray[np.uint16]:

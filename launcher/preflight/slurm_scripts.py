@@ -17,6 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from launcher.atomic_write import FileSet, made_directories
+
 Kind = Literal["healthcheck", "prolog", "epilog"]
 KINDS: tuple[Kind, ...] = ("healthcheck", "prolog", "epilog")
 
@@ -77,12 +79,13 @@ def render(spec: ScriptSpec, path: Path) -> str:
 
 
 def write_scripts(out_dir: Path, specs: list[ScriptSpec]) -> list[Path]:
-    """Write one executable script per spec into ``out_dir``; returns their paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
+    """Write one executable script per spec into ``out_dir``; returns their paths. All or
+    none: a failure leaves the previous scripts as they were (a half-written health check
+    would exit 0 on every node) and removes the directories it made."""
     paths = []
-    for spec in specs:
-        path = out_dir / f"gantry-{spec.kind}.sh"
-        path.write_text(render(spec, path.resolve()))
-        path.chmod(0o755)
-        paths.append(path)
+    with made_directories(out_dir), FileSet() as files:
+        for spec in specs:
+            path = out_dir / f"gantry-{spec.kind}.sh"
+            files.write_text(path, render(spec, path.resolve()), mode=0o755)
+            paths.append(path)
     return paths

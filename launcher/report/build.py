@@ -1,17 +1,18 @@
 """Builds a report directory: loss.png, timeline.png, report.html and a copy of trace.json.
 
-Files are written under temporary names and renamed into place, so a failed report leaves
-no half-written file behind (an older complete report stays as it was).
+All files are written under temporary names and renamed into place together
+(launcher/atomic_write.FileSet), so a failed report leaves no half-written file behind: an
+older complete report stays as it was, a report directory this run made is removed again.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from launcher.atomic_write import FileSet, is_temp_name, made_directories
 from launcher.errors import GantryError, UserInputError
 from launcher.job_spec import load_job
 from launcher.report import html, plots
@@ -94,8 +95,10 @@ class ReportResult:
         }
 
 
-def _tmp(path: Path) -> Path:
-    return path.with_name(f".{path.name}.tmp")
+def _shown(text: str) -> str:
+    """``text`` for a title or the page: bytes of a name that are not UTF-8 (carried as
+    surrogates) shown as escapes, e.g. ``caf\\udce9``, which fonts and UTF-8 can carry."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _theory(spec: Path | None, events: list[TraceEvent],
@@ -134,7 +137,8 @@ def build_report(sources: RunSources, out_dir: Path | None = None,
         raise GantryError(f"{sources.run_dirs[-1] / 'metrics.jsonl'}: no complete step yet")
     events: list[TraceEvent] = read_trace(sources.trace) if sources.trace else []
     spec_name, theory = _theory(sources.spec, events, notes)
-    name = sources.name if sources.job_dir is not None or spec_name is None else spec_name
+    name = _shown(sources.name if sources.job_dir is not None or spec_name is None
+                  else spec_name)
     traced = steps_in(events)
     if sources.trace is None:
         notes.append("no trace.json yet (rank 0 writes it when training ends): no timeline")
@@ -145,28 +149,29 @@ def build_report(sources: RunSources, out_dir: Path | None = None,
         raise UserInputError(f"--step: {step} is not allowed (traced steps: {shown})")
     out = (out_dir or sources.default_out).resolve()
     try:
-        out.mkdir(parents=True, exist_ok=True)
-    except OSError as err:
-        raise UserInputError(f"{out}: cannot create the report directory ({err.strerror})"
-                             ) from None
-    try:
-        return _write(sources, name, records, events, traced, theory, out, step, notes)
-    finally:
-        for leftover in out.glob(".*.tmp"):
-            leftover.unlink(missing_ok=True)
+        with made_directories(out, "--out" if out_dir is not None else None), \
+                FileSet() as files:
+            return _write(files, sources, name, records, events, traced, theory, out, step,
+                          notes)
+    finally:  # temp files of an earlier report that was killed
+        for leftover in out.glob(".*") if out.is_dir() else []:
+            if is_temp_name(leftover.name):
+                leftover.unlink(missing_ok=True)
 
 
-def _write(sources: RunSources, name: str, records: list[StepRecord], events: list[TraceEvent],
-           traced: list[int], theory: TheoreticalBubble | None, out: Path, step: int | None,
-           notes: list[str]) -> ReportResult:
+def _write(files: FileSet, sources: RunSources, name: str, records: list[StepRecord],
+           events: list[TraceEvent], traced: list[int], theory: TheoreticalBubble | None,
+           out: Path, step: int | None, notes: list[str]) -> ReportResult:
     first, last = records[0], records[-1]
     bubble = measured_bubble(records)
     checkpoints = read_checkpoints(sources.run_dirs)
     tokens = _median([r.tokens_per_s for r in records])
     loss_png = out / "loss.png"
-    plots.loss_figure(records, f"{name}: loss {first.loss:.3f} → {last.loss:.3f} "
-                               f"over steps {first.step}-{last.step}", _tmp(loss_png))
+    with files.temp_path(loss_png) as loss_tmp:
+        plots.loss_figure(records, f"{name}: loss {first.loss:.3f} → {last.loss:.3f} "
+                                   f"over steps {first.step}-{last.step}", loss_tmp)
     timeline_png: Path | None = None
+    timeline_tmp: Path | None = None
     trace_copy: Path | None = None
     shown: int | None = None
     totals: dict[int, dict[str, float]] = {}
@@ -184,12 +189,14 @@ def _write(sources: RunSources, name: str, records: list[StepRecord], events: li
         title = (f"step {shown}: bubble {_bubble_text(this)} (median over steps "
                  f"{_bubble_text(bubble)}){theory_text}")
         timeline_png = out / "timeline.png"
-        plots.timeline_figure(timeline, totals, title, _tmp(timeline_png))
+        with files.temp_path(timeline_png) as timeline_tmp:
+            plots.timeline_figure(timeline, totals, title, timeline_tmp)
         assert sources.trace is not None
         trace_copy = out / "trace.json"
-        shutil.copyfile(sources.trace, _tmp(trace_copy))
+        with files.temp_path(trace_copy) as trace_tmp:
+            shutil.copyfile(sources.trace, trace_tmp)
     summary = [
-        ("run", ", ".join(str(d) for d in sources.run_dirs)),
+        ("run", ", ".join(_shown(str(d)) for d in sources.run_dirs)),
         ("steps", f"{first.step}-{last.step} ({len(records)} with metrics)"),
         ("loss", f"{first.loss:.4f} (step {first.step}) → {last.loss:.4f} (step {last.step})"),
         ("tokens/s", f"{tokens:,.0f} (median)"),
@@ -209,16 +216,13 @@ def _write(sources: RunSources, name: str, records: list[StepRecord], events: li
     attempts = []
     for run_dir in sources.run_dirs:
         mine = [r for r in records if r.attempt == run_dir.name]
-        attempts.append((str(run_dir), f"{mine[0].step}-{mine[-1].step}" if mine else "-",
+        attempts.append((_shown(str(run_dir)), f"{mine[0].step}-{mine[-1].step}" if mine else "-",
                          f"{mine[0].loss:.4f} → {mine[-1].loss:.4f}" if mine else "-"))
-    page = html.render_page(f"gantry report: {name}", summary, _tmp(loss_png),
-                            None if timeline_png is None else _tmp(timeline_png), totals,
-                            attempts, None if trace_copy is None else trace_copy.name, notes)
+    page = html.render_page(f"gantry report: {name}", summary, loss_tmp, timeline_tmp, totals,
+                            attempts, None if trace_copy is None else trace_copy.name,
+                            [_shown(note) for note in notes])
     report_html = out / "report.html"
-    _tmp(report_html).write_text(page, encoding="utf-8")
-    for path in (loss_png, timeline_png, trace_copy, report_html):
-        if path is not None:
-            os.replace(_tmp(path), path)
+    files.write_text(report_html, page)
     return ReportResult(out, report_html, loss_png, timeline_png, trace_copy, len(records),
                         first.loss, last.loss, tokens, bubble, theory, shown, tuple(notes),
                         tuple(checkpoints))

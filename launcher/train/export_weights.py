@@ -7,8 +7,6 @@ after checking it is identical). The checkpoint is verified first. The file load
 
 from __future__ import annotations
 
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +15,7 @@ import numpy as np
 import numpy.typing as npt
 from safetensors import SafetensorError, safe_open
 
+from launcher.atomic_write import FileExists, WriteError, open_atomic
 from launcher.errors import UserInputError
 from launcher.train import checkpoint
 from launcher.train.safetensors_stream import write_safetensors
@@ -49,26 +48,18 @@ def _params_of(shard: Path) -> dict[str, npt.NDArray[Any]]:
 
 
 def _write_new(out: Path, tensors: dict[str, npt.NDArray[Any]], metadata: dict[str, str]) -> None:
-    """Writes a file that must not exist yet: a unique temp file next to it, fsync'd, linked
-    to ``out`` (which fails if ``out`` appeared meanwhile), the directory fsync'd. The temp
-    file goes on every path out, Ctrl-C included."""
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent)
-    tmp = Path(tmp_name)
+    """Writes a file that must not exist yet (launcher/atomic_write.py with overwrite=False:
+    linked into place, which fails if ``out`` appeared meanwhile). The temp file goes on
+    every path out, Ctrl-C included."""
     try:
-        with os.fdopen(fd, "wb") as handle:
+        with open_atomic(out, overwrite=False) as handle:
             write_safetensors(handle, tensors, metadata)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.link(tmp, out)
-        checkpoint.fsync_dir(out.parent)
-    except FileExistsError:
+    except FileExists:
         raise UserInputError(f"{out}: already exists (remove it or choose another path)"
                              ) from None
-    except OSError as err:
-        raise UserInputError(f"{out}: cannot write the exported weights ({err.strerror})"
+    except WriteError as err:
+        raise UserInputError(f"{out}: cannot write the exported weights ({err.reason})"
                              ) from None
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def export_weights(directory: Path, out: Path) -> ExportResult:
