@@ -32,6 +32,7 @@ from launcher.preflight.policy_apply import apply_policy
 from launcher.preflight.slurm_nodes import Scontrol
 from launcher.preflight.tools import run_tool, tool_path
 from launcher.preflight.verdict import DRAIN_PREFIX, NodeVerdict, verdict_from_json
+from launcher.whole_numbers import MAX_DIGITS, read_whole
 from topology import hostlists
 
 GATE_SCHEMA = "gantry.preflight.gate"
@@ -100,6 +101,10 @@ def srun_argv(nodes: Sequence[str], site_path: Path, level: str) -> list[str]:
     ]
 
 
+_LABELLED = re.compile(rf"^\s*[0-9]{{1,{MAX_DIGITS}}}: ", re.M)
+"""A line as ``srun --label`` prints it: the task id in ASCII digits, then ": "."""
+
+
 def split_labelled(text: str) -> dict[int, str]:
     """``srun --label`` output -> task id -> that task's text, pieces re-joined in order.
 
@@ -110,14 +115,15 @@ def split_labelled(text: str) -> dict[int, str]:
     tasks: dict[int, list[str]] = {}
     for line in text.splitlines():
         head, sep, rest = line.partition(": ")
-        if sep and head.strip().isdigit():
-            tasks.setdefault(int(head.strip()), []).append(rest)
+        task = read_whole(head.strip()) if sep else None  # "²: " is no label (int() refuses)
+        if task is not None:
+            tasks.setdefault(task, []).append(rest)
     return {task: "".join(pieces) for task, pieces in tasks.items()}
 
 
 def _pieces(text: str) -> dict[int, str]:
     """Per-task texts: ``srun --label`` output, else one JSON verdict per line."""
-    if re.search(r"^\s*\d+: ", text, flags=re.M):
+    if _LABELLED.search(text):
         return split_labelled(text)
     lines = [line for line in text.splitlines() if line.strip()]
     return dict(enumerate(lines))

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from launcher.preflight.result import CheckResult
+from launcher.preflight.verdict import NodeVerdict
 from tests.unit.preflight_helpers import FAULTS, HEALTHY, gpu_env
 
 SITE = """\
@@ -119,3 +121,26 @@ def test_gate_refuses_a_job_id_that_is_no_job_id(tmp_path: Path) -> None:
     assert result.returncode == 2
     assert result.stderr == ("error: gate: --job-id '--help' is not allowed (expected a Slurm "
                              "job id, e.g. 1234 or 1234_7)\n")
+
+
+def test_gate_reports_with_labels_int_cannot_read(tmp_path: Path) -> None:
+    """--reports lines whose label is "²" (str.isdigit() true, int() refuses it) or 5,000
+    digits (past int()'s limit) raised ValueError out of the gate: they are no srun label,
+    so they are not a task's output; the labelled task's verdict is read as ever."""
+    passed = NodeVerdict(node="n1", level="quick", status="PASS",
+                         started_at="2026-11-30T12:00:00+00:00", duration_s=0.1,
+                         gantry_version="0", gpu_source="none",
+                         checks=[CheckResult("host.cpus", "PASS", "2", ">= 2")])
+    reports = tmp_path / "reports.txt"
+    reports.write_text(f"0: {json.dumps(passed.to_dict())}\n"
+                       '\u00b2: {"node": "n2"}\n' + "9" * 5000 + ": x\n", encoding="utf-8")
+    fake = tmp_path / "scontrol"
+    fake.write_text("#!/bin/sh\nexit 0\n")
+    fake.chmod(0o755)
+    result = gantry(["gate", "--nodes", "n1", "--site", str(site(tmp_path)), "--reports",
+                     str(reports), "--no-requeue"],
+                    {**gpu_env(HEALTHY), "GANTRY_SCONTROL": str(fake)})
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    assert result.stdout == "n1\n"
+    assert "gantry gate: go: 1 healthy nodes n1" in result.stderr
