@@ -12,8 +12,11 @@ name the file system refuses) leaves the previous file as it was and no temp fil
 Modes: ``mode=None`` keeps the permission bits of the file being replaced, and a new file
 gets the process's default (0o666 less the umask); an explicit ``mode`` (0o755 for scripts)
 is set exactly. A symbolic link at the path is followed: its target is replaced. With
-``overwrite=False`` the file must not exist yet (it is linked into place, never replaced).
-Failures are a ``WriteError`` (a one-line UserInputError naming the file).
+``overwrite=False`` nothing may be at the path yet, a link included: the file is hard-linked
+into place, which fails if the name appeared meanwhile (on a file system without hard links,
+renamed after a last check).
+Failures are a ``WriteError`` (a one-line UserInputError naming the file); what a training
+run writes turns it into a plain failure (``as_run_failure``: exit 1, the job may retry).
 """
 
 from __future__ import annotations
@@ -22,28 +25,32 @@ import contextlib
 import errno
 import os
 import secrets
+import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from launcher.errors import UserInputError, brief
+from launcher.errors import GantryError, UserInputError, brief
 
 _TEMP_SUFFIX = ".tmp"
 _MAX_NAME_BYTES = 255
 _NO_DIR_SYNC = frozenset({errno.EINVAL, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EBADF})
 """Errors of fsync on a directory from file systems that cannot sync one (not a failure)."""
+_NO_HARD_LINKS = frozenset({errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV})
+"""Errors of link() from file systems without hard links."""
 
 
 class WriteError(UserInputError):
     """A file could not be written; nothing was left half-written (exit 2, one line)."""
 
-    def __init__(self, path: Path, reason: str, label: str | None = None) -> None:
+    def __init__(self, path: Path, reason: str, label: str | None = None,
+                 what: str = "cannot write") -> None:
         self.path = path
         self.reason = reason
         self.label = label
         where = f"{label}: " if label else ""
-        super().__init__(f"{where}cannot write {path} ({reason})")
+        super().__init__(f"{where}{what} {path} ({reason})")
 
 
 class FileExists(WriteError):
@@ -51,6 +58,12 @@ class FileExists(WriteError):
 
     def __init__(self, path: Path, label: str | None = None) -> None:
         super().__init__(path, "it already exists", label)
+
+
+def as_run_failure(err: WriteError) -> GantryError:
+    """``err`` for a file a running job writes (checkpoint manifest, metrics, trace): a
+    failure of the run (exit 1, retried), not bad input (exit 2, never retried)."""
+    return GantryError(str(err))
 
 
 def _reason(err: BaseException) -> str:
@@ -135,13 +148,15 @@ class FileSet:
                overwrite: bool) -> tuple[_Staged, int]:
         if self._done:
             raise RuntimeError("FileSet already committed or discarded")
-        target = _target(path)
+        target = _target(path) if overwrite else path
         temp = target.with_name(temp_name(target.name))
         try:
             keep: int | None = None
-            if mode is None and overwrite:
-                with contextlib.suppress(FileNotFoundError, NotADirectoryError):
-                    st = os.stat(target)
+            with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+                st = os.stat(target)
+                if stat.S_ISDIR(st.st_mode):  # refused now, not at the rename after others
+                    raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+                if stat.S_ISREG(st.st_mode):
                     keep = st.st_mode & 0o7777
             if not overwrite and os.path.lexists(target):
                 raise FileExists(path, label)
@@ -188,13 +203,18 @@ class FileSet:
                 raise
             raise WriteError(staged.path, _reason(err), staged.label) from None
 
+    @contextlib.contextmanager
     def temp_path(self, path: Path, *, mode: int | None = None, label: str | None = None,
-                  overwrite: bool = True) -> Path:
+                  overwrite: bool = True) -> Iterator[Path]:
         """The temp file standing for ``path`` (created, empty), for writers that take a
-        file name (matplotlib, shutil.copyfile); it is fsynced and renamed at commit."""
+        file name (matplotlib, shutil.copyfile): an OSError while they fill it is a WriteError
+        naming ``path``; it is fsynced and renamed at commit."""
         staged, fd = self._stage(path, mode, label, overwrite)
         os.close(fd)
-        return staged.temp
+        try:
+            yield staged.temp
+        except OSError as err:
+            raise WriteError(staged.path, _reason(err), staged.label) from None
 
     def commit(self) -> None:
         """Fsync every staged file, rename each into place, fsync their directories."""
@@ -231,6 +251,13 @@ class FileSet:
             os.link(staged.temp, staged.target)  # fails if the file appeared meanwhile
         except FileExistsError:
             raise FileExists(staged.path, staged.label) from None
+        except OSError as err:
+            if err.errno not in _NO_HARD_LINKS:
+                raise
+            if os.path.lexists(staged.target):
+                raise FileExists(staged.path, staged.label) from None
+            os.rename(staged.temp, staged.target)
+            return
         os.unlink(staged.temp)
 
     def discard(self) -> None:
@@ -285,7 +312,7 @@ def made_directories(path: Path, label: str | None = None) -> Iterator[Path]:
                 missing.remove(directory)
     except OSError as err:
         _remove_empty(missing)
-        raise WriteError(path, _reason(err), label) from None
+        raise WriteError(path, _reason(err), label, "cannot create the directory") from None
     try:
         yield path
     except BaseException:

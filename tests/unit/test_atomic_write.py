@@ -119,11 +119,15 @@ def test_a_file_set_changes_no_file_when_one_of_them_fails(tmp_path: Path) -> No
 
 def test_a_file_set_temp_path_serves_writers_that_take_a_name(tmp_path: Path) -> None:
     target = tmp_path / "trace.json"
-    with FileSet() as files:
-        temp = files.temp_path(target)
+    with FileSet() as files, files.temp_path(target) as temp:
         assert temp.parent == tmp_path and atomic_write.is_temp_name(temp.name)
         temp.write_text("{}")
         assert not target.exists()
+    assert target.read_text() == "{}" and os.listdir(tmp_path) == ["trace.json"]
+    with (file_size_limit(1), pytest.raises(WriteError) as info, FileSet() as files,
+          files.temp_path(target) as temp):
+        temp.write_text("{...}")  # a writer that takes a name fails filling it
+    assert str(info.value) == f"cannot write {target} (File too large)"
     assert target.read_text() == "{}" and os.listdir(tmp_path) == ["trace.json"]
 
 
@@ -133,6 +137,11 @@ def test_made_directories_are_removed_again_when_the_block_fails(tmp_path: Path)
         assert made.is_dir()
         raise ValueError
     assert os.listdir(tmp_path) == ["a"] and os.listdir(tmp_path / "a") == []
+    (tmp_path / "file").write_text("")
+    with pytest.raises(WriteError) as info, made_directories(tmp_path / "file" / "x", "--out"):
+        pass
+    assert str(info.value) == (f"--out: cannot create the directory {tmp_path / 'file' / 'x'} "
+                               "(Not a directory)")
     with made_directories(tmp_path / "a" / "b") as made:
         (made / "kept").write_text("x")
     assert (tmp_path / "a" / "b" / "kept").is_file()
