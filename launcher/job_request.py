@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import UserInputError, brief
-from launcher.job_spec import JobSpec, check_layout
+from launcher.job_spec import NOT_UTF8, JobSpec, check_layout, is_utf8
 from launcher.site_config import LoadedSite, SiteConfig, load_site
 from launcher.typed_config import FieldError, from_mapping, load_yaml_file
 
@@ -52,8 +52,23 @@ class CliOverrides:
     command: tuple[str, ...] = ()
     """Arguments after `--`: run this argv on every rank instead of `gantry train`."""
 
+    def check_text(self) -> None:
+        """Every text flag is UTF-8: argv bytes that are not reach Python as lone surrogates,
+        which no batch script can hold; UserInputError naming the flag otherwise."""
+        flags: list[tuple[str, str | None]] = [
+            ("--name", self.name), ("--time", self.time_limit), ("--partition", self.partition),
+            ("--account", self.account), ("--qos", self.qos),
+            ("--container-image", self.container_image),
+            ("--preflight", self.preflight_level),
+            *(("--dependency", d) for d in self.dependencies),
+            *(("--env", e) for e in self.env), *(("-- COMMAND", c) for c in self.command)]
+        for flag, value in flags:
+            if value is not None and not is_utf8(value):
+                raise UserInputError(f"{flag}: {brief(value)} is not allowed ({NOT_UTF8})")
+
     def apply(self, raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
         """``raw`` (the job YAML mapping) with the overrides set; also the flags used."""
+        self.check_text()
         data = copy.deepcopy(raw)
         used: list[str] = []
 

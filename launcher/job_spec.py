@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from launcher.errors import brief
 from launcher.typed_config import FieldError, key_path, load_dataclass
 
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-interleaved"]
@@ -19,6 +20,21 @@ CHUNKED_SCHEDULES = ("interleaved", "zb-interleaved")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 MAX_MICRO_BATCHES = 4096
 """Micro-batches a step at most (as `gantry schedules`): the schedule table grows with them."""
+
+NOT_UTF8 = ("expected UTF-8 text: a byte that is not UTF-8, or a lone surrogate, cannot be "
+            "written into the batch script")
+"""What a job value that lands in the batch script must be (argv bytes that are not UTF-8
+reach Python as lone surrogates, as do YAML "\\udcff" escapes)."""
+
+
+def is_utf8(text: str) -> bool:
+    """True when ``text`` can be written as UTF-8 (it holds no lone surrogate)."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
 
 _TIME_RE = re.compile(r"^(?:(\d+)-)?(\d{1,2}):(\d{2})(?::(\d{2}))?$|^(\d+)$", re.ASCII)
 
@@ -228,6 +244,9 @@ class ResourcesSpec:
             if getattr(self, key) == "":
                 raise FieldError(key, "'' is not allowed (expected a name, or leave it out for "
                                  "the default)")
+        if self.container_image is not None and not is_utf8(self.container_image):
+            raise FieldError("container_image",
+                             f"{brief(self.container_image)} is not allowed ({NOT_UTF8})")
         if not _TIME_RE.fullmatch(self.time_limit):
             raise FieldError(
                 "time_limit",
@@ -306,8 +325,15 @@ class JobSpec:
                 raise FieldError(key_path("env", key),
                                  "is not a valid environment variable name (expected letters, "
                                  "digits and _, not starting with a digit)")
+        for key, value in self.env.items():
+            if not is_utf8(value):
+                raise FieldError(key_path("env", key), f"{brief(value)} is not allowed "
+                                 f"({NOT_UTF8})")
         if self.command is not None and not self.command:
             raise FieldError("command", "[] is not allowed (expected at least the program)")
+        for index, arg in enumerate(self.command or ()):
+            if not is_utf8(arg):
+                raise FieldError(f"command[{index}]", f"{brief(arg)} is not allowed ({NOT_UTF8})")
 
 
 def check_layout(spec: JobSpec, gpus_per_node: int) -> None:

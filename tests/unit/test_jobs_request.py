@@ -144,3 +144,43 @@ def test_a_job_value_no_sbatch_line_can_carry_names_the_job_file(tmp_path: Path)
     with pytest.raises(UserInputError) as info:
         render_job(over, tmp_path / "jd", tmp_path, gantry=("gantry",))
     assert str(info.value).startswith(f"{EXAMPLE} with --account: resources.account: 'a b'")
+
+
+NOT_UTF8_TAIL = ("is not allowed (expected UTF-8 text: a byte that is not UTF-8, or a lone "
+                 "surrogate, cannot be written into the batch script)")
+
+
+@pytest.mark.parametrize(("args", "flag", "shown"), [
+    ([b"--env", b"A=\xff"], "--env", "'A=\\udcff'"),
+    ([b"--container-image", b"img\xff"], "--container-image", "'img\\udcff'"),
+    ([b"--", b"python3", b"\xff"], "-- COMMAND", "'\\udcff'"),
+])
+@pytest.mark.parametrize("command", ["submit", "render"])
+def test_flag_bytes_that_are_not_utf8_are_refused_naming_the_flag(
+        tmp_path: Path, args: list[bytes], flag: str, shown: str, command: str) -> None:
+    """Argv bytes that are not UTF-8 reach Python as lone surrogates: `render` printed them
+    into the script, `render -o` and `submit` raised UnicodeEncodeError writing it."""
+    out = tmp_path / "job.sbatch"
+    argv: list[str | bytes] = [sys.executable, "-m", "launcher", command, str(EXAMPLE)]
+    argv += ["-o", str(out)] if command == "render" else []
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SLURM_CONF": str(tmp_path / "no.conf"),
+           "GANTRY_JOBS_DIR": str(tmp_path / "jobs")}
+    result = subprocess.run([*argv, *args], capture_output=True, cwd=tmp_path, env=env,
+                            check=False)
+    stderr = result.stderr.decode("utf-8", "backslashreplace")
+    assert result.returncode == 2, stderr
+    assert stderr.splitlines() == [f"error: {flag}: {shown} {NOT_UTF8_TAIL}"]
+    assert result.stdout == b""
+    assert not out.exists() and not (tmp_path / "jobs").exists()
+
+
+@pytest.mark.parametrize(("line", "field", "shown"), [
+    ('env: {A: "\\udcff"}', "env.A", "'\\udcff'"),
+    ('command: [python3, "\\ud800"]', "command[1]", "'\\ud800'"),
+])
+def test_yaml_escapes_of_lone_surrogates_are_refused_naming_the_field(
+        tmp_path: Path, line: str, field: str, shown: str) -> None:
+    job = write(tmp_path, EXAMPLE.read_text() + line + "\n")
+    with pytest.raises(UserInputError) as info:
+        resolve_request(job)
+    assert str(info.value) == f"{job}: {field}: {shown} {NOT_UTF8_TAIL}"
