@@ -22,6 +22,7 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from launcher.atomic_write import FileSet, WriteError, write_text
 from launcher.errors import GantryError
 from launcher.site_config import LoadedSite
 
@@ -137,16 +138,25 @@ def build_site(site: LoadedSite, force: bool = False) -> BuildResult:
     work = directory / "cmake-build"
     include = directory / "include"
     include.mkdir(parents=True, exist_ok=True)
-    (include / "gantry_site.h").write_text(site_header(site))
+    try:
+        write_text(include / "gantry_site.h", site_header(site))
+    except WriteError as err:
+        raise GantryError(f"build: {err}") from None
     configure = [cmake, "-S", str(NATIVE_DIR), "-B", str(work), "-DCMAKE_BUILD_TYPE=Release",
                  f"-DCMAKE_C_COMPILER={compiler}", f"-DGANTRY_SITE_INCLUDE_DIR={include}",
                  *backend_options(site)]
     _run(configure, "cmake configure")
     _run([cmake, "--build", str(work), "-j", str(os.cpu_count() or 1)], "cmake build")
-    shutil.copy2(work / LIBRARY_NAME, result.library)
-    shutil.copy2(work / result.executable.name, result.executable)
     stamp = {"key": key, "site": str(site.path), "build": asdict(cfg)}
-    (directory / STAMP).write_text(json.dumps(stamp, indent=2, sort_keys=True))
+    try:  # renamed into place (a running trainer keeps the old inode), the stamp with them
+        with FileSet() as files:
+            for built, target in ((work / LIBRARY_NAME, result.library),
+                                  (work / result.executable.name, result.executable)):
+                with files.temp_path(target) as tmp:
+                    shutil.copy2(built, tmp)
+            files.write_text(directory / STAMP, json.dumps(stamp, indent=2, sort_keys=True))
+    except WriteError as err:
+        raise GantryError(f"build: {err}") from None
     return BuildResult(directory, result.library, result.executable, cached=False)
 
 

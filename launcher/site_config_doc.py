@@ -15,6 +15,7 @@ import typing
 from typing import Any
 
 from launcher import site_config
+from launcher.atomic_write import write_text
 from launcher.site_config import REPO_ROOT, SiteConfig
 
 DOC_PATH = REPO_ROOT / "docs" / "site-config.md"
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     text = render()
     if args.write:
-        DOC_PATH.write_text(text, encoding="utf-8")
+        write_text(DOC_PATH, text)
     else:
         sys.stdout.write(text)
     return 0

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from launcher.atomic_write import write_text
 from launcher.cluster import client, munge, processes, tools
 from launcher.cluster.layout import RUN_DIR_ENV, RunLayout, run_dir_for
 from launcher.cluster.ports import busy_ports
@@ -179,10 +180,7 @@ def _changed_config(plan: ClusterPlan) -> str | None:
 
 
 def _write_text(path: Path, text: str) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    os.chmod(tmp, 0o644)
-    tmp.replace(path)
+    write_text(path, text, mode=0o644)
 
 
 def _daemon_env(layout: RunLayout) -> dict[str, str]:

@@ -18,6 +18,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from launcher.atomic_write import write_text
 from launcher.cluster.layout import RunLayout
 
 
@@ -88,10 +89,7 @@ def is_ours(record: PidRecord) -> bool:
 
 
 def write_record(layout: RunLayout, record: PidRecord) -> None:
-    path = layout.pid_record(record.daemon)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(asdict(record)) + "\n")
-    tmp.replace(path)
+    write_text(layout.pid_record(record.daemon), json.dumps(asdict(record)) + "\n")
 
 
 def read_records(layout: RunLayout) -> list[PidRecord]:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from launcher.atomic_write import write_text
+
 HEALTHY_PORT = {"state": "4: ACTIVE", "phys_state": "5: LinkUp",
                 "rate": "400 Gb/sec (4X NDR)", "link_layer": "InfiniBand"}
 """Files of a healthy port."""
@@ -22,8 +24,8 @@ def _write_port(root: Path, files: dict[str, str]) -> None:
     port = root / "class" / "infiniband" / "mlx5_0" / "ports" / "1"
     (port / "counters").mkdir(parents=True, exist_ok=True)
     for name, text in files.items():
-        (port / name).write_text(text + "\n", encoding="utf-8")
-    (port / "counters" / "link_downed").write_text("0\n", encoding="utf-8")
+        write_text(port / name, text + "\n")
+    write_text(port / "counters" / "link_downed", "0\n")
 
 
 def write_fake_sysfs(root: Path, faulty_nodes: list[str]) -> Path:

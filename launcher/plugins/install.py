@@ -8,7 +8,6 @@ slurm.conf includes them (see :func:`embedded_slurm_conf_lines`).
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import sys
@@ -16,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import launcher
+from launcher.atomic_write import FileSet
 from launcher.cluster.layout import run_dir_for
 from launcher.errors import UserInputError
 from launcher.plugins import render
@@ -153,31 +153,24 @@ def plan_install(site: LoadedSite, prefix: Path | None = None) -> InstallPlan:
     return InstallPlan(site, layout, choice, files, lines)
 
 
-def _write_atomic(path: Path, data: bytes, mode: int) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
-    tmp.write_bytes(data)
-    os.chmod(tmp, mode)
-    tmp.replace(path)  # running slurmstepds keep the old inode
-
-
 def perform_install(plan: InstallPlan, slurm_include_dir: str | None = None) -> list[Path]:
-    """Build the plugin (when chosen), then write every file; returns the paths written."""
+    """Build the plugin (when chosen), then write every file, all or none (renamed into
+    place: running slurmstepds keep the old inode); returns the paths written."""
     written: list[Path] = []
     module: Path | None = None
     if plan.choice.spank:
         module = build_spank(plan.layout.spank_build_dir, slurm_include_dir)
-    for planned in plan.files:
-        _write_atomic(planned.path, planned.text.encode(), planned.mode)
-        written.append(planned.path)
-    if module is not None:
-        target = plan.layout.spank_module
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = target.with_name(f".{target.name}.tmp{os.getpid()}")
-        shutil.copyfile(module, tmp)
-        os.chmod(tmp, 0o755)
-        tmp.replace(target)
-        written.append(target)
+    with FileSet() as files:
+        for planned in plan.files:
+            planned.path.parent.mkdir(parents=True, exist_ok=True)
+            files.write_text(planned.path, planned.text, mode=planned.mode)
+            written.append(planned.path)
+        if module is not None:
+            target = plan.layout.spank_module
+            target.parent.mkdir(parents=True, exist_ok=True)
+            with files.temp_path(target, mode=0o755) as tmp:
+                shutil.copyfile(module, tmp)
+            written.append(target)
     return written
 
 

@@ -3,19 +3,15 @@ topology.conf or topology.yaml file for the site config's `topology.file`."""
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import os
-import shutil
 from pathlib import Path
 from typing import Literal
 
+from launcher.atomic_write import FileExists, WriteError, write_text
 from launcher.errors import GantryError, UserInputError
 from launcher.job_placement import site_client_runner, slurm_conf_problem
 from launcher.site_check.live_facts import READ_TIMEOUT_S
 from launcher.site_config import LoadedSite
 from launcher.slurm.runner import SlurmCommandError, first_line
-from launcher.train.checkpoint import fsync_dir
 from topology.build import build_topology
 from topology.conf_format import write_topology_conf
 from topology.model import Topology
@@ -92,41 +88,12 @@ def check_out_path(path: Path, force: bool) -> Path:
 def write_new_file(path: Path, text: str, force: bool) -> None:
     """Write ``text`` to ``path``: a new file (an existing one, a link included, is kept
     unless ``force``, which replaces it keeping its mode, or writes through a link), complete
-    or not at all (a temp file beside it, fsync'd, then linked or renamed into place)."""
+    or not at all (launcher/atomic_write.py: linked into place, or renamed with ``force``)."""
     target = check_out_path(path, force)
-    tmp = target.with_name(f".gantry-topology.tmp{os.getpid()}")
     try:
-        tmp.write_text(text, encoding="utf-8")
-        if target.is_file():
-            shutil.copymode(target, tmp)
-        with open(tmp, "rb") as handle:
-            os.fsync(handle.fileno())
-        _publish(tmp, target, force)
-        fsync_dir(target.parent)
-    except FileExistsError:
+        write_text(target, text, overwrite=force)
+    except FileExists:
         raise UserInputError(f"--out: {path} exists (expected a new file, or pass --force)"
                              ) from None
-    except OSError as err:
-        raise GantryError(f"--out: cannot write {path}: {err.strerror or err}") from None
-    finally:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-
-
-def _publish(tmp: Path, target: Path, force: bool) -> None:
-    """Put ``tmp`` at ``target``: renamed over it with ``force``; else hard-linked, which fails
-    if the name appeared meanwhile (a file system without hard links: renamed after a last
-    check that the name is free)."""
-    if force:
-        tmp.replace(target)
-        return
-    try:
-        os.link(tmp, target)
-    except FileExistsError:
-        raise
-    except OSError as err:
-        if err.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV):
-            raise
-        if target.exists() or target.is_symlink():
-            raise FileExistsError(str(target)) from None
-        tmp.replace(target)
+    except WriteError as err:
+        raise GantryError(f"--out: cannot write {path}: {err.reason}") from None

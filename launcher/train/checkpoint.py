@@ -31,6 +31,7 @@ import numpy.typing as npt
 from safetensors import SafetensorError
 from safetensors.numpy import load_file
 
+from launcher.atomic_write import WriteError, as_run_failure, write_bytes
 from launcher.errors import UserInputError
 from launcher.native.binding import Buffer
 from launcher.train import faults, piece_hash
@@ -66,16 +67,6 @@ def fsync_dir(path: Path) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
-
-
-def _atomic_write(path: Path, data: bytes) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
-        handle.write(data)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
-    fsync_dir(path.parent)
 
 
 def sha256_of(path: Path) -> str:
@@ -163,7 +154,10 @@ def write_manifest(root: Path, step: int, files: dict[str, str], keep: int) -> N
     resume skipped as corrupt, a stray copy), and counting it would delete the good ones."""
     directory = step_dir(root, step)
     body = json.dumps({"step": step, "files": files}, indent=2, sort_keys=True).encode()
-    _atomic_write(directory / MANIFEST, body)
+    try:
+        write_bytes(directory / MANIFEST, body)
+    except WriteError as err:
+        raise as_run_failure(err) from None
     complete = sorted(s for s in complete_steps(root) if s <= step)
     for old in complete[:-keep] if keep > 0 else []:
         shutil.rmtree(step_dir(root, old), ignore_errors=True)

@@ -12,6 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from launcher.atomic_write import WriteError, as_run_failure, write_text
 from launcher.schedules import Op
 
 _NAMES = {int(op): op.name.lower() for op in Op}
@@ -48,9 +49,10 @@ def set_aside_after(run_dir: Path, step: int) -> int:
     if moved:
         with open(run_dir / REPLAYED, "a", encoding="utf-8") as handle:
             handle.write("".join(f"{line}\n" for line in moved))
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text("".join(f"{line}\n" for line in kept), encoding="utf-8")
-        tmp.replace(path)
+        try:
+            write_text(path, "".join(f"{line}\n" for line in kept))
+        except WriteError as err:
+            raise as_run_failure(err) from None
     return len(moved)
 
 
@@ -81,4 +83,7 @@ def trace_events(rank: int, step: int, t_offset: float,
 def write_trace(path: Path, events: list[dict[str, Any]], ranks: int) -> None:
     meta = [{"name": "process_name", "ph": "M", "pid": r, "args": {"name": f"rank {r}"}}
             for r in range(ranks)]
-    path.write_text(json.dumps({"traceEvents": meta + events, "displayTimeUnit": "ms"}))
+    try:
+        write_text(path, json.dumps({"traceEvents": meta + events, "displayTimeUnit": "ms"}))
+    except WriteError as err:
+        raise as_run_failure(err) from None

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from launcher.atomic_write import WriteError, as_run_failure, write_text
 from launcher.errors import GantryError, UserInputError
 from launcher.job_exit_codes import TRAINER_STOPPED
 from launcher.job_spec import JobSpec
@@ -373,6 +374,9 @@ def _stopped(world: Any, opts: TrainOptions, signum: int, step: int,
             "checkpointed": saved})
         attempt = os.environ.get("GANTRY_ATTEMPT_DIR")
         if attempt:  # the batch script reads it when only the step got the signal
-            Path(attempt, STOP_FILE).write_text(f"{name} {step}\n")
+            try:
+                write_text(Path(attempt, STOP_FILE), f"{name} {step}\n")
+            except WriteError as err:
+                raise as_run_failure(err) from None
     world.barrier()
     return TRAINER_STOPPED
