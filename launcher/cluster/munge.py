@@ -11,6 +11,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.atomic_write import write_bytes
 from launcher.cluster import tools
 from launcher.cluster.layout import RunLayout
 
@@ -45,12 +46,8 @@ def prepare(layout: RunLayout, who: MungeIdentity) -> None:
     """Give the munge dir to munged's account and create the key once (kept across ups)."""
     os.chown(layout.munge_dir, who.uid, who.gid)
     os.chmod(layout.munge_dir, 0o755)
-    if not layout.munge_key.exists():
-        fd = os.open(layout.munge_key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
-        try:
-            os.write(fd, os.urandom(MUNGE_KEY_BYTES))
-        finally:
-            os.close(fd)
+    if not layout.munge_key.exists():  # whole or not at all: a short key would be kept
+        write_bytes(layout.munge_key, os.urandom(MUNGE_KEY_BYTES), mode=0o400, overwrite=False)
     os.chown(layout.munge_key, who.uid, who.gid)
     os.chmod(layout.munge_key, 0o400)
 

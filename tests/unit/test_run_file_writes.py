@@ -11,6 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from launcher.cluster import munge
+from launcher.cluster.layout import RunLayout
+from launcher.cluster.munge import MungeIdentity
 from launcher.errors import GantryError, UserInputError
 from launcher.train import checkpoint, metrics
 from tests.unit.write_faults import file_size_limit
@@ -50,3 +53,16 @@ def test_a_trace_that_cannot_be_written_leaves_the_previous_one(tmp_path: Path) 
         metrics.write_trace(trace, metrics.trace_events(0, 0, 0.0, spans), 1)
     _run_failure(info.value)
     assert trace.read_text() == "{}" and os.listdir(tmp_path) == ["trace.json"]
+
+
+def test_the_embedded_clusters_munge_key_is_written_whole_or_not_at_all(tmp_path: Path) -> None:
+    """The key is made once and kept across `cluster up`s: a short one must never stay."""
+    layout = RunLayout(tmp_path)
+    layout.munge_dir.mkdir(parents=True)
+    me = MungeIdentity(user=None, uid=os.geteuid(), gid=os.getegid())
+    with file_size_limit(100), pytest.raises(UserInputError, match=r"\(File too large\)$"):
+        munge.prepare(layout, me)
+    assert os.listdir(layout.munge_dir) == []
+    munge.prepare(layout, me)
+    assert layout.munge_key.stat().st_size == munge.MUNGE_KEY_BYTES
+    assert layout.munge_key.stat().st_mode & 0o777 == 0o400
