@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 EXIT_OK = 0
 EXIT_FAILURE = 1
 EXIT_BAD_INPUT = 2
@@ -20,17 +23,85 @@ YAML string must not become a kilobyte-long error line)."""
 
 def brief(value: object, limit: int = BRIEF_LIMIT) -> str:
     """``repr(value)`` for a one-line message, cut to about ``limit`` characters with the
-    length said: ``'root:x:0:0:...' (1432 characters)``."""
-    text = repr(value)
-    if len(text) <= limit:
+    length said: ``'root:x:0:0:...' (1432 characters)``. Only about ``limit`` characters are
+    ever written: a value of 9^9 items (YAML aliases) costs no more than a short one."""
+    text, whole = _cut_repr(value, limit + 1)
+    if whole and len(text) <= limit:
         return text
     if isinstance(value, str):
         size = f"{len(value)} characters"
-    elif isinstance(value, list | tuple | dict):
+    elif isinstance(value, bytes | bytearray):
+        size = f"{len(value)} bytes"
+    elif isinstance(value, list | tuple | dict | set | frozenset):
         size = f"{len(value)} items"
     else:
         size = f"{len(text)} characters"
     return f"{text[:limit - 3]}... ({size})"
+
+
+def _digits(value: int) -> int:
+    return max(1, int(abs(value).bit_length() * 0.30103) + 1)
+
+
+def _cut_repr(value: object, budget: int) -> tuple[str, bool]:
+    """The first ``budget``-odd characters of ``repr(value)`` and whether that is all of it;
+    containers are walked only as far as the budget reaches (a self-containing list ends)."""
+    parts: list[str] = []
+    left = budget
+
+    def emit(text: str) -> None:
+        nonlocal left
+        parts.append(text)
+        left -= len(text)
+
+    def items(values: Iterable[Any], opening: str, closing: str, pairs: bool) -> bool:
+        emit(opening)
+        count = 0
+        for item in values:
+            if left <= 0:
+                return False
+            if count:
+                emit(", ")
+            if pairs:
+                key, val = item
+                if not walk(key):
+                    return False
+                emit(": ")
+                item = val
+            if not walk(item):
+                return False
+            count += 1
+        if opening == "(" and count == 1:
+            emit(",")
+        emit(closing)
+        return True
+
+    def walk(item: object) -> bool:
+        if left <= 0:
+            return False
+        if isinstance(item, str | bytes | bytearray) and len(item) > left:
+            emit(repr(item[:left + 1]))  # longer than what is left: the cut is inside it
+            return False
+        if isinstance(item, list):
+            return items(item, "[", "]", pairs=False)
+        if isinstance(item, tuple):
+            return items(item, "(", ")", pairs=False)
+        if isinstance(item, dict):
+            return items(item.items(), "{", "}", pairs=True)
+        if isinstance(item, set) and item:
+            return items(item, "{", "}", pairs=False)
+        if isinstance(item, frozenset) and item:
+            return items(item, "frozenset({", "})", pairs=False)
+        try:
+            emit(repr(item))
+        except ValueError:  # an integer of more digits than Python writes (4,300)
+            if not isinstance(item, int):
+                raise
+            emit(f"<an integer of about {_digits(item)} digits>")
+        return True
+
+    whole = walk(value)
+    return "".join(parts), whole
 
 
 class GantryError(Exception):

@@ -250,7 +250,7 @@ class ResourcesSpec:
         if not _TIME_RE.fullmatch(self.time_limit):
             raise FieldError(
                 "time_limit",
-                f"{self.time_limit!r} is not allowed (expected [D-]HH:MM[:SS] or minutes)",
+                f"{brief(self.time_limit)} is not allowed (expected [D-]HH:MM[:SS] or minutes)",
             )
 
 
@@ -303,7 +303,7 @@ class JobSpec:
         if not _NAME_RE.match(self.name):
             raise FieldError(
                 "name",
-                f"{self.name!r} is not allowed (expected 1-64 of A-Z a-z 0-9 . _ -, "
+                f"{brief(self.name)} is not allowed (expected 1-64 of A-Z a-z 0-9 . _ -, "
                 "starting with a letter or digit)",
             )
         stages = self.parallelism.pp * self.parallelism.virtual_stages

@@ -19,7 +19,7 @@ from typing import Any, Literal
 import jinja2
 
 from launcher import job_exit_codes
-from launcher.errors import UserInputError
+from launcher.errors import UserInputError, brief
 
 TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "sbatch_templates"
 DEFAULT_TEMPLATE = "train.sbatch.j2"
@@ -67,14 +67,14 @@ class SbatchOption:
     @property
     def text(self) -> Shell:
         if not _SBATCH_FLAG.match(self.flag):
-            raise UserInputError(f"{self.source or 'sbatch option'}: {self.flag!r} is not "
+            raise UserInputError(f"{self.source or 'sbatch option'}: {brief(self.flag)} is not "
                                  "allowed (expected a long option like --switches)")
         if self.value is None:
             return Shell(self.flag)
         if not _SBATCH_VALUE.match(self.value):
             raise UserInputError(
-                f"{self.source or self.flag}: {self.value!r} is not allowed in an #SBATCH line "
-                "(expected letters, digits and . _ / : , = + @ % [ ] { } - only; no spaces, "
+                f"{self.source or self.flag}: {brief(self.value)} is not allowed in an #SBATCH "
+                "line (expected letters, digits and . _ / : , = + @ % [ ] { } - only; no spaces, "
                 "quotes, $, `, ; or newlines)")
         return Shell(f"{self.flag}={self.value}")
 

@@ -27,7 +27,7 @@ def _check_env_names(env: dict[str, str]) -> None:
         if not _ENV_NAME.fullmatch(key):
             raise FieldError(
                 "env",
-                f"{key!r} is not allowed as a variable name (expected letters, digits "
+                f"{brief(key)} is not allowed as a variable name (expected letters, digits "
                 "and _, not starting with a digit)",
             )
 
@@ -247,7 +247,7 @@ class BuildSection:
             raise FieldError("cuda_archs", "backend 'cuda' needs at least one architecture")
         for arch in self.cuda_archs:
             if not arch or not arch.isalnum():
-                raise FieldError("cuda_archs", f"{arch!r} is not allowed (an architecture "
+                raise FieldError("cuda_archs", f"{brief(arch)} is not allowed (an architecture "
                                  "like '90a' or '80': letters and digits)")
 
 
@@ -315,11 +315,11 @@ def check_env_mapping(path: str, env: dict[str, str]) -> None:
         if not _ENV_NAME.fullmatch(key):
             raise FieldError(
                 path,
-                f"{key!r} is not allowed as a variable name (expected letters, digits "
+                f"{brief(key)} is not allowed as a variable name (expected letters, digits "
                 "and _, not starting with a digit)",
             )
         if "\n" in value or "\r" in value or "\0" in value:
-            raise FieldError(f"{path}.{key}", f"{value!r} is not allowed (expected one line)")
+            raise FieldError(f"{path}.{key}", f"{brief(value)} is not allowed (expected one line)")
 
 
 @dataclass(frozen=True)
@@ -402,7 +402,7 @@ class SiteConfig:
                 where = f"topology.switches[{i}].switches"
                 for child in _expand_field(where, switch.switches):
                     if child not in switch_names:
-                        raise FieldError(where, f"{child!r} is not a defined switch")
+                        raise FieldError(where, f"{brief(child)} is not a defined switch")
         for i, block in enumerate(self.topology.blocks):
             for node in _expand_field(f"topology.blocks[{i}].nodes", block.nodes):
                 if node not in known:

@@ -187,10 +187,67 @@ def from_mapping(cls: type[T], data: Any, source: str) -> T:
         raise UserInputError(f"{source}: {err}") from None
 
 
+MAX_ALIAS_VALUES = 10_000
+"""Values (scalars, lists, mappings) that aliases may repeat in one document, counting every
+value inside an aliased one: a few anchors reused and ``<<`` merges of defaults stay far below
+it; nested aliases (9 aliases of 9 aliases ... of a list: 9^9 values from 300 bytes) do not."""
+
+
+def _expanded_size(node: yaml.Node, sizes: dict[int, int]) -> int:
+    """Values in ``node`` with every alias inside it written out (memoized in ``sizes`` by node
+    id, so that each composed node is counted once however often it is reached)."""
+    stack: list[tuple[yaml.Node, bool]] = [(node, False)]
+    while stack:
+        current, children_done = stack.pop()
+        if id(current) in sizes:
+            continue
+        children: list[yaml.Node] = []
+        if isinstance(current, yaml.SequenceNode):
+            children = list(current.value)
+        elif isinstance(current, yaml.MappingNode):
+            children = [part for pair in current.value for part in pair]
+        if children_done:
+            sizes[id(current)] = 1 + sum(sizes[id(child)] for child in children)
+        else:
+            stack.append((current, True))
+            stack.extend((child, False) for child in children if id(child) not in sizes)
+    return sizes[id(node)]
+
+
 class _SafeLoader(yaml.SafeLoader):
     """yaml.SafeLoader whose tag constructors fail with a marked YAML error; PyYAML's raise
     plain exceptions without the line (``!!int abc``: ValueError, ``!!bool x``: KeyError, a
-    ``!!timestamp`` over two lines: AttributeError); and which refuses a key written twice."""
+    ``!!timestamp`` over two lines: AttributeError); which refuses a key written twice; and
+    which refuses aliases that repeat more than MAX_ALIAS_VALUES values in all, or an alias
+    inside its own anchor (a list containing itself)."""
+
+    def compose_node(self, parent: yaml.Node | None, index: Any) -> yaml.Node | None:
+        event = self.peek_event()  # type: ignore[no-untyped-call]
+        if isinstance(event, yaml.AliasEvent):
+            node = self.anchors.get(event.anchor)
+            if node is not None:
+                self._check_alias(str(event.anchor), node, event.start_mark)
+            return super().compose_node(parent, index)
+        anchor = getattr(event, "anchor", None)
+        if anchor is None:
+            return super().compose_node(parent, index)
+        self._open_anchors.add(anchor)
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self._open_anchors.discard(anchor)
+
+    def _check_alias(self, anchor: str, node: yaml.Node, mark: Any) -> None:
+        if anchor in self._open_anchors:
+            raise yaml.composer.ComposerError(
+                None, None, f"alias *{anchor[:64]} is used inside its own anchor "
+                "(a value cannot contain itself)", mark)
+        self._alias_values += _expanded_size(node, self._alias_sizes)
+        if self._alias_values > MAX_ALIAS_VALUES:
+            raise yaml.composer.ComposerError(
+                None, None, f"aliases repeat more than {MAX_ALIAS_VALUES} values (at alias "
+                f"*{anchor[:64]}; write the values out, or alias fewer of them)",
+                mark)
 
     def construct_object(self, node: yaml.Node, deep: bool = False) -> Any:
         try:
@@ -199,7 +256,7 @@ class _SafeLoader(yaml.SafeLoader):
             raise
         except Exception as err:
             tag = node.tag.replace("tag:yaml.org,2002:", "!!")
-            shown = (repr(node.value) if isinstance(node, yaml.ScalarNode)
+            shown = (brief(node.value) if isinstance(node, yaml.ScalarNode)
                      else "(a mapping)" if isinstance(node, yaml.MappingNode) else "(a list)")
             raise yaml.constructor.ConstructorError(
                 None, None, f"{tag} {shown} cannot be read ({tag_problem(err)})",
@@ -209,6 +266,9 @@ class _SafeLoader(yaml.SafeLoader):
     def __init__(self, stream: str) -> None:
         super().__init__(stream)
         self._keys_checked: set[int] = set()
+        self._open_anchors: set[str] = set()
+        self._alias_values = 0
+        self._alias_sizes: dict[int, int] = {}
 
     def flatten_mapping(self, node: yaml.MappingNode) -> None:
         """Refuse a key written twice in one mapping (YAML forbids it; PyYAML would keep the

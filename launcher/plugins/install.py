@@ -17,7 +17,7 @@ from pathlib import Path
 import launcher
 from launcher.atomic_write import FileSet
 from launcher.cluster.layout import run_dir_for
-from launcher.errors import UserInputError
+from launcher.errors import UserInputError, brief
 from launcher.plugins import render
 from launcher.plugins.build import build_spank
 from launcher.plugins.layout import InstallLayout
@@ -71,8 +71,8 @@ def default_prefix(site: LoadedSite) -> Path | None:
 def _check_conf_path(source: str, value: Path) -> None:
     if _CONF_UNSAFE.search(str(value)):
         raise UserInputError(
-            f"{source}: {str(value)!r} is not allowed (expected a path without blanks, quotes, "
-            "'#' or backslashes: it is written into plugstack.conf and slurm.conf)"
+            f"{source}: {brief(str(value))} is not allowed (expected a path without blanks, "
+            "quotes, '#' or backslashes: it is written into plugstack.conf and slurm.conf)"
         )
 
 
@@ -88,7 +88,7 @@ def check_suite_fields(site: LoadedSite, chosen: Path, from_flag: bool = False) 
     _check_conf_path("--prefix" if from_flag else f"{site.path}: plugins.prefix", chosen)
     if not _SITE_NAME.match(cfg.name):
         raise UserInputError(
-            f"{site.path}: name: {cfg.name!r} is not allowed for the plugin suite (expected "
+            f"{site.path}: name: {brief(cfg.name)} is not allowed for the plugin suite (expected "
             "at most 64 letters, digits, '_', '.', '-', not starting with '.')"
         )
     for section, env in (("mpi.env", cfg.mpi.env), ("nccl.env", cfg.nccl.env)):
