@@ -5,6 +5,8 @@ vocabulary 257, no files needed. --tokenizer gpt2: GPT-2's BPE (vocabulary 50257
 vocabulary files in --tokenizer-files DIR, never downloaded; <|endoftext|> before each
 document's tokens, as llm.c's GPT-2 data scripts write them. The last --val-fraction of the
 tokens goes to val_*.bin, the rest to train_*.bin, at most --shard-tokens tokens per shard.
+Inputs are read as streams in bounded memory (a file of any size, or a FIFO such as
+<(zcat corpus.gz)); a device such as /dev/zero is refused.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import numpy as np
 from launcher.atomic_write import FileSet, made_directories
 from launcher.console import make_console, print_json
 from launcher.data import byte_tokenizer, gpt2_tokenizer
-from launcher.data.shards import write_shard
+from launcher.data.shards import shard_header
+from launcher.data.token_stream import Encoder, TokenSpool, require_stream_input, spool_document
 from launcher.errors import UserInputError
 from launcher.user_files import require_output_dir, require_short_names
 
@@ -67,6 +70,7 @@ def _validate(args: argparse.Namespace) -> gpt2_tokenizer.Gpt2Tokenizer | None:
             raise UserInputError(f"{path}: is a directory (expected a text file)")
         if not path.exists():
             raise UserInputError(f"{path}: input text file does not exist")
+        require_stream_input(path)  # /dev/zero never ends: refused, not read
     if args.out.exists() and not args.out.is_dir():
         raise UserInputError(f"--out: {args.out} exists and is not a directory")
     earlier = sorted(args.out.glob("train_*.bin")) + sorted(args.out.glob("val_*.bin")) \
@@ -90,12 +94,16 @@ def _encode(path: Path, data: bytes,
     return gpt2.encode_document(text)
 
 
-def _write_split(files: FileSet, out: Path, split: str, tokens: np.ndarray,
-                 shard_tokens: int) -> list[str]:
+def _write_split(files: FileSet, out: Path, split: str, spool: TokenSpool, start: int,
+                 count: int, shard_tokens: int) -> list[str]:
+    """Shards of the spool's tokens ``start`` .. ``start + count``, copied a piece at a time."""
     names = []
-    for index, start in enumerate(range(0, len(tokens), shard_tokens)):
+    for index, first in enumerate(range(start, start + count, shard_tokens)):
+        size = min(shard_tokens, start + count - first)
         path = out / f"{split}_{index:06d}.bin"
-        write_shard(path, tokens[start : start + shard_tokens], files)
+        with files.open(path) as handle:
+            handle.write(shard_header(size))
+            spool.copy_to(handle, first, size)
         names.append(path.name)
     return names
 
@@ -103,35 +111,36 @@ def _write_split(files: FileSet, out: Path, split: str, tokens: np.ndarray,
 def run(args: argparse.Namespace) -> int:
     gpt2 = _validate(args)
     vocab_size = gpt2.vocab_size if gpt2 is not None else byte_tokenizer.VOCAB_SIZE
-    documents = []
-    for path in args.inputs:
-        try:
-            data = path.read_bytes()
-        except OSError as err:
-            raise UserInputError(f"{path}: cannot read: {err.strerror}") from err
-        documents.append(_encode(path, data, gpt2))
-    tokens = np.concatenate(documents)
-    n_val = int(len(tokens) * args.val_fraction)
-    if args.val_fraction > 0 and n_val == 0:
-        n_val = 1
-    train, val = tokens[: len(tokens) - n_val], tokens[len(tokens) - n_val :]
-    if len(train) < 2:
-        raise UserInputError(
-            f"inputs: {len(tokens)} tokens leave {len(train)} for training (need at least 2)"
-        )
-    # All shards or none: a failure leaves no shard (a rerun would refuse the directory)
-    # and removes the --out directories this run made.
-    with made_directories(args.out, "--out"), FileSet() as files:
-        train_shards = _write_split(files, args.out, "train", train, args.shard_tokens)
-        val_shards = _write_split(files, args.out, "val", val, args.shard_tokens) \
-            if len(val) else []
+    encode: Encoder | None = None
+    if gpt2 is not None:
+        def encode(path: Path, data: bytes) -> np.ndarray:
+            return _encode(path, data, gpt2)
+    # All shards or none: a failure leaves no shard (a rerun would refuse the directory), no
+    # spool, and removes the --out directories this run made. Inputs are streamed through the
+    # spool (launcher/data/token_stream.py): memory stays bounded whatever their size.
+    with made_directories(args.out, "--out"), TokenSpool(args.out, "--out") as spool, \
+            FileSet() as files:
+        for path in args.inputs:
+            spool_document(spool, path, encode)
+        total = spool.count
+        n_val = int(total * args.val_fraction)
+        if args.val_fraction > 0 and n_val == 0:
+            n_val = 1
+        n_train = total - n_val
+        if n_train < 2:
+            raise UserInputError(
+                f"inputs: {total} tokens leave {n_train} for training (need at least 2)")
+        train_shards = _write_split(files, args.out, "train", spool, 0, n_train,
+                                    args.shard_tokens)
+        val_shards = _write_split(files, args.out, "val", spool, n_train, n_val,
+                                  args.shard_tokens)
     summary: dict[str, Any] = {
         "out": str(args.out),
         "tokenizer": args.tokenizer,
         "vocab_size": vocab_size,
-        "documents": len(documents),
-        "train_tokens": len(train),
-        "val_tokens": len(val),
+        "documents": len(args.inputs),
+        "train_tokens": n_train,
+        "val_tokens": n_val,
         "train_shards": train_shards,
         "val_shards": val_shards,
     }
@@ -142,7 +151,7 @@ def run(args: argparse.Namespace) -> int:
                 f"<|endoftext|> = {gpt2.eot} before each document" if gpt2 is not None else
                 f"byte tokenizer, vocab {vocab_size}: bytes 0-255, EOT 256")
         make_console().print(
-            f"wrote {len(train_shards)} train shard(s) ({len(train)} tokens) and "
-            f"{len(val_shards)} val shard(s) ({len(val)} tokens) to {args.out} ({what})"
+            f"wrote {len(train_shards)} train shard(s) ({n_train} tokens) and "
+            f"{len(val_shards)} val shard(s) ({n_val} tokens) to {args.out} ({what})"
         )
     return 0

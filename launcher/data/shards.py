@@ -25,15 +25,20 @@ def write_shard(path: Path, tokens: npt.NDArray[np.uint16], files: FileSet | Non
         raise ValueError(f"tokens must be uint16, got {tokens.dtype}")
     if len(tokens) > 2**31 - 1:
         raise UserInputError(f"{path}: {len(tokens)} tokens do not fit one shard")
-    header = np.zeros(HEADER_INTS, dtype="<i4")
-    header[0], header[1], header[2] = SHARD_MAGIC, SHARD_VERSION, len(tokens)
     if files is None:
         with FileSet() as own:
             write_shard(path, tokens, own)
         return
     with files.open(path) as handle:
-        handle.write(header.tobytes())
+        handle.write(shard_header(len(tokens)))
         handle.write(tokens.astype("<u2").tobytes())
+
+
+def shard_header(count: int) -> bytes:
+    """The header of a shard of ``count`` tokens (at most 2**31 - 1)."""
+    header = np.zeros(HEADER_INTS, dtype="<i4")
+    header[0], header[1], header[2] = SHARD_MAGIC, SHARD_VERSION, count
+    return header.tobytes()
 
 
 def read_shard(path: Path) -> npt.NDArray[np.uint16]:
