@@ -42,6 +42,20 @@ def _check_slurm_word(path: str, value: str, what: str) -> None:
                          "blanks, ',', '=', '#', quotes or backslashes)")
 
 
+MAX_SITE_NAME = 64
+"""Longest site name (it names a directory of the build cache, with the build key)."""
+
+
+def _check_site_name(name: str) -> None:
+    """The site name: one Slurm word that can also name a directory (no '/', not '.' first):
+    it goes into the build cache path, the generated gantry_site.h and the job scripts."""
+    _check_slurm_word("name", name, "one site name")
+    if "/" in name or name.startswith(".") or len(name) > MAX_SITE_NAME:
+        raise FieldError("name", f"{brief(name)} is not allowed (expected at most "
+                         f"{MAX_SITE_NAME} characters, no '/', not starting with '.': the name "
+                         "is a directory of the build cache)")
+
+
 def _expand_field(path: str, expression: str) -> list[str]:
     """hostlists.expand for a config field: its error is the field's (naming the file)."""
     try:
@@ -367,7 +381,8 @@ class SiteConfig:
     """A whole site. See docs/site-config.md for every field."""
 
     name: str
-    """Site name (names the build cache entry and the job scripts' header)."""
+    """Site name (names the build cache entry and the job scripts' header): one word as
+    slurm.cluster_name, at most 64 characters, no '/', not starting with '.'."""
     nodes: NodesSection
     """The compute nodes."""
     description: str = ""
@@ -388,6 +403,7 @@ class SiteConfig:
     """The Slurm plugin suite (SPANK, Prolog/Epilog, HealthCheckProgram)."""
 
     def validate(self) -> None:
+        _check_site_name(self.name)
         known = set(self.nodes.node_list())
         switch_names = {s.name for s in self.topology.switches}
         for i, switch in enumerate(self.topology.switches):

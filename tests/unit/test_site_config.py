@@ -136,3 +136,40 @@ def test_errors_about_a_long_node_list_stay_short(tmp_path: Path) -> None:
     path, error = refused(tmp_path, data)
     assert "'zz' is not one of nodes.names ('node00000,node00001," in error
     assert len(error) < 250 + len(str(path))
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        ("local\n#define X 1", "name: 'local\\n#define X 1' is not allowed (expected one site "
+         "name without blanks, ',', '=', '#', quotes or backslashes)"),
+        ('a"b', "name: 'a\"b' is not allowed (expected one site name without blanks"),
+        ("a'b", "name: \"a'b\" is not allowed (expected one site name without blanks"),
+        ("a\\b", "name: 'a\\\\b' is not allowed (expected one site name"),
+        ("../x", "name: '../x' is not allowed (expected at most 64 characters, no '/', not "
+         "starting with '.': the name is a directory of the build cache)"),
+        ("x/../../y", "name: 'x/../../y' is not allowed (expected at most 64 characters, no '/'"),
+        ("..", "name: '..' is not allowed (expected at most 64 characters"),
+        (".hidden", "name: '.hidden' is not allowed (expected at most 64 characters"),
+        ("s" * 65, f"name: '{'s' * 65}' is not allowed (expected at most 64 characters"),
+        ("", "name: '' is not allowed (expected one site name"),
+    ],
+)
+def test_the_site_name_is_one_word_that_can_name_a_directory(
+    tmp_path: Path, name: str, message: str
+) -> None:
+    data = yaml.safe_load(DEFAULT_SITE.read_text())
+    data["name"] = name
+    path, error = refused(tmp_path, data)
+    assert error.startswith(f"{path}: name: "), error
+    assert message in error, error
+    assert "\n" not in error
+
+
+@pytest.mark.parametrize("name", ["local", "dc1-h200.prod", "site_2", "s" * 64, "a@b+c:d"])
+def test_site_names_that_are_one_word_load(tmp_path: Path, name: str) -> None:
+    data = yaml.safe_load(DEFAULT_SITE.read_text())
+    data["name"] = name
+    path = tmp_path / "site.yaml"
+    path.write_text(yaml.safe_dump(data))
+    assert load_site(path).config.name == name

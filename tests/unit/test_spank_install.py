@@ -147,7 +147,7 @@ def test_dry_run_changes_nothing(tmp_path: Path) -> None:
         ({}, "with space", "--prefix: '{tmp}/with space' is not allowed (expected a path"),
         ({"slurm": {"embedded": False}}, None,
          "plugins.prefix: not set and the site is not embedded (pass --prefix DIR"),
-        ({"name": "bad/name"}, "p", "name: 'bad/name' is not allowed for the plugin suite"),
+        ({"name": "bad@name"}, "p", "name: 'bad@name' is not allowed for the plugin suite"),
         ({"plugins": {"preflight_env": {"1BAD": "x"}}}, "p",
          "plugins.preflight_env: '1BAD' is not allowed as a variable name"),
         ({"plugins": {"preflight_env": {"A": "x\ny"}}}, "p",
