@@ -97,4 +97,9 @@ def verdict_from_json(text: str, source: str) -> NodeVerdict:
         data = json.loads(text)
     except json.JSONDecodeError as err:
         raise UserInputError(f"{source}: not JSON ({err.msg} at line {err.lineno})") from None
+    except ValueError:  # an integer of more than 4,300 digits (int()'s limit)
+        raise UserInputError(f"{source}: not a verdict (a number of more than 4,300 digits)"
+                             ) from None
+    except RecursionError:
+        raise UserInputError(f"{source}: nested too deeply to be a verdict") from None
     return verdict_from_dict(data, source)
