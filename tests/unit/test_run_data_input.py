@@ -157,3 +157,23 @@ def test_attempt_directories_with_other_digits_sort_first(tmp_path: Path) -> Non
         (runs / name / "metrics.jsonl").write_text(_record() + "\n")
     assert [p.name for p in attempts_of(tmp_path)] == ["\u00b2-1", "7-" + "9" * 30, "7-0",
                                                        "7-1"]
+
+
+def test_the_plots_draw_the_extremes_the_readers_admit(tmp_path: Path) -> None:
+    """Every value read_metrics/read_trace let through draws: NaN and +-Infinity losses (a
+    diverged run), magnitudes of MAX_MAGNITUDE, a trace spanning +-MAX_MAGNITUDE µs."""
+    from launcher.report import plots, timeline
+    from launcher.report.run_data import MAX_MAGNITUDE, RankTiming, StepRecord, TraceEvent
+
+    top = MAX_MAGNITUDE
+    timing = RankTiming(top, top, top, top, top, top)
+    losses = [math.nan, math.inf, -math.inf, top, -top, 5e-324, 0.0, 3.0]
+    records = [StepRecord(i + 1, loss, top if i % 2 else -top, top, loss, (timing, timing))
+               for i, loss in enumerate(losses)]
+    plots.loss_figure(records, "extremes", tmp_path / "loss.png")
+    events = [TraceEvent(0, 0, "forward s0 mb0", "compute", -top / 1e6, top / 1e6, 0, 0),
+              TraceEvent(1, 0, "backward s1 mb0", "compute", 0.0, top / 1e6, 1, 0)]
+    plots.timeline_figure(timeline.step_timeline(events, 0), timeline.totals_by_rank(events),
+                          "extremes", tmp_path / "timeline.png")
+    assert (tmp_path / "loss.png").stat().st_size > 0
+    assert (tmp_path / "timeline.png").stat().st_size > 0
