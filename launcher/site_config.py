@@ -291,8 +291,10 @@ class PreflightSection:
     xid_fail_codes: list[int] = field(default_factory=lambda: list(DEFAULT_XID_FAIL_CODES))
     """Xids that fail the node; any other Xid in the window warns."""
     state_dir: str | None = None
-    """Where drain history and counter baselines live (shared by all nodes on real sites).
-    Default: $GANTRY_STATE_DIR, else <slurm.run_dir or /tmp/gantry-<cluster_name>>/preflight."""
+    """Where drain history and counter baselines live (shared by all nodes on real sites):
+    written by its owner (root's Slurm scripts), read by jobs; not used when others may write
+    it (docs/preflight.md). Default: $GANTRY_STATE_DIR, else <slurm.run_dir or
+    /tmp/gantry-<cluster_name>>/preflight."""
     resume_after_passes: int = 3
     """Resume a node gantry drained after this many consecutive clean runs."""
     max_drain_fraction: float = 0.1

@@ -20,6 +20,7 @@ from launcher.errors import EXIT_FAILURE, EXIT_OK
 from launcher.preflight.context import Expectations
 from launcher.preflight.runner import RunOptions, run_preflight
 from launcher.preflight.state import state_dir
+from launcher.preflight.state_access import state_access
 from launcher.preflight.thresholds import make_thresholds
 from launcher.preflight.verdict import LEVELS, NodeVerdict
 from launcher.site_config import LoadedSite, load_site
@@ -60,13 +61,20 @@ def register(subparsers: Any) -> None:
 
 
 def options_for(site: LoadedSite, level: str | None) -> RunOptions:
+    """The run's options; counter baselines are read from the state dir when it is trusted
+    and saved there only by its writer (launcher/preflight/state_access.py)."""
     cfg = site.config
+    access = state_access(state_dir(cfg))
+    if not access.read:
+        sys.stderr.write(f"warning: preflight state dir not used: {access.problem} "
+                         "(counter growth is not checked; see docs/preflight.md)\n")
     return RunOptions(
         level=(level or cfg.preflight.level),  # type: ignore[arg-type]
         expectations=Expectations.from_site(cfg),
         thresholds=make_thresholds(cfg.preflight.thresholds),
-        state_dir=state_dir(cfg),
+        state_dir=access.root if access.read else None,
         mpi_env=cfg.mpi.env,
+        save_baselines=access.write,
     )
 
 

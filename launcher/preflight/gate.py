@@ -4,7 +4,9 @@
 2. Each node's verdict is read back (label -> lines -> JSON, validated); a node without a
    valid verdict counts as failed (``gantry:preflight:no-verdict``).
 3. The drain policy runs for every node (owned reasons, operator reasons untouched,
-   resume after K clean passes, rate limit).
+   resume after K clean passes, rate limit) when the gate is the state dir's writer; a gate
+   that only reads it (a job on a site whose state dir root's Slurm scripts write) excludes
+   failed nodes without draining them (gate_actions).
 4. Decision: ``go`` with ``need`` healthy nodes when enough are left, else ``requeue`` the job
    with the bad nodes excluded (or ``abort`` without a job). With the job's plan (its
    placement.json) the planned rank nodes that passed are kept and the places of the others
@@ -30,6 +32,8 @@ from launcher.preflight.drain_policy import Action
 from launcher.preflight.gate_plan import NodePlan, choose_nodes
 from launcher.preflight.policy_apply import apply_policy
 from launcher.preflight.slurm_nodes import Scontrol
+from launcher.preflight.state import state_dir
+from launcher.preflight.state_access import StateAccess, state_access
 from launcher.preflight.tools import run_tool, tool_path
 from launcher.preflight.verdict import DRAIN_PREFIX, NodeVerdict, verdict_from_json
 from launcher.whole_numbers import MAX_DIGITS, read_whole
@@ -224,6 +228,24 @@ def _go_with_plan(
     return GateDecision("go", chosen, bad, need, msg, list(plan.rank_nodes), replaced)
 
 
+def gate_actions(
+    site_cfg: Any, judged: Mapping[str, str | None], scontrol: Scontrol,
+    access: StateAccess | None = None,
+) -> list[Action]:
+    """The drain policy for the judged nodes, applied when this process is the state dir's
+    writer (``access``: default the site's state dir as this process may use it). Else, as
+    a job reading the state dir root's Slurm scripts write, nothing is drained, resumed or
+    written: a failed node is left to its Prolog/Epilog/HealthCheckProgram, which drain it
+    when they see it fail (and count the drain in the rate limit); this job excludes it."""
+    access = access or state_access(state_dir(site_cfg))
+    if access.write:
+        return apply_policy(site_cfg, judged, scontrol)
+    note = (f"excluded, not drained by the gate ({access.problem}: drains are left to the "
+            "node's own Prolog/Epilog/HealthCheckProgram)")
+    return [Action(node, "keep", reason, note) for node, reason in judged.items()
+            if reason is not None]
+
+
 @dataclass(frozen=True)
 class GateReport:
     """Everything the gate did, for the log and the JSON output."""
@@ -311,7 +333,7 @@ def run_gate(
     # A node without a verdict is excluded from this job but not drained: the missing
     # verdict may be the gate's fault (srun, shared FS), not the node's.
     judged = {o.node: o.reason for o in outcomes if o.status != "MISSING"}
-    actions = apply_policy(site_cfg, judged, scontrol) if judged else []
+    actions = gate_actions(site_cfg, judged, scontrol) if judged else []
     decision = decide(nodes, outcomes, need, job_id, plan)
     steps: list[str] = []
     if decision.decision == "requeue" and job_id:

@@ -6,12 +6,21 @@ import sys
 
 from launcher.preflight.policy_apply import apply_policy
 from launcher.preflight.slurm_nodes import Scontrol
+from launcher.preflight.state import state_dir
+from launcher.preflight.state_access import state_access
 from launcher.preflight.verdict import NodeVerdict
 from launcher.site_config import SiteConfig
 
 
 def apply_node_policy(site: SiteConfig, verdict: NodeVerdict, quiet: bool = False) -> None:
-    """Drain this node on FAIL (owned reason), resume gantry's own drain after K passes."""
+    """Drain this node on FAIL (owned reason), resume gantry's own drain after K passes; only
+    as the state dir's writer (root's Slurm scripts in the safe layout): the policy acts on
+    the history it keeps there, which nobody else may have written."""
+    access = state_access(state_dir(site))
+    if not access.write:
+        sys.stderr.write(f"warning: gantry preflight: {verdict.node}: drain policy not applied: "
+                         f"{access.problem} (see docs/preflight.md)\n")
+        return
     actions = apply_policy(site, {verdict.node: verdict.drain_reason()}, Scontrol())
     if not quiet:
         for a in actions:

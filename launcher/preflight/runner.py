@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import launcher
+from launcher.atomic_write import WriteError
 from launcher.preflight import active_checks
 from launcher.preflight.checks_gpu import GPU_CHECKS
 from launcher.preflight.checks_host import HOST_CHECKS
@@ -57,6 +58,9 @@ class RunOptions:
     """Where counter baselines live (None: no baselines, deltas not checked)."""
     mpi_env: Mapping[str, str]
     """Environment for the MPI ping (site mpi.env)."""
+    save_baselines: bool = True
+    """Write this run's counters to ``state_dir`` (False: this process only reads it, as a
+    job reads the state dir root's Slurm scripts write; launcher/preflight/state_access.py)."""
 
 
 class _Collector:
@@ -98,7 +102,8 @@ def collect(
         ib_ports=collector.get("ib ports", ib_f, lambda e: ()),
         host=collector.get("host", host_f, lambda e: HostFacts(None, None, None, (), error=e)),
         disks=collector.get("disks", disk_f, lambda e: ()),
-        previous=load_baseline(opts.state_dir, node) if opts.state_dir else None,
+        previous=(load_baseline(opts.state_dir, node, set_aside_bad=opts.save_baselines)
+                  if opts.state_dir else None),
     )
     collector.close()
     return facts, collector.hung
@@ -145,10 +150,10 @@ def run_preflight(
     facts, hung = collect(opts, node, env)
     results = [_timed(check, facts, opts) for check in (*GPU_CHECKS, *HOST_CHECKS)]
     results += active_results(opts, facts, env)
-    if opts.state_dir is not None:
+    if opts.state_dir is not None and opts.save_baselines:
         with contextlib.suppress(
-            OSError
-        ):  # a read-only state dir must not fail the node; deltas are simply not kept
+            OSError, WriteError
+        ):  # a full or read-only state dir must not fail the node; deltas are simply not kept
             save_baseline(
                 opts.state_dir,
                 node,
