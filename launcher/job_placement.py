@@ -23,6 +23,7 @@ from typing import Any
 from launcher.cluster.layout import RunLayout, run_dir_for
 from launcher.errors import GantryError, UserInputError
 from launcher.job_request import JobRequest
+from launcher.preflight.drain_reason import is_gantry_reason
 from launcher.sbatch_render import Placement as ScriptPlacement
 from launcher.site_config import LoadedSite
 from launcher.slurm import CommandRunner, NodeInfo, SlurmClient, make_client
@@ -39,8 +40,6 @@ from topology.placement import (
 )
 from topology.site_topology import site_topology
 
-#: Prefix of the drain reasons gantry sets (preflight's owned reasons, see docs/jobs.md).
-GANTRY_DRAIN_PREFIX = "gantry:"
 #: Node states that can take a new job now.
 FREE_STATES = frozenset({"IDLE", "MIXED"})
 
@@ -141,7 +140,7 @@ def state_from_nodes(nodes: Sequence[NodeInfo], site: LoadedSite, version: Slurm
             f"{site.config.name}'s nodes ({site.config.nodes.names}); point SLURM_CONF at the "
             "site's cluster")
     free = {n.name for n in mine if n.state in FREE_STATES and n.usable}
-    unhealthy = {n.name for n in mine if n.drained and n.reason.startswith(GANTRY_DRAIN_PREFIX)}
+    unhealthy = {n.name for n in mine if n.drained and is_gantry_reason(n.reason)}
     states = tuple((n.name, "+".join((n.state, *n.flags))) for n in
                    sorted(mine, key=lambda n: _natural(n.name)))
     return LiveState(frozenset(free - unhealthy), frozenset(unhealthy), version, source,

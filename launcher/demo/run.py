@@ -34,9 +34,9 @@ from launcher.demo.job import NAME, demo_job
 from launcher.demo.plan import demo_placement
 from launcher.errors import GantryError, UserInputError
 from launcher.job_dir import JobDir
-from launcher.job_placement import GANTRY_DRAIN_PREFIX
 from launcher.live.follow import follow_job
 from launcher.live.summary import RunSummary
+from launcher.preflight.drain_reason import is_gantry_reason
 from launcher.report.build import ReportResult, build_report
 from launcher.report.checkpoints import describe as describe_checkpoints
 from launcher.report.sources import resolve_sources
@@ -253,7 +253,7 @@ def _lift_drain(client: SlurmClient, node: str, console: Console) -> bool:
     """Resume the drill's node if gantry drained it (its fault was simulated)."""
     states = {n.name: n for n in client.node_states([node])}
     info = states.get(node)
-    if info is None or not info.drained or not info.reason.startswith(GANTRY_DRAIN_PREFIX):
+    if info is None or not info.drained or not is_gantry_reason(info.reason):
         return False
     client.resume([node])
     console.print(f"{node}: drain '{info.reason}' lifted (the fault was simulated; on a real "

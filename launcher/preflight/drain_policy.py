@@ -2,7 +2,8 @@
 
 Rules (LBNL NHC's, plus a rate limit):
 - gantry drains with reasons ``gantry:<check>:<detail>`` and only touches nodes whose current
-  reason is empty or its own; an operator's reason is never overwritten nor resumed.
+  reason is empty or exactly its own (drain_reason); an operator's reason is never
+  overwritten nor resumed.
 - a node gantry drained is resumed after ``resume_after_passes`` consecutive clean runs.
 - at most max(1, floor(max_drain_fraction * cluster size)) nodes are drained per
   ``drain_window_s``: a systemic fault (bad driver push, shared FS down) cannot drain the
@@ -16,8 +17,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Literal
 
+from launcher.preflight.drain_reason import is_gantry_reason
 from launcher.preflight.state import NodeHistory
-from launcher.preflight.verdict import DRAIN_PREFIX
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,8 @@ class NodeState:
 
     @property
     def owned(self) -> bool:
-        """True when the reason is gantry's own."""
-        return bool(self.reason) and str(self.reason).startswith(DRAIN_PREFIX)
+        """True when the reason is exactly one gantry writes (drain_reason)."""
+        return is_gantry_reason(self.reason)
 
     @property
     def operator_reason(self) -> bool:

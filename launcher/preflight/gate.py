@@ -29,13 +29,14 @@ from typing import Any, Literal
 import launcher
 from launcher.errors import UserInputError
 from launcher.preflight.drain_policy import Action
+from launcher.preflight.drain_reason import DRAIN_PREFIX
 from launcher.preflight.gate_plan import NodePlan, choose_nodes
 from launcher.preflight.policy_apply import apply_policy
 from launcher.preflight.slurm_nodes import Scontrol
 from launcher.preflight.state import state_dir
 from launcher.preflight.state_access import StateAccess, state_access
 from launcher.preflight.tools import run_tool, tool_path
-from launcher.preflight.verdict import DRAIN_PREFIX, NodeVerdict, verdict_from_json
+from launcher.preflight.verdict import NodeVerdict, verdict_from_json
 from launcher.whole_numbers import MAX_DIGITS, read_whole
 from topology import hostlists
 

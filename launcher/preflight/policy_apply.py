@@ -1,5 +1,8 @@
 """Applies the drain policy for real: read node states, plan, scontrol drain/resume, remember.
 
+Each drain or resume re-reads its node first and is skipped when the reason Slurm now holds
+is not gantry's own (an operator drained it since the first read).
+
 Shared by the gate (all nodes of a job) and ``gantry preflight --drain`` (one node, from the
 HealthCheckProgram or Prolog/Epilog). Decisions are serialised by a lock in the state dir.
 """
@@ -52,10 +55,16 @@ def apply_policy(
         done = []
         for action in actions:
             try:
+                done_now = True
                 if action.kind == "drain":
-                    scontrol.drain(action.node, action.reason)
+                    done_now = scontrol.drain(action.node, action.reason)
                 elif action.kind == "resume":
-                    scontrol.resume(action.node)
+                    done_now = scontrol.resume(action.node)
+                if not done_now:
+                    updated[action.node] = load_history(root, action.node)  # nothing changed
+                    action = Action(action.node, "keep", action.reason,
+                                    f"{action.kind} skipped: a fresh read shows a reason that "
+                                    "is not gantry's own (left to the operator)")
             except GantryError as err:
                 updated[action.node] = load_history(root, action.node)  # nothing changed
                 action = Action(action.node, "keep", action.reason, f"{action.kind} failed: {err}")

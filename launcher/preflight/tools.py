@@ -24,6 +24,8 @@ TOOL_ENV = {
     "nvidia-smi": "GANTRY_NVIDIA_SMI",
     "dmesg": "GANTRY_DMESG",
     "scontrol": "GANTRY_SCONTROL",
+    "sinfo": "GANTRY_SINFO",
+    "squeue": "GANTRY_SQUEUE",
     "srun": "GANTRY_SRUN",
     "mpirun": "GANTRY_MPIRUN",
 }

@@ -14,12 +14,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Literal
 
 from launcher.errors import UserInputError
+from launcher.preflight.drain_reason import DRAIN_PREFIX
 from launcher.preflight.result import CheckResult
 from launcher.typed_config import FieldError, from_mapping
 
 SCHEMA = "gantry.preflight.verdict"
 SCHEMA_VERSION = 1
-DRAIN_PREFIX = "gantry:"
 
 Level = Literal["quick", "standard", "deep"]
 LEVELS: tuple[Level, ...] = ("quick", "standard", "deep")

@@ -8,8 +8,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from launcher.errors import UserInputError
-from launcher.job_placement import GANTRY_DRAIN_PREFIX
 from launcher.preflight.drain_policy import NodeState
+from launcher.preflight.drain_reason import is_gantry_reason
 from launcher.site_check.live_facts import LiveFacts
 from launcher.site_check.results import SiteCheck, Status
 from launcher.site_config import LoadedSite
@@ -203,7 +203,7 @@ def check_node_states(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
     if not out:
         return SiteCheck("node-states", "ok", f"{len(names)} of {len(names)} nodes schedulable",
                          expected)
-    ours = [s.name for s in out if (s.reason or "").startswith(GANTRY_DRAIN_PREFIX)]
+    ours = [s.name for s in out if is_gantry_reason(s.reason)]
     others = {s.name: f"{s.state} ({s.reason})" if s.reason else s.state for s in out
               if s.name not in ours}
     parts = []

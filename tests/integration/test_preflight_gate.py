@@ -19,9 +19,10 @@ import shutil
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
-from launcher.preflight.slurm_nodes import parse_show_node
+from launcher.preflight.slurm_nodes import parse_nodes_json
 from tests.embedded_cluster import EmbeddedCluster
 from tests.unit.preflight_helpers import FAKE_DMESG, FAKE_SMI, FAULTS, FIXTURES, HEALTHY
 
@@ -79,7 +80,7 @@ def gate_script(site: Path, out: Path, extra: str, wait_for: Path | None = None)
 
 
 def node_states(c: EmbeddedCluster) -> dict[str, tuple[str, str | None]]:
-    nodes = parse_show_node(c.run("scontrol", "show", "node", "-o").stdout)
+    nodes = parse_nodes_json(c.run("sinfo", "--json").stdout)
     return {n: (s.state, s.reason) for n, s in nodes.items()}
 
 
@@ -198,6 +199,49 @@ def test_health_check_resumes_only_its_own_drain_after_k_passes(
         assert "DRAIN" in states["n8"][0] and states["n8"][1] == OPERATOR_REASON
     finally:
         restore(c, ["n7", "n8"])
+
+
+HOSTILE_REASON = "PSU swap, jobs moved to NodeName=n7 State=IDLE Reason=gantry:x:y"
+
+
+@pytest.mark.parametrize("reader", ["json", "text"])
+def test_hostile_operator_text_never_lends_gantry_a_node(
+    embedded_cluster: EmbeddedCluster, tmp_path: Path, reader: str
+) -> None:
+    """n6 is drained by an operator with a reason naming n7; n7 carries a comment naming n8,
+    which an operator drained too. n6 and n7 fail preflight, then pass twice: gantry drains
+    and resumes n7 alone; both operators' reasons stay exactly as written. ``text`` makes
+    sinfo --json fail, so the scontrol text form is read: there n7's comment holds
+    ``Reason=``, its record is unreadable, and gantry leaves n7 undrained."""
+    c = embedded_cluster
+    site = gpu_site(c, tmp_path)
+    scripts = tmp_path / "scripts"
+    made = c.gantry("preflight-scripts", str(scripts), "--site", str(site))
+    assert made.returncode == 0, made.stderr
+    health = scripts / "gantry-healthcheck.sh"
+    reader_env = {"GANTRY_SINFO": "/bin/false"} if reader == "text" else {}
+    faulty = {**fault_env(tmp_path, {"n6": "ecc-dbe", "n7": "ecc-dbe"}), **reader_env}
+    healthy = {**fault_env(tmp_path / "healthy", {}), **reader_env}
+    try:
+        c.run("scontrol", "update", "NodeName=n6", "State=DRAIN", f"Reason={HOSTILE_REASON}")
+        c.run("scontrol", "update", "NodeName=n8", "State=DRAIN", f"Reason={OPERATOR_REASON}")
+        c.run("scontrol", "update", "NodeName=n7", "Comment=moved from NodeName=n8 Reason=x")
+        for node in ("n6", "n7"):
+            c.run(str(health), env={**faulty, "SLURMD_NODENAME": node})
+        states = node_states(c)
+        assert states["n6"][1] == HOSTILE_REASON
+        n7_drained = "gantry:gpu.ecc:gpu0-volatile-uncorrectable" if reader == "json" else None
+        assert states["n7"][1] == n7_drained  # text: the comment hides where a reason starts
+        for _ in range(2):
+            for node in ("n6", "n7", "n8"):
+                c.run(str(health), env={**healthy, "SLURMD_NODENAME": node})
+        states = node_states(c)
+        assert "DRAIN" in states["n6"][0] and states["n6"][1] == HOSTILE_REASON
+        assert "DRAIN" in states["n8"][0] and states["n8"][1] == OPERATOR_REASON
+        assert "DRAIN" not in states["n7"][0] and states["n7"][1] is None
+    finally:
+        c.run("scontrol", "update", "NodeName=n7", "Comment=", check=False)
+        restore(c, ["n6", "n7", "n8"])
 
 
 def _write(path: Path, text: str) -> Path:

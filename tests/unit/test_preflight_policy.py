@@ -111,7 +111,7 @@ SHOW_NODE = (
     "NodeName=n3 Arch=x86_64 State=IDLE+DRAIN ThreadsPerCore=1 Partitions=debug "
     "Reason=gantry:gpu.row_remap:gpu1-pending [root@2026-11-30T12:01:02]\n"
     "NodeName=n5 Arch=x86_64 State=MIXED+DRAIN Partitions=debug "
-    "Reason=bad DIMM, see ticket 123 [alice@2026-11-30T11:00:00] Comment=(null)\n"
+    "Reason=bad DIMM, see ticket 123 [alice@2026-11-30T11:00:00]\n"
 )
 
 
