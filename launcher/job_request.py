@@ -128,6 +128,9 @@ class JobRequest:
     """The partition: the job's, else the site's."""
     nodes_total: int
     """Nodes to allocate: nodes + spares."""
+    preflight_level: str
+    """The gate's preflight level (off, quick, standard, deep): the job's
+    policy.preflight_level, else the site's preflight.level."""
     overrides_used: tuple[str, ...] = ()
     """The CLI flags that changed the YAML (for the record in the job directory)."""
     raw: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
@@ -198,5 +201,6 @@ def resolve_request(spec_path: Path, site_path: Path | None = None,
         spec=spec, spec_path=spec_path, site=site, ranks_per_node=ranks_per_node,
         gpus_per_node=ranks_per_node if cfg.nodes.gpus_per_node else 0,
         partition=spec.resources.partition or cfg.slurm.partition, nodes_total=nodes_total,
+        preflight_level=spec.policy.preflight_level or cfg.preflight.level,
         overrides_used=tuple(used), raw=merged,
     )

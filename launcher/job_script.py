@@ -99,8 +99,8 @@ def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,
     placement = placement or Placement()
     # A planned job's gate keeps the planned nodes that pass (spares fill the others' places).
     plan_args = ("--placement", str(job_dir / PLACEMENT_FILE)) if placement.nodes else ()
-    if spec.policy.preflight_level != "off":
-        preflight = PreflightStep(level=spec.policy.preflight_level,
+    if request.preflight_level != "off":
+        preflight = PreflightStep(level=request.preflight_level,
                                   check_argv=(*gantry, *PREFLIGHT_CHECK, *site_args),
                                   gate_argv=(*gantry, *PREFLIGHT_GATE, *site_args, *plan_args))
     if site.slurm.sbatch_options:

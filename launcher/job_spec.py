@@ -258,8 +258,9 @@ class ResourcesSpec:
 class PolicySpec:
     """What happens on failure, preemption and time limit."""
 
-    preflight_level: Literal["off", "quick", "standard", "deep"] = "quick"
-    """Preflight level of the gate inside the job."""
+    preflight_level: Literal["off", "quick", "standard", "deep"] | None = None
+    """Preflight level of the gate inside the job (None: the site's preflight.level; the CLI's
+    --preflight wins)."""
     requeue: bool = True
     """Requeue on preemption, time limit or failed nodes."""
     max_restarts: int = 3

@@ -277,7 +277,8 @@ class PreflightSection:
     """Per-site preflight settings: level, thresholds, what to check, how to drain."""
 
     level: Literal["quick", "standard", "deep"] = "quick"
-    """Default preflight level (jobs may ask for another with policy.preflight_level)."""
+    """Preflight level when none is asked for: of `gantry preflight`, of the Slurm plugin
+    suite, and of a job's gate when the job sets no policy.preflight_level (nor --preflight)."""
     thresholds: dict[str, float] = field(default_factory=dict)
     """Overrides of the default thresholds, by name (see docs/preflight.md)."""
     drain: bool = True

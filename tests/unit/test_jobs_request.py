@@ -54,6 +54,27 @@ def test_site_env_then_job_env_in_script(tmp_path: Path) -> None:
     assert exports.index("export OMPI_MCA_btl_tcp_if_include=lo") < exports.index("export X=1")
 
 
+@pytest.mark.parametrize(("policy", "flag", "level"), [
+    ("", None, "standard"),  # the job says nothing: the site's preflight.level
+    ("policy: {preflight_level: quick}\n", None, "quick"),  # the job file wins
+    ("policy: {preflight_level: quick}\n", "deep", "deep"),  # the flag wins over both
+    ("", "off", None),
+])
+def test_preflight_level_job_or_flag_over_site(tmp_path: Path, policy: str, flag: str | None,
+                                              level: str | None) -> None:
+    site = write(tmp_path, (REPO / "site_configs" / "local.yaml").read_text()
+                 .replace("preflight:\n  level: quick\n", "preflight:\n  level: standard\n"),
+                 "site.yaml")
+    assert "level: standard" in site.read_text()
+    job = write(tmp_path, EXAMPLE.read_text() + policy)
+    request = resolve_request(job, site, CliOverrides(preflight_level=flag))
+    assert request.preflight_level == (level or "off")
+    text = render_job(request, tmp_path / "jd", tmp_path, gantry=("gantry",))
+    levels = [line.split("--level ")[1].split()[0] for line in text.splitlines()
+              if "--level " in line]
+    assert levels == ([level] if level else [])
+
+
 @pytest.mark.parametrize(("text", "overrides", "message"), [
     ("name: a\nparallelism: {pp: 2, dp: 3}\nresources: {nodes: 4}\n", CliOverrides(),
      "pp(2) * dp(3) = 6 ranks but 4 nodes x 1 GPU = 4"),
