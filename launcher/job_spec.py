@@ -283,7 +283,7 @@ class PolicySpec:
 
 @dataclass(frozen=True)
 class JobSpec:
-    """A training job. See docs/job-spec.md for every field."""
+    """A training job. See docs/reference/job-spec.md for every field."""
 
     name: str
     model: ModelSpec = field(default_factory=ModelSpec)

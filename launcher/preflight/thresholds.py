@@ -1,6 +1,6 @@
 """Preflight thresholds: H200 defaults, overridable per site (``preflight.thresholds``).
 
-Defaults come from the recorded H200 box (tests/fixtures/preflight/h200-x2, DESIGN.md):
+Defaults come from the recorded H200 box (tests/fixtures/preflight/h200-x2, docs/BENCHMARKS.md):
 idle 34-38 C, 700 W default limit, PCIe Gen5 x16, 18 NVLinks at 26.562 GB/s per GPU,
 bf16 GEMM 8192^3 ~795 TFLOP/s, NVLink p2p 364 GB/s, all-reduce bus bandwidth 328 GB/s.
 Active-test minimums sit ~20-25% below those measurements.

@@ -23,7 +23,7 @@ import numpy.typing as npt
 
 
 class Op(IntEnum):
-    """Action codes shared with ``native/src/pipeline.h`` (keep in sync)."""
+    """Action codes shared with ``native/include/gantry/pipeline.h`` (keep in sync)."""
 
     FORWARD = 1
     BACKWARD = 2
