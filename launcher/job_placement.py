@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from launcher.cluster.layout import RunLayout, run_dir_for
+from launcher.cluster.layout import RunLayout
 from launcher.errors import GantryError, UserInputError
 from launcher.job_request import JobRequest
 from launcher.preflight.drain_reason import is_gantry_reason
@@ -75,7 +75,7 @@ def site_slurm_env(site: LoadedSite) -> dict[str, str] | None:
     slurm.conf and no SLURM_CONF is set, point SLURM_CONF at it; else None (inherit)."""
     if not site.config.slurm.embedded or os.environ.get("SLURM_CONF"):
         return None
-    conf = RunLayout(run_dir_for(site)).slurm_conf
+    conf = RunLayout(site.run_dir()).slurm_conf
     if not conf.is_file():
         return None
     return {**os.environ, "SLURM_CONF": str(conf)}
@@ -95,7 +95,7 @@ def slurm_conf_problem(site: LoadedSite) -> str | None:
     if conf.is_file():
         return None
     if site.config.slurm.embedded and not env.get("SLURM_CONF"):
-        conf = RunLayout(run_dir_for(site)).slurm_conf  # where `gantry cluster up` puts it
+        conf = RunLayout(site.run_dir()).slurm_conf  # where `gantry cluster up` puts it
     hint = " (is the embedded cluster up? `gantry cluster up`)" if site.config.slurm.embedded \
         else ""
     return f"no Slurm config at {conf}{hint}"

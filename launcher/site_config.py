@@ -6,7 +6,9 @@ field). `site_configs/local.yaml` describes the embedded cluster gantry runs on 
 
 from __future__ import annotations
 
+import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -17,6 +19,8 @@ from topology import hostlists
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_SITE = REPO_ROOT / "site_configs" / "local.yaml"
+#: The run dir of a site whose slurm.run_dir is unset (LoadedSite.run_dir).
+RUN_DIR_ENV = "GANTRY_RUN_DIR"
 
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -96,8 +100,8 @@ class SlurmSection:
     slurmd_port_base: int = 17001
     """Embedded: node i (1-based, in `nodes.names` order) listens on base + i - 1."""
     run_dir: str | None = None
-    """Embedded: directory for all state, logs, pid files and generated configs.
-    Default: $GANTRY_RUN_DIR, else /tmp/gantry-<cluster_name>."""
+    """Embedded: directory for all state, logs, pid files and generated configs (relative to
+    the site file). Default: $GANTRY_RUN_DIR, else /tmp/gantry-<cluster_name>."""
     client: Literal["auto", "cli", "pyslurm"] = "auto"
     """Slurm client backend: pyslurm when importable and matching the cluster, else the CLI."""
     sbatch_template: str = "train.sbatch.j2"
@@ -294,8 +298,8 @@ class PreflightSection:
     state_dir: str | None = None
     """Where drain history and counter baselines live (shared by all nodes on real sites):
     written by its owner (root's Slurm scripts), read by jobs; not used when others may write
-    it (docs/preflight.md). Default: $GANTRY_STATE_DIR, else <slurm.run_dir or
-    /tmp/gantry-<cluster_name>>/preflight."""
+    it (docs/preflight.md). ~ and $VARS are expanded, then a relative path resolves against
+    the site file. Default: $GANTRY_STATE_DIR, else <run dir>/preflight (see slurm.run_dir)."""
     resume_after_passes: int = 3
     """Resume a node gantry drained after this many consecutive clean runs."""
     max_drain_fraction: float = 0.1
@@ -437,10 +441,25 @@ class LoadedSite:
 
     config: SiteConfig
     path: Path
+    """The site file (absolute)."""
 
     def resolve(self, relative: str) -> Path:
+        """A path the site file names: relative ones resolve against its directory, whatever
+        the current directory."""
         candidate = Path(relative)
         return candidate if candidate.is_absolute() else self.path.parent / candidate
+
+    def run_dir(self, env: Mapping[str, str] | None = None) -> Path:
+        """The site's run dir (absolute): slurm.run_dir (relative to the site file), else
+        $GANTRY_RUN_DIR, else /tmp/gantry-<cluster_name>. The embedded cluster keeps all its
+        files there; the preflight state dir defaults to <run dir>/preflight."""
+        environ = os.environ if env is None else env
+        configured = self.config.slurm.run_dir
+        if configured:
+            return self.resolve(configured).resolve()
+        if environ.get(RUN_DIR_ENV):
+            return Path(environ[RUN_DIR_ENV]).resolve()
+        return Path("/tmp") / f"gantry-{self.config.slurm.cluster_name}"
 
 
 def load_site(path: Path | None = None) -> LoadedSite:

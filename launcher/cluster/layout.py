@@ -10,29 +10,15 @@ log, spool and state file lives, so that nothing is written to /etc, /run or /va
     <run_dir>/state/                          StateSaveLocation
     <run_dir>/spool/<node>/, tmp/<node>/      SlurmdSpoolDir and TmpFS per emulated node
     <run_dir>/jobs/                           scripts and outputs of jobs gantry generated
+
+The run directory itself is the site's (``LoadedSite.run_dir``: slurm.run_dir relative to
+the site file, else $GANTRY_RUN_DIR, else /tmp/gantry-<cluster_name>).
 """
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from pathlib import Path
-
-from launcher.site_config import LoadedSite
-
-RUN_DIR_ENV = "GANTRY_RUN_DIR"
-
-
-def run_dir_for(site: LoadedSite) -> Path:
-    """The site's run dir: slurm.run_dir (relative to the site file), else $GANTRY_RUN_DIR,
-    else /tmp/gantry-<cluster_name>."""
-    configured = site.config.slurm.run_dir
-    if configured:
-        return site.resolve(configured).resolve()
-    from_env = os.environ.get(RUN_DIR_ENV)
-    if from_env:
-        return Path(from_env).resolve()
-    return Path("/tmp") / f"gantry-{site.config.slurm.cluster_name}"
 
 
 @dataclass(frozen=True)

@@ -17,13 +17,13 @@ from pathlib import Path
 
 from launcher.atomic_write import write_text
 from launcher.cluster import client, munge, processes, tools
-from launcher.cluster.layout import RUN_DIR_ENV, RunLayout, run_dir_for
+from launcher.cluster.layout import RunLayout
 from launcher.cluster.ports import busy_ports
 from launcher.cluster.render import RenderedConfig, check_supported, node_ports, render_all
 from launcher.cluster.versions import SlurmFeatures, detect_version, features_for
 from launcher.errors import GantryError, UserInputError
 from launcher.plugins import install as plugin_install
-from launcher.site_config import LoadedSite
+from launcher.site_config import RUN_DIR_ENV, LoadedSite
 
 _BROKEN_STATES = ("drain", "inval", "fail")
 """Node states that will not turn idle by waiting (a config/host mismatch)."""
@@ -98,7 +98,7 @@ def make_plan(site: LoadedSite) -> ClusterPlan:
             raise UserInputError(
                 f"{site.path}: topology.file: cannot read {topo_path} ({err.strerror})"
             ) from None
-    layout = RunLayout(run_dir_for(site))
+    layout = RunLayout(site.run_dir())
     blocked = munge.unreachable_ancestor(layout.root, munge.munge_identity())
     if blocked is not None:
         mode = oct(blocked.stat().st_mode & 0o777)[2:]
@@ -395,5 +395,5 @@ def stop_all(layout: RunLayout) -> dict[str, str]:
 
 def down(site: LoadedSite) -> tuple[RunLayout, dict[str, str]]:
     """Stop the site's embedded cluster; returns its layout and daemon -> outcome."""
-    layout = RunLayout(run_dir_for(site))
+    layout = RunLayout(site.run_dir())
     return layout, stop_all(layout)

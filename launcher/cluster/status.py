@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from launcher.cluster import client
-from launcher.cluster.layout import RunLayout, run_dir_for
+from launcher.cluster.layout import RunLayout
 from launcher.cluster.lifecycle import live_records
 from launcher.cluster.render import node_ports
 from launcher.cluster.versions import detect_version
@@ -120,7 +120,7 @@ def _group_of_nodes(roots: list[TopologyGroup]) -> dict[str, str]:
 def collect(site: LoadedSite) -> ClusterStatus:
     """Look at the site's run dir and, when the controller runs, ask it for node states."""
     config = site.config
-    layout = RunLayout(run_dir_for(site))
+    layout = RunLayout(site.run_dir())
     alive = live_records(layout)
     names = ["munged", "slurmctld", *(f"slurmd-{n}" for n in config.nodes.node_list())]
     daemons = [

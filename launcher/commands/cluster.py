@@ -13,7 +13,7 @@ import shlex
 from pathlib import Path
 
 from launcher.cluster import lifecycle, status, status_view
-from launcher.cluster.layout import RunLayout, run_dir_for
+from launcher.cluster.layout import RunLayout
 from launcher.console import make_console, print_json
 from launcher.errors import EXIT_BAD_INPUT, EXIT_OK, UserInputError
 from launcher.site_config import DEFAULT_SITE, LoadedSite, load_site
@@ -98,7 +98,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def env_lines(site: LoadedSite) -> list[str]:
     """Shell lines that point Slurm tools at the cluster and set the site's MPI env."""
-    layout = RunLayout(run_dir_for(site))
+    layout = RunLayout(site.run_dir())
     lines = [f"export SLURM_CONF={shlex.quote(str(layout.slurm_conf))}"]
     if site.config.mpi.env:
         lines.append("# MPI environment for ranks (site mpi.env)")

@@ -172,8 +172,7 @@ def run(args: argparse.Namespace) -> int:
             raise UserInputError(f"{args.reports}: cannot read ({err.strerror})") from None
     plan = read_node_plan(args.placement) if args.placement is not None else None
     report = run_gate(
-        site.config,
-        site.path,
+        site,
         nodes,
         need,
         args.level or site.config.preflight.level,
@@ -199,7 +198,7 @@ def run(args: argparse.Namespace) -> int:
                     files.write_text(args.nodes_out, ",".join(report.decision.nodes) + "\n",
                                      label="--nodes-out")
         except WriteError as err:  # the drains are done: say so, and do not let the job run
-            raise GantryError(f"{err}; {what_was_done(report, state_dir(site.config))}: "
+            raise GantryError(f"{err}; {what_was_done(report, state_dir(site))}: "
                               "the job does not run") from None
         if not (args.json or args.nodelist_out or args.nodes_out):  # else the files say it
             sys.stdout.write(hostlists.collect(report.decision.nodes) + "\n")

@@ -64,7 +64,7 @@ def options_for(site: LoadedSite, level: str | None) -> RunOptions:
     """The run's options; counter baselines are read from the state dir when it is trusted
     and saved there only by its writer (launcher/preflight/state_access.py)."""
     cfg = site.config
-    access = state_access(state_dir(cfg))
+    access = state_access(state_dir(site))
     if not access.read:
         sys.stderr.write(f"warning: preflight state dir not used: {access.problem} "
                          "(counter growth is not checked; see docs/preflight.md)\n")
@@ -122,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     if args.drain:
         from launcher.preflight.node_policy import apply_node_policy
 
-        apply_node_policy(site.config, verdict, quiet=args.quiet)
+        apply_node_policy(site, verdict, quiet=args.quiet)
     if args.json:
         json.dump(verdict.to_dict(), sys.stdout, sort_keys=True)
         sys.stdout.write("\n")

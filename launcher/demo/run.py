@@ -27,7 +27,7 @@ import launcher
 from launcher.build import build_site
 from launcher.cluster import lifecycle
 from launcher.cluster.client import slurm_env
-from launcher.cluster.layout import RunLayout, run_dir_for
+from launcher.cluster.layout import RunLayout
 from launcher.demo.corpus import corpus_files
 from launcher.demo.faults import write_fake_sysfs
 from launcher.demo.job import NAME, demo_job
@@ -153,7 +153,7 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
     steps.begin("cluster", "embedded Slurm cluster")
     steps.command(["gantry", "cluster", "up", "--site", str(site.path)])
     up = lifecycle.up(site)
-    layout = RunLayout(run_dir_for(site))
+    layout = RunLayout(site.run_dir())
     state = "already up" if up.already_running else f"up in {up.seconds:.1f} s"
     console.print(f"cluster {site.config.slurm.cluster_name} {state}: "
                   f"{len(site.config.nodes.node_list())} nodes, run dir {layout.root}",

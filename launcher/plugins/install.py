@@ -16,7 +16,6 @@ from pathlib import Path
 
 import launcher
 from launcher.atomic_write import FileSet
-from launcher.cluster.layout import run_dir_for
 from launcher.errors import UserInputError, brief
 from launcher.plugins import render
 from launcher.plugins.build import build_spank
@@ -64,7 +63,7 @@ def default_prefix(site: LoadedSite) -> Path | None:
     if configured:
         return site.resolve(configured).resolve()
     if site.config.slurm.embedded:
-        return run_dir_for(site) / "plugins"
+        return site.run_dir() / "plugins"
     return None
 
 

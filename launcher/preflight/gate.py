@@ -37,6 +37,7 @@ from launcher.preflight.state import state_dir
 from launcher.preflight.state_access import StateAccess, state_access
 from launcher.preflight.tools import run_tool, tool_path
 from launcher.preflight.verdict import NodeVerdict, verdict_from_json
+from launcher.site_config import LoadedSite
 from launcher.whole_numbers import MAX_DIGITS, read_whole
 from topology import hostlists
 
@@ -230,7 +231,7 @@ def _go_with_plan(
 
 
 def gate_actions(
-    site_cfg: Any, judged: Mapping[str, str | None], scontrol: Scontrol,
+    site: LoadedSite, judged: Mapping[str, str | None], scontrol: Scontrol,
     access: StateAccess | None = None,
 ) -> list[Action]:
     """The drain policy for the judged nodes, applied when this process is the state dir's
@@ -238,9 +239,9 @@ def gate_actions(
     a job reading the state dir root's Slurm scripts write, nothing is drained, resumed or
     written: a failed node is left to its Prolog/Epilog/HealthCheckProgram, which drain it
     when they see it fail (and count the drain in the rate limit); this job excludes it."""
-    access = access or state_access(state_dir(site_cfg))
+    access = access or state_access(state_dir(site))
     if access.write:
-        return apply_policy(site_cfg, judged, scontrol)
+        return apply_policy(site, judged, scontrol)
     note = (f"excluded, not drained by the gate ({access.problem}: drains are left to the "
             "node's own Prolog/Epilog/HealthCheckProgram)")
     return [Action(node, "keep", reason, note) for node, reason in judged.items()
@@ -298,8 +299,7 @@ class GateReport:
 
 
 def run_gate(
-    site_cfg: Any,
-    site_path: Path,
+    site: LoadedSite,
     nodes: Sequence[str],
     need: int,
     level: str,
@@ -320,7 +320,7 @@ def run_gate(
         env["PYTHONPATH"] = package_root + (
             os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
         )
-        out = run_tool(srun_argv(nodes, site_path, level), timeout_s, env)
+        out = run_tool(srun_argv(nodes, site.path, level), timeout_s, env)
         text = out.stdout
         if out.timed_out or out.returncode not in (0, 1):
             problems["srun"] = out.describe_failure()
@@ -334,7 +334,7 @@ def run_gate(
     # A node without a verdict is excluded from this job but not drained: the missing
     # verdict may be the gate's fault (srun, shared FS), not the node's.
     judged = {o.node: o.reason for o in outcomes if o.status != "MISSING"}
-    actions = gate_actions(site_cfg, judged, scontrol) if judged else []
+    actions = gate_actions(site, judged, scontrol) if judged else []
     decision = decide(nodes, outcomes, need, job_id, plan)
     steps: list[str] = []
     if decision.decision == "requeue" and job_id:

@@ -9,10 +9,10 @@ from launcher.preflight.slurm_nodes import Scontrol
 from launcher.preflight.state import state_dir
 from launcher.preflight.state_access import state_access
 from launcher.preflight.verdict import NodeVerdict
-from launcher.site_config import SiteConfig
+from launcher.site_config import LoadedSite
 
 
-def apply_node_policy(site: SiteConfig, verdict: NodeVerdict, quiet: bool = False) -> None:
+def apply_node_policy(site: LoadedSite, verdict: NodeVerdict, quiet: bool = False) -> None:
     """Drain this node on FAIL (owned reason), resume gantry's own drain after K passes; only
     as the state dir's writer (root's Slurm scripts in the safe layout): the policy acts on
     the history it keeps there, which nobody else may have written."""

@@ -22,18 +22,18 @@ from launcher.preflight.state import (
     save_history,
     state_dir,
 )
-from launcher.site_config import SiteConfig
+from launcher.site_config import LoadedSite
 
 
 def apply_policy(
-    site: SiteConfig,
+    site: LoadedSite,
     outcomes: Mapping[str, str | None],
     scontrol: Scontrol,
     now: float | None = None,
 ) -> list[Action]:
     """Drain/resume per the policy; a failed scontrol call is reported in the action's note."""
     root = state_dir(site)
-    pf = site.preflight
+    pf = site.config.preflight
     with policy_lock(root):
         states = scontrol.nodes()
         cfg = PolicyConfig(

@@ -30,7 +30,7 @@ from launcher.atomic_write import write_text
 from launcher.errors import brief
 from launcher.preflight.context import Baseline
 from launcher.preflight.state_access import FILE_MODE, make_dirs
-from launcher.site_config import SiteConfig
+from launcher.site_config import LoadedSite
 
 MAX_RECORD_BYTES = 1024 * 1024
 """Largest record read (a history record is ~300 bytes; a baseline of 8 GPUs x 18 NVLinks
@@ -40,19 +40,16 @@ MAX_COUNTER = 2**63 - 1
 STATUSES = ("PASS", "WARN", "FAIL")
 
 
-def state_dir(site: SiteConfig, env: Mapping[str, str] | None = None) -> Path:
-    """preflight.state_dir, else $GANTRY_STATE_DIR, else <run_dir>/preflight."""
+def state_dir(site: LoadedSite, env: Mapping[str, str] | None = None) -> Path:
+    """preflight.state_dir (~ and $VARS expanded, relative to the site file), else
+    $GANTRY_STATE_DIR, else <the site's run dir>/preflight (LoadedSite.run_dir)."""
     environ = os.environ if env is None else env
-    if site.preflight.state_dir:
-        return Path(os.path.expandvars(os.path.expanduser(site.preflight.state_dir)))
+    configured = site.config.preflight.state_dir
+    if configured:
+        return site.resolve(os.path.expandvars(os.path.expanduser(configured)))
     if environ.get("GANTRY_STATE_DIR"):
         return Path(environ["GANTRY_STATE_DIR"])
-    run_dir = (
-        site.slurm.run_dir
-        or environ.get("GANTRY_RUN_DIR")
-        or (f"/tmp/gantry-{site.slurm.cluster_name}")
-    )
-    return Path(run_dir) / "preflight"
+    return site.run_dir(environ) / "preflight"
 
 
 def _safe(node: str) -> str:

@@ -146,7 +146,7 @@ def site_with_state(state_dir: str):  # type: ignore[no-untyped-def]
     loaded = load_site(REPO / "site_configs" / "local.yaml")
     pf = dataclasses.replace(loaded.config.preflight, state_dir=state_dir,
                              resume_after_passes=1, max_drain_fraction=1.0)
-    return dataclasses.replace(loaded.config, preflight=pf)
+    return dataclasses.replace(loaded, config=dataclasses.replace(loaded.config, preflight=pf))
 
 
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -25,6 +25,7 @@ from launcher.preflight.state import (
     policy_lock,
     save_baseline,
     save_history,
+    state_dir,
 )
 from launcher.preflight.state_access import StateAccess, state_access
 from launcher.preflight.verdict import NodeVerdict
@@ -74,6 +75,29 @@ def set_aside_files(folder: Path, name: str) -> list[Path]:
 
 
 # ------------------------------------------------------------------ bad history records --
+
+@pytest.mark.parametrize(("preflight", "expected"), [
+    ("", "run/preflight"),  # <slurm.run_dir>/preflight, as the embedded cluster's run dir
+    ("preflight: {state_dir: state}\n", "state"),
+])
+def test_relative_site_paths_resolve_against_the_site_file_from_any_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, preflight: str, expected: str) -> None:
+    monkeypatch.delenv("GANTRY_STATE_DIR", raising=False)
+    monkeypatch.delenv("GANTRY_RUN_DIR", raising=False)
+    sites = tmp_path / "sites"
+    sites.mkdir()
+    sites = sites.resolve()
+    (sites / "site.yaml").write_text(
+        "name: t\nslurm: {run_dir: run}\nnodes: {names: n1, cpus: 1, real_memory_mb: 1}\n"
+        + preflight)
+    seen = []
+    for cwd in ("a", "b"):
+        (tmp_path / cwd).mkdir()
+        monkeypatch.chdir(tmp_path / cwd)
+        site = load_site(Path("..") / "sites" / "site.yaml")
+        seen.append((state_dir(site), site.run_dir()))
+    assert seen[0] == seen[1] == (sites / expected, sites / "run")
+
 
 def test_a_bad_history_record_no_longer_fails_every_gate(tmp_path: Path) -> None:
     state = tmp_path / "state"
@@ -303,7 +327,7 @@ def test_a_gate_that_only_reads_the_state_dir_drains_nothing_and_writes_nothing(
     monkeypatch.setenv("GANTRY_SCONTROL", str(fake))
     state = tmp_path / "state"
     state.mkdir()
-    site = load_site(site_file(tmp_path, state)).config
+    site = load_site(site_file(tmp_path, state))
     reader = StateAccess(state, read=True, write=False, problem=f"{state} belongs to uid 0")
     actions = gate_actions(site, {"n1": "gantry:gpu.ecc:dbe", "n2": None}, Scontrol(), reader)
     assert [(a.node, a.kind, a.reason) for a in actions] == [("n1", "keep", "gantry:gpu.ecc:dbe")]
