@@ -35,6 +35,7 @@ set(GANTRY_CUDA_SOURCES
   src/env_flag.c
   src/stage_io.c
   src/optim_common.c
+  src/stage_slots.c
   src/cuda/stage_cuda.c
   src/cuda/compute_cuda.c
   src/cuda/grad_restart.c

@@ -1,13 +1,14 @@
 /*
  * stage_layout.h — the backend-independent part of a pipeline stage, shared by the CPU build
- * (stage.c) and the CUDA build (cuda/stage_cuda.c): which layers the stage owns, its micro-batch
- * geometry, and its tensor table (Hugging Face GPT-2 names, shapes and element offsets into the
- * four same-layout buffers of stage.h). One table for both backends keeps checkpoints and the
+ * (cpu/stage_cpu.c) and the CUDA build (cuda/stage_cuda.c): which layers the stage owns, its
+ * micro-batch geometry, its activation slots' states (stage_slots.h) and its tensor table
+ * (Hugging Face GPT-2 names, shapes and element offsets into the four same-layout buffers of
+ * stage.h). One table for both backends keeps checkpoints and the
  * executor's wte range identical across them. Not part of the public API.
  *
  * Both backends' struct gt_stage start with a gt_stage_layout member named `layout` (each header
  * asserts it), so gt_stage_layout_of() turns a stage pointer into its layout and the functions of
- * stage_layout.c, stage_checks.c and stage_io.c serve either backend.
+ * stage_layout.c, stage_checks.c, stage_slots.c and stage_io.c serve either backend.
  */
 #ifndef GANTRY_STAGE_LAYOUT_H
 #define GANTRY_STAGE_LAYOUT_H
@@ -44,6 +45,9 @@ typedef struct {
     gt_grad_ready_fn grad_ready;    /* armed gradients-ready hook (stage.h), NULL if none */
     void *grad_ready_ctx;
     int norm_capture;               /* gt_stage_norm_capture_begin .. _end (stage_checks.h) */
+
+    int *slot_state;                /* [n_slots] GT_SLOT_* (stage_slots.h) */
+    void **slot_grads;              /* [n_slots] the backend's split-backward gradients, or NULL */
 } gt_stage_layout;
 
 /* The layout at the start of a stage of either backend (NULL for NULL). */

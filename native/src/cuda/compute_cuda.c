@@ -1,6 +1,6 @@
 /*
- * compute_cuda.c — forward and backward of one CUDA stage (see stage.c for the same model on
- * the CPU; notation there). Every launch and library call is checked with file:line.
+ * compute_cuda.c — forward and backward of one CUDA stage, the backend hooks of stage_slots.h
+ * (see cpu/stage_cpu.c for the same model on the CPU; notation there). Every launch and library call is checked with file:line.
  *
  * Matrix products go through cuBLASLt (matmul.h) in column-major terms: a row-major (N, OC)
  * activation is a column-major (OC, N) matrix, and a Conv1D weight (IC, OC) row-major is a
@@ -10,7 +10,7 @@
  * straight into the fp32 gradient buffer (fp32 D with beta 1). Attention: cuDNN flash SDPA, or
  * the reference path (strided-batched products and a causal softmax kernel) when unavailable.
  *
- * Each action is a host part (checks, staging the host inputs, the encoder groups) around a
+ * Each action is a host part (staging the host inputs, the encoder groups) around a
  * device body that only enqueues work; the body runs through graph_cache.h, so from its
  * second run on a slot it is one captured CUDA graph — except a backward armed with the
  * gradients-ready hook (stage.h), which always runs eagerly (run_weight_action): the hook is
@@ -23,7 +23,7 @@
 #include "common.h"
 #include "cuda/cuda_check.h"
 #include "cuda/stage_cuda.h"
-#include "stage_checks.h"
+#include "stage_slots.h"
 
 /* Start of an operation for GANTRY_PROFILE_OPS (a no-op when profiling is off). */
 #define MARK(op) gt_prof_mark(&s->prof, (op), s->stream)
@@ -349,14 +349,6 @@ cleanup:
 /* ------------------------------------------------------------------------------------------ */
 /* forward                                                                                     */
 
-static int check_slot(const gt_stage *s, int slot, int want_state, const char *fn) {
-    int rc = GT_OK;
-    GT_CHECK(gt_stage_check_slot_index(gt_stage_layout_of(s), slot, fn));
-    GT_CHECK(gt_stage_check_slot_state(slot, s->slots[slot].state, want_state, fn));
-cleanup:
-    return rc;
-}
-
 /* Encoder-backward groups of the tokens (host): positions sorted by (token, position), by a
  * stable counting sort over the vocabulary (`count` is V+1 ints of scratch). Linear time: the
  * first stage does this for every micro-batch while the GPU runs the forward it just queued. */
@@ -515,11 +507,9 @@ static gt_graph_key graph_key(const gt_stage *s, int kind, const void *p0, const
     return k;
 }
 
-int gt_stage_forward(gt_stage *s, int slot, const int32_t *tokens, const float *x_in,
-                     float *x_out, const int32_t *targets, float *loss_out) {
+int gt_be_forward(gt_stage *s, int slot, const int32_t *tokens, const float *x_in, float *x_out,
+                  const int32_t *targets, float *loss_out) {
     int rc = GT_OK;
-    GT_CHECK(check_slot(s, slot, GT_SLOT_FREE, "gt_stage_forward"));
-    GT_CHECK(gt_stage_check_forward_args(&s->layout, tokens, x_in, x_out, targets, loss_out));
     {
         size_t N = (size_t)s->layout.B * s->layout.T;
         gt_cu_slot *a = &s->slots[slot];
@@ -548,7 +538,6 @@ int gt_stage_forward(gt_stage *s, int slot, const int32_t *tokens, const float *
             CUDA_CHECK(cudaStreamSynchronize(st));
             *loss_out = *s->host_loss;
         }
-        a->state = GT_SLOT_FORWARD_DONE;
     }
 cleanup:
     return rc;
@@ -809,51 +798,43 @@ static int run_backward(gt_stage *s, int slot, gt_cu_grads *g, const float *dx_o
     return run_fresh_aware(s, &a->graphs[kind], &key, backward_body, &ctx);
 }
 
-int gt_stage_backward(gt_stage *s, int slot, const float *dx_out, float *dx_in,
-                      float loss_scale) {
+int gt_be_backward(gt_stage *s, int slot, const float *dx_out, float *dx_in, float loss_scale) {
+    return run_backward(s, slot, &s->shared_grads, dx_out, dx_in, loss_scale, 1);
+}
+
+int gt_be_backward_input(gt_stage *s, int slot, void *grads, const float *dx_out, float *dx_in,
+                         float loss_scale) {
+    return run_backward(s, slot, grads, dx_out, dx_in, loss_scale, 0);
+}
+
+int gt_be_backward_weight(gt_stage *s, int slot, void *grads) {
     int rc = GT_OK;
-    GT_CHECK(check_slot(s, slot, GT_SLOT_FORWARD_DONE, "gt_stage_backward"));
-    GT_CHECK(gt_stage_check_backward_args(&s->layout, dx_out, dx_in, "gt_stage_backward"));
-    GT_CHECK(run_backward(s, slot, &s->shared_grads, dx_out, dx_in, loss_scale, 1));
-    s->slots[slot].state = GT_SLOT_FREE;
+    gt_cu_slot *a = &s->slots[slot];
+    int fresh = s->grads_fresh;
+    int kind = fresh ? GT_GRAPH_WEIGHT_FRESH : GT_GRAPH_WEIGHT;
+    gt_bwd_ctx ctx = {s, a, grads, NULL, NULL, 0.0f, 1, fresh};
+    /* a captured head product bakes in the logit gradients' scale */
+    gt_graph_key key = graph_key(s, kind, NULL, NULL, a->dlogits_scale);
+    gt_prof_prefill(&s->prof, s->stream);
+    GT_CHECK(run_fresh_aware(s, &a->graphs[kind], &key, weight_body, &ctx));
 cleanup:
     return rc;
 }
 
-int gt_stage_backward_input(gt_stage *s, int slot, const float *dx_out, float *dx_in,
-                            float loss_scale) {
+int gt_be_slot_grads_alloc(gt_stage *s, void **out) {
     int rc = GT_OK;
-    gt_cu_grads *fresh = NULL;
-    GT_CHECK(check_slot(s, slot, GT_SLOT_FORWARD_DONE, "gt_stage_backward_input"));
-    GT_CHECK(gt_stage_check_backward_args(&s->layout, dx_out, dx_in, "gt_stage_backward_input"));
-    if (s->slot_grads[slot] == NULL) {
-        GT_CALLOC(fresh, 1);
-        GT_CHECK(gt_cu_alloc_grads(s, fresh, 1));
-        s->slot_grads[slot] = fresh;
-        fresh = NULL;
-    }
-    GT_CHECK(run_backward(s, slot, s->slot_grads[slot], dx_out, dx_in, loss_scale, 0));
-    s->slots[slot].state = GT_SLOT_INPUT_GRAD_DONE;
+    gt_cu_grads *g = NULL;
+    GT_CALLOC(g, 1);
+    GT_CHECK(gt_cu_alloc_grads(s, g, 1));
+    *out = g;
+    g = NULL;
 cleanup:
-    if (fresh != NULL) gt_cu_release_grads(fresh);
-    free(fresh);
+    gt_be_slot_grads_free(g);
     return rc;
 }
 
-int gt_stage_backward_weight(gt_stage *s, int slot) {
-    int rc = GT_OK;
-    GT_CHECK(check_slot(s, slot, GT_SLOT_INPUT_GRAD_DONE, "gt_stage_backward_weight"));
-    {
-        gt_cu_slot *a = &s->slots[slot];
-        int fresh = s->grads_fresh;
-        int kind = fresh ? GT_GRAPH_WEIGHT_FRESH : GT_GRAPH_WEIGHT;
-        gt_bwd_ctx ctx = {s, a, s->slot_grads[slot], NULL, NULL, 0.0f, 1, fresh};
-        /* a captured head product bakes in the logit gradients' scale */
-        gt_graph_key key = graph_key(s, kind, NULL, NULL, a->dlogits_scale);
-        gt_prof_prefill(&s->prof, s->stream);
-        GT_CHECK(run_fresh_aware(s, &a->graphs[kind], &key, weight_body, &ctx));
-    }
-    s->slots[slot].state = GT_SLOT_FREE;
-cleanup:
-    return rc;
+void gt_be_slot_grads_free(void *grads) {
+    if (grads == NULL) return;
+    gt_cu_release_grads(grads);
+    free(grads);
 }

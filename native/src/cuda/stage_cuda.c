@@ -3,9 +3,10 @@
  * attention choice), free, the backend functions of stage.h (API v2), gt_stage_save and the
  * optimizer (zero grad, gradient sum of squares, AdamW).
  *
- * The tensor table, validation, accessors, argument checks, gt_stage_load and the optimizer's
- * scalar math are the CPU build's (stage_layout.c, stage_checks.c, stage_io.c, optim_common.c),
- * so checkpoints and the executor's wte range are identical across backends.
+ * The tensor table, validation, accessors, argument checks, the slot lifecycle, gt_stage_load
+ * and the optimizer's scalar math are shared with the CPU build (stage_layout.c,
+ * stage_checks.c, stage_slots.c, stage_io.c, optim_common.c), so checkpoints and the
+ * executor's wte range are identical across backends.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 #include "optim_common.h"
 #include "safetensors.h"
 #include "stage_checks.h"
+#include "stage_slots.h"
 
 #define GT_LT_WORKSPACE (32u << 20)
 
@@ -172,10 +174,10 @@ int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is
             CUDA_MALLOC(s->ref_scores, 2 * scores * sizeof(gt_bf16));
         }
     }
+    GT_CHECK(gt_stage_slots_init(&s->layout));
     GT_CALLOC(s->slots, n_slots);
     for (int i = 0; i < n_slots; i++) GT_CHECK(gt_cu_alloc_slot(s, &s->slots[i]));
     GT_CHECK(gt_cu_alloc_grads(s, &s->shared_grads, 0));
-    GT_CALLOC(s->slot_grads, n_slots);
     {
         char version[32] = "";
 #ifdef GANTRY_HAVE_CUDNN
@@ -206,13 +208,8 @@ void gt_stage_free(gt_stage *s) {
     gt_prof_release(&s->prof);
     if (s->slots != NULL)
         for (int i = 0; i < s->layout.n_slots; i++) gt_cu_release_slot(&s->slots[i]);
-    if (s->slot_grads != NULL)
-        for (int i = 0; i < s->layout.n_slots; i++) {
-            if (s->slot_grads[i] != NULL) gt_cu_release_grads(s->slot_grads[i]);
-            free(s->slot_grads[i]);
-        }
+    gt_stage_slots_release(&s->layout);
     gt_cu_release_grads(&s->shared_grads);
-    free(s->slot_grads);
     free(s->slots);
     for (int i = 0; i < 4; i++) cudaFree(s->buffers[i]);
     cudaFree(s->params16);

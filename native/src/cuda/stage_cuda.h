@@ -66,7 +66,6 @@ typedef struct {
     gt_graph_slot graphs[GT_GRAPH_KINDS]; /* captured actions of this slot (graph_cache.h) */
     cudaEvent_t uploaded;      /* after the host-to-device copies of staging */
     void *block;               /* the device allocation behind the pointers */
-    int state;                 /* GT_SLOT_* */
 } gt_cu_slot;
 
 /* Activation gradients of one local layer. */
@@ -114,8 +113,8 @@ struct gt_stage {
     char info[512];
 
     gt_cu_slot *slots;
-    gt_cu_grads shared_grads;
-    gt_cu_grads **slot_grads;  /* [n_slots], allocated on first split backward */
+    gt_cu_grads shared_grads;  /* the full backward's; the split backward's per-slot ones are
+                                  layout.slot_grads (stage_slots.h) */
 
     /* scratch shared by all slots (the stream orders their uses) */
     gt_bf16 *datty;            /* (N,C) */

@@ -1,10 +1,11 @@
 /*
- * stage_internal.h — the CPU build's gt_stage struct, shared by stage.c (compute), optim.c
+ * stage_cpu.h — the CPU build's gt_stage struct, shared by stage_cpu.c (compute), optim_cpu.c
  * (AdamW, norms) and backend_cpu.c (buffer copies, save). Its backend-independent part (layers,
- * geometry, tensor table) is the gt_stage_layout of stage_layout.h. Not part of the public API.
+ * geometry, slot states, tensor table) is the gt_stage_layout of stage_layout.h. Not part of the
+ * public API.
  */
-#ifndef GANTRY_STAGE_INTERNAL_H
-#define GANTRY_STAGE_INTERNAL_H
+#ifndef GANTRY_CPU_STAGE_CPU_H
+#define GANTRY_CPU_STAGE_CPU_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -31,7 +32,6 @@ typedef struct {
     int32_t *targets;       /* last: (N) copy of the targets */
     float *block;           /* the one allocation behind the float pointers above */
     float **ptrs;           /* the one allocation behind the per-layer pointer arrays */
-    int state;              /* GT_SLOT_* */
 } gt_slot;
 
 /* Activation gradients of one micro-batch: what backward_weight needs from backward_input. */
@@ -53,8 +53,8 @@ struct gt_stage {
     float *buffers[4];       /* params, grads, adam m, adam v: num_params each */
 
     gt_slot *slots;          /* [n_slots] */
-    gt_grad_acts shared_grads;      /* used by the fused gt_stage_backward */
-    gt_grad_acts **slot_grads;      /* [n_slots] per-slot, allocated on first split use */
+    gt_grad_acts shared_grads;      /* used by the fused gt_stage_backward; the split
+                                       backward's per-slot ones are layout.slot_grads */
 
     float *scratch_datty;    /* (N,C) */
     float *scratch_colsum;   /* GT_COLSUM_CHUNKS * 4C */
@@ -70,4 +70,4 @@ static inline float *gt_layer_tensor(const gt_stage *s, float *buf, int l, int k
     return buf + gt_layer_tensor_offset(&s->layout, l, k);
 }
 
-#endif /* GANTRY_STAGE_INTERNAL_H */
+#endif /* GANTRY_CPU_STAGE_CPU_H */

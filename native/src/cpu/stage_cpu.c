@@ -1,6 +1,7 @@
 /*
- * stage.c — one pipeline stage of GPT-2 on the CPU: creation (tensor table, buffers, activation
- * slots), forward and backward (split into input and weight gradients for zero-bubble schedules).
+ * stage_cpu.c — one pipeline stage of GPT-2 on the CPU: creation (tensor table, buffers, activation
+ * slots), forward and backward (split into input and weight gradients for zero-bubble schedules),
+ * as the backend hooks of stage_slots.h (which checks the calls and keeps the slot states).
  *
  * Notation: N = B*T rows, C channels, V vocabulary, nl = owned layers. The residual stream entering
  * local layer l is x0 (l = 0) or res3[l-1]; a layer computes
@@ -13,8 +14,8 @@
 
 #include "common.h"
 #include "cpu/ops.h"
-#include "stage_checks.h"
-#include "stage_internal.h"
+#include "cpu/stage_cpu.h"
+#include "stage_slots.h"
 
 /* ------------------------------------------------------------------------------------------ */
 /* activation and activation-gradient storage                                                  */
@@ -144,10 +145,10 @@ int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is
     GT_CHECK(gt_stage_layout_init(&s->layout, cfg, layer_begin, layer_end, is_first, is_last, B,
                                   T, n_slots));
     for (int i = 0; i < 4; i++) GT_CALLOC(s->buffers[i], s->layout.num_params);
+    GT_CHECK(gt_stage_slots_init(&s->layout));
     GT_CALLOC(s->slots, n_slots);
     for (int i = 0; i < n_slots; i++) GT_CHECK(slot_alloc(s, &s->slots[i]));
     GT_CHECK(grads_alloc(s, &s->shared_grads));
-    GT_CALLOC(s->slot_grads, n_slots);
     size_t N = (size_t)B * T, C = (size_t)cfg->n_embd;
     GT_CALLOC(s->scratch_datty, N * C);
     GT_CALLOC(s->scratch_colsum, (size_t)GT_COLSUM_CHUNKS * 4 * C);
@@ -163,13 +164,8 @@ void gt_stage_free(gt_stage *s) {
     if (s == NULL) return;
     if (s->slots != NULL)
         for (int i = 0; i < s->layout.n_slots; i++) slot_release(&s->slots[i]);
-    if (s->slot_grads != NULL)
-        for (int i = 0; i < s->layout.n_slots; i++) {
-            if (s->slot_grads[i] != NULL) grads_release(s->slot_grads[i]);
-            free(s->slot_grads[i]);
-        }
+    gt_stage_slots_release(&s->layout);
     grads_release(&s->shared_grads);
-    free(s->slot_grads);
     free(s->slots);
     for (int i = 0; i < 4; i++) free(s->buffers[i]);
     gt_stage_layout_release(&s->layout);
@@ -190,24 +186,13 @@ float *gt_stage_buffer(gt_stage *s, gt_buffer which) {
 /* ------------------------------------------------------------------------------------------ */
 /* forward                                                                                     */
 
-static int check_slot(const gt_stage *s, int slot, int want_state, const char *fn) {
-    int rc = GT_OK;
-    GT_CHECK(gt_stage_check_slot_index(gt_stage_layout_of(s), slot, fn));
-    GT_CHECK(gt_stage_check_slot_state(slot, s->slots[slot].state, want_state, fn));
-cleanup:
-    return rc;
-}
-
-int gt_stage_forward(gt_stage *s, int slot, const int32_t *tokens, const float *x_in,
-                     float *x_out, const int32_t *targets, float *loss_out) {
-    int rc = GT_OK;
-    GT_CHECK(check_slot(s, slot, GT_SLOT_FREE, "gt_stage_forward"));
+int gt_be_forward(gt_stage *s, int slot, const int32_t *tokens, const float *x_in, float *x_out,
+                  const int32_t *targets, float *loss_out) {
     size_t N = (size_t)s->layout.B * s->layout.T;
     int B = s->layout.B, T = s->layout.T, C = s->layout.cfg.n_embd;
     int V = s->layout.cfg.vocab_size, NH = s->layout.cfg.n_head;
     gt_slot *a = &s->slots[slot];
     float *P = s->buffers[GT_BUF_PARAMS];
-    GT_CHECK(gt_stage_check_forward_args(&s->layout, tokens, x_in, x_out, targets, loss_out));
 
     if (s->layout.is_first) {
         const float *wte = P + s->layout.tensors[0].offset;
@@ -250,9 +235,7 @@ int gt_stage_forward(gt_stage *s, int slot, const int32_t *tokens, const float *
     } else {
         memcpy(x_out, out, N * C * sizeof(float));
     }
-    a->state = GT_SLOT_FORWARD_DONE;
-cleanup:
-    return rc;
+    return GT_OK;
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -352,43 +335,35 @@ cleanup:
     return rc;
 }
 
-int gt_stage_backward(gt_stage *s, int slot, const float *dx_out, float *dx_in,
-                      float loss_scale) {
-    int rc = GT_OK;
-    GT_CHECK(check_slot(s, slot, GT_SLOT_FORWARD_DONE, "gt_stage_backward"));
-    GT_CHECK(gt_stage_check_backward_args(&s->layout, dx_out, dx_in, "gt_stage_backward"));
+int gt_be_backward(gt_stage *s, int slot, const float *dx_out, float *dx_in, float loss_scale) {
     backward_input(s, &s->slots[slot], &s->shared_grads, dx_out, dx_in, loss_scale);
-    s->slots[slot].state = GT_SLOT_FREE; /* the slot's activations are consumed either way */
-    GT_CHECK(backward_weight(s, &s->slots[slot], &s->shared_grads));
+    return backward_weight(s, &s->slots[slot], &s->shared_grads);
+}
+
+int gt_be_backward_input(gt_stage *s, int slot, void *grads, const float *dx_out, float *dx_in,
+                         float loss_scale) {
+    backward_input(s, &s->slots[slot], grads, dx_out, dx_in, loss_scale);
+    return GT_OK;
+}
+
+int gt_be_backward_weight(gt_stage *s, int slot, void *grads) {
+    return backward_weight(s, &s->slots[slot], grads);
+}
+
+int gt_be_slot_grads_alloc(gt_stage *s, void **out) {
+    int rc = GT_OK;
+    gt_grad_acts *g = NULL;
+    GT_CALLOC(g, 1);
+    GT_CHECK(grads_alloc(s, g));
+    *out = g;
+    g = NULL;
 cleanup:
+    gt_be_slot_grads_free(g);
     return rc;
 }
 
-int gt_stage_backward_input(gt_stage *s, int slot, const float *dx_out, float *dx_in,
-                            float loss_scale) {
-    int rc = GT_OK;
-    gt_grad_acts *fresh = NULL;
-    GT_CHECK(check_slot(s, slot, GT_SLOT_FORWARD_DONE, "gt_stage_backward_input"));
-    GT_CHECK(gt_stage_check_backward_args(&s->layout, dx_out, dx_in, "gt_stage_backward_input"));
-    if (s->slot_grads[slot] == NULL) {
-        GT_CALLOC(fresh, 1);
-        GT_CHECK(grads_alloc(s, fresh));
-        s->slot_grads[slot] = fresh;
-        fresh = NULL;
-    }
-    backward_input(s, &s->slots[slot], s->slot_grads[slot], dx_out, dx_in, loss_scale);
-    s->slots[slot].state = GT_SLOT_INPUT_GRAD_DONE;
-cleanup:
-    if (fresh != NULL) grads_release(fresh);
-    free(fresh);
-    return rc;
-}
-
-int gt_stage_backward_weight(gt_stage *s, int slot) {
-    int rc = GT_OK;
-    GT_CHECK(check_slot(s, slot, GT_SLOT_INPUT_GRAD_DONE, "gt_stage_backward_weight"));
-    s->slots[slot].state = GT_SLOT_FREE;
-    GT_CHECK(backward_weight(s, &s->slots[slot], s->slot_grads[slot]));
-cleanup:
-    return rc;
+void gt_be_slot_grads_free(void *grads) {
+    if (grads == NULL) return;
+    grads_release(grads);
+    free(grads);
 }

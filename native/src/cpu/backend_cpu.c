@@ -7,9 +7,9 @@
 #include <string.h>
 
 #include "common.h"
+#include "cpu/stage_cpu.h"
 #include "safetensors.h"
 #include "stage_checks.h"
-#include "stage_internal.h"
 
 const char *gt_backend_name(void) { return "cpu"; }
 

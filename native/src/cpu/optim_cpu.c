@@ -1,5 +1,5 @@
 /*
- * optim.c — the CPU build's gradient zeroing, gradient sum of squares for global-norm clipping
+ * optim_cpu.c — the CPU build's gradient zeroing, gradient sum of squares for global-norm clipping
  * (separate, or captured from the AdamW ranges) and AdamW (matching torch.optim.AdamW's
  * single-tensor path). The scalar math both builds share
  * (AdamW's per-step scalars, clip coefficient, learning-rate schedule) is in optim_common.c.
@@ -8,9 +8,9 @@
 #include <string.h>
 
 #include "common.h"
+#include "cpu/stage_cpu.h"
 #include "optim_common.h"
 #include "stage_checks.h"
-#include "stage_internal.h"
 
 int gt_stage_zero_grad(gt_stage *s) {
     int rc = GT_OK;
