@@ -26,6 +26,7 @@ from launcher.job_request import JobRequest
 from launcher.preflight.drain_reason import is_gantry_reason
 from launcher.sbatch_render import Placement as ScriptPlacement
 from launcher.site_config import LoadedSite
+from launcher.site_topology import site_topology
 from launcher.slurm import CommandRunner, NodeInfo, SlurmClient, make_client
 from launcher.slurm.runner import SlurmCommandError
 from launcher.typed_config import from_mapping
@@ -38,7 +39,6 @@ from topology.placement import (
     SlurmVersion,
     plan_placement,
 )
-from topology.site_topology import site_topology
 
 #: Node states that can take a new job now.
 FREE_STATES = frozenset({"IDLE", "MIXED"})

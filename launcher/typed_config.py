@@ -23,18 +23,11 @@ from typing import Any, TypeVar, Union, get_args, get_origin, get_type_hints
 import yaml
 
 from launcher.errors import UserInputError, brief
-from launcher.user_files import require_regular_file
+from topology.errors import FieldError as FieldError
+from topology.errors import tag_problem
+from topology.user_files import require_regular_file
 
 T = TypeVar("T")
-
-
-class FieldError(ValueError):
-    """A validation failure at a field path (relative to the dataclass that raised it)."""
-
-    def __init__(self, path: str, message: str) -> None:
-        super().__init__(f"{path}: {message}" if path else message)
-        self.path = path
-        self.message = message
 
 
 def _join(prefix: str, name: str | int) -> str:
@@ -300,13 +293,6 @@ class _SafeLoader(yaml.SafeLoader):
                     )
                 first_line[key] = key_node.start_mark.line
         super().flatten_mapping(node)
-
-
-def tag_problem(err: Exception) -> str:
-    """What a failed YAML tag constructor says, as words (ValueError's text, else generic)."""
-    if isinstance(err, ValueError | OverflowError) and str(err):
-        return str(err)
-    return "not a value of this tag"
 
 
 def parse_yaml(text: str, source: str) -> Any:

@@ -24,9 +24,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from launcher.errors import UserInputError, shown
 from topology import hostlists
 from topology.document import BlockDecl, SwitchDecl, TopologyDoc
+from topology.errors import TopologyInputError, shown
 from topology.model import SYNTHETIC_ROOT, Topology
 
 MAX_SWITCH_NAME = 64
@@ -41,7 +41,7 @@ def build_topology(doc: TopologyDoc, known_nodes: Sequence[str] | None = None) -
     """Validate ``doc`` and build the model; ``known_nodes`` are the site's nodes, if known."""
     if doc.kind == "flat":
         if known_nodes is None:
-            raise UserInputError(f"{doc.source}: a flat topology needs the list of nodes")
+            raise TopologyInputError(f"{doc.source}: a flat topology needs the list of nodes")
         return flat_topology(known_nodes, doc.source)
     if doc.kind == "tree":
         return _TreeBuilder(doc, known_nodes).build()
@@ -74,7 +74,7 @@ def _group_name(names: list[str]) -> str:
     """An aggregated block's name: its blocks as a hostlist, as Slurm names it."""
     try:
         return hostlists.collect(names)
-    except UserInputError:  # names that are no hostlist (e.g. with brackets): list them
+    except TopologyInputError:  # names that are no hostlist (e.g. with brackets): list them
         return ",".join(names)
 
 
@@ -120,23 +120,23 @@ class _TreeBuilder:
     def build(self) -> Topology:
         doc = self.doc
         if not self.decls:
-            raise UserInputError(
+            raise TopologyInputError(
                 f"{doc.source}: no SwitchName lines (topology/tree needs switches)"
             )
         ids: dict[str, int] = {}
         for index, decl in enumerate(self.decls):
             if decl.name in ids:
                 first = self.decls[ids[decl.name]].where
-                raise UserInputError(
+                raise TopologyInputError(
                     f"{decl.where}: switch {decl.name!r} is already defined at {first}"
                 )
             if len(decl.name) > MAX_SWITCH_NAME:
-                raise UserInputError(
+                raise TopologyInputError(
                     f"{decl.where}: switch name {decl.name[:20]!r}... is "
                     f"{len(decl.name)} characters (Slurm allows at most {MAX_SWITCH_NAME})"
                 )
             if decl.nodes is not None and decl.switches is not None:
-                raise UserInputError(
+                raise TopologyInputError(
                     f"{decl.where}: switch {decl.name!r} has both Nodes= and Switches= "
                     "(a switch is a leaf with nodes or an upper switch with switches)"
                 )
@@ -227,12 +227,12 @@ class _TreeBuilder:
             for name in hostlists.expand(decl.switches, f"{decl.where}: Switches"):
                 child = ids.get(name)
                 if child is None:
-                    raise UserInputError(
+                    raise TopologyInputError(
                         f"{decl.where}: switch {decl.name!r} lists child {name!r}, "
                         "which is not a defined switch"
                     )
                 if child == index:
-                    raise UserInputError(
+                    raise TopologyInputError(
                         f"{decl.where}: switch {decl.name!r} lists itself as a child"
                     )
                 if child not in children[index]:
@@ -255,7 +255,7 @@ class _TreeBuilder:
                     if state[child] == 1:
                         path = [self.decls[s].name for s, _ in stack] + [self.decls[child].name]
                         path = path[path.index(self.decls[child].name) :]
-                        raise UserInputError(
+                        raise TopologyInputError(
                             f"{self.decls[child].where}: switch configuration is not a tree "
                             f"(cycle {' -> '.join(shown(p) for p in path)})"
                         )
@@ -279,11 +279,13 @@ class _BlockBuilder:
     def build(self) -> Topology:
         doc = self.doc
         if not self.decls:
-            raise UserInputError(f"{doc.source}: no BlockName lines (topology/block needs blocks)")
+            raise TopologyInputError(
+                f"{doc.source}: no BlockName lines (topology/block needs blocks)"
+            )
         seen: dict[str, BlockDecl] = {}
         for decl in self.decls:
             if decl.name in seen:
-                raise UserInputError(
+                raise TopologyInputError(
                     f"{decl.where}: block {decl.name!r} is already defined at "
                     f"{seen[decl.name].where}"
                 )
@@ -294,7 +296,7 @@ class _BlockBuilder:
             base = len(block_nodes[0])
         for decl, members in zip(self.decls, block_nodes, strict=True):
             if len(members) < base:
-                raise UserInputError(
+                raise TopologyInputError(
                     f"{decl.where}: block {decl.name!r} has {len(members)} nodes, fewer than "
                     f"the base block size {base} (Slurm refuses to start)"
                 )
@@ -315,7 +317,7 @@ class _BlockBuilder:
         for size in sizes:
             ratio = size // base if base > 0 else 0
             if size <= 0 or size % base or ratio & (ratio - 1) or ratio > (1 << MAX_BLOCK_LEVEL):
-                raise UserInputError(
+                raise TopologyInputError(
                     f"{where}: BlockSizes value {size} is not allowed (expected the base block "
                     f"size {base} times a power of two up to 2^{MAX_BLOCK_LEVEL})"
                 )

@@ -17,12 +17,12 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from launcher.errors import UserInputError, brief
-from launcher.whole_numbers import MAX_DIGITS, is_whole, read_whole
 from topology import hostlists
 from topology.document import BlockDecl, SwitchDecl, TopologyDoc
+from topology.errors import TopologyInputError, brief
 from topology.model import Topology
 from topology.source_file import read_source
+from topology.whole_numbers import MAX_DIGITS, is_whole, read_whole
 
 _SWITCH_KEYS = ("Nodes", "Switches", "LinkSpeed")
 _BLOCK_KEYS = ("Nodes",)
@@ -110,12 +110,12 @@ def _pairs(where: str, line: str) -> list[tuple[str, str]]:
     try:
         tokens = split_words(line.replace("\\#", "#"))
     except ValueError as err:
-        raise UserInputError(f"{where}: cannot parse the line ({err})") from None
+        raise TopologyInputError(f"{where}: cannot parse the line ({err})") from None
     pairs: list[tuple[str, str]] = []
     for token in tokens:
         key, sep, value = token.partition("=")
         if not sep or not key:
-            raise UserInputError(f"{where}: {token!r} is not Key=Value")
+            raise TopologyInputError(f"{where}: {token!r} is not Key=Value")
         pairs.append((key, value))
     return pairs
 
@@ -126,13 +126,13 @@ def _options(where: str, pairs: list[tuple[str, str]], allowed: tuple[str, ...])
     for key, value in pairs[1:]:
         canonical = next((a for a in allowed if a.lower() == key.lower()), None)
         if canonical is None:
-            raise UserInputError(
+            raise TopologyInputError(
                 f"{where}: unknown key {key!r} on a {kind} line (allowed: {', '.join(allowed)})"
             )
         if canonical in out:
-            raise UserInputError(f"{where}: {canonical}= is given twice")
+            raise TopologyInputError(f"{where}: {canonical}= is given twice")
         if not value:
-            raise UserInputError(f"{where}: {canonical}= is empty")
+            raise TopologyInputError(f"{where}: {canonical}= is empty")
         out[canonical] = value
     return out
 
@@ -153,45 +153,45 @@ def parse_topology_conf(text: str, source: str) -> TopologyDoc:
             family = "tree" if kind == "switchname" else "block"
             other = "block" if family == "tree" else "tree"
             if other in first_of_kind:
-                raise UserInputError(
+                raise TopologyInputError(
                     f"{where}: {key}= in a file that has {other} lines (first at "
                     f"{first_of_kind[other]}); a topology.conf is either tree or block"
                 )
             first_of_kind.setdefault(family, where)
         if kind == "switchname":
             if not value:
-                raise UserInputError(f"{where}: SwitchName= is empty")
+                raise TopologyInputError(f"{where}: SwitchName= is empty")
             options = _options(where, pairs, _SWITCH_KEYS)
             if "LinkSpeed" in options and not is_whole(options["LinkSpeed"]):
-                raise UserInputError(
+                raise TopologyInputError(
                     f"{where}: LinkSpeed={brief(options['LinkSpeed'])} is not allowed "
                     f"(expected a non-negative integer of at most {MAX_DIGITS} digits)"
                 )
             switches.append(SwitchDecl(value, where, options.get("Nodes"), options.get("Switches")))
         elif kind == "blockname":
             if not value:
-                raise UserInputError(f"{where}: BlockName= is empty")
+                raise TopologyInputError(f"{where}: BlockName= is empty")
             options = _options(where, pairs, _BLOCK_KEYS)
             if "Nodes" not in options:
-                raise UserInputError(f"{where}: block {value!r} has no Nodes=")
+                raise TopologyInputError(f"{where}: block {value!r} has no Nodes=")
             blocks.append(BlockDecl(value, options["Nodes"], where))
         elif kind == "blocksizes":
             if len(pairs) > 1:
-                raise UserInputError(f"{where}: BlockSizes= must be alone on its line")
+                raise TopologyInputError(f"{where}: BlockSizes= must be alone on its line")
             if block_sizes:
-                raise UserInputError(
+                raise TopologyInputError(
                     f"{where}: BlockSizes= is given twice (first at {sizes_where})"
                 )
             block_sizes = _parse_sizes(where, value)
             sizes_where = where
         elif kind == "include":
-            raise UserInputError(f"{where}: Include is not supported (use one file)")
+            raise TopologyInputError(f"{where}: Include is not supported (use one file)")
         else:
-            raise UserInputError(
+            raise TopologyInputError(
                 f"{where}: unknown key {key!r} (expected SwitchName=, BlockName= or BlockSizes=)"
             )
     if not switches and not blocks:
-        raise UserInputError(f"{source}: no SwitchName= or BlockName= lines")
+        raise TopologyInputError(f"{source}: no SwitchName= or BlockName= lines")
     if switches:
         return TopologyDoc(kind="tree", source=source, switches=tuple(switches))
     return TopologyDoc(
@@ -208,7 +208,7 @@ def _parse_sizes(where: str, value: str) -> tuple[int, ...]:
     for part in value.split(","):
         size = read_whole(part.strip())
         if not size:
-            raise UserInputError(
+            raise TopologyInputError(
                 f"{where}: BlockSizes value {brief(part)} is not allowed (expected positive "
                 f"integers of at most {MAX_DIGITS} digits)"
             )
@@ -239,4 +239,4 @@ def write_topology_conf(topology: Topology) -> str:
                 f"BlockName={topology.switch_names[block]} Nodes={hostlists.collect(members)}"
             )
         return header + "\n".join(lines) + "\n"
-    raise UserInputError(f"{topology.source}: a flat topology has no topology.conf")
+    raise TopologyInputError(f"{topology.source}: a flat topology has no topology.conf")

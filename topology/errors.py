@@ -1,4 +1,12 @@
-"""The two error kinds gantry reports to users, and the exit statuses they map to."""
+"""The error kinds every gantry package raises, the exit statuses they map to, and how a
+message quotes the value it refuses.
+
+They sit at the bottom of the layers (docs/architecture.md), below launcher/: a GantryError
+is reported by the `gantry` command as one ``error: ...`` line (exit 1), a UserInputError
+(bad input) exits 2. The topology library raises its own kinds, TopologyError and
+TopologyInputError, which are GantryErrors too: every handler of gantry's errors handles
+them. launcher/errors.py names these for launcher's modules.
+"""
 
 from __future__ import annotations
 
@@ -118,3 +126,32 @@ class UserInputError(GantryError):
     """
 
     exit_status = EXIT_BAD_INPUT
+
+
+class TopologyError(GantryError):
+    """A failure of the topology library (e.g. no placement satisfies the request): exit 1."""
+
+
+class TopologyInputError(TopologyError, UserInputError):
+    """Bad topology input (a topology file, a hostlist, a placement request): exit 2, with
+    the file, field or value named as a UserInputError does."""
+
+
+class FieldError(ValueError):
+    """A validation failure at a field path (relative to the dataclass that raised it).
+
+    A typed-config dataclass's ``validate()`` raises it; launcher/typed_config.py adds the
+    file and the path of the dataclass and raises a UserInputError.
+    """
+
+    def __init__(self, path: str, message: str) -> None:
+        super().__init__(f"{path}: {message}" if path else message)
+        self.path = path
+        self.message = message
+
+
+def tag_problem(err: Exception) -> str:
+    """What a failed YAML tag constructor says, as words (ValueError's text, else generic)."""
+    if isinstance(err, ValueError | OverflowError) and str(err):
+        return str(err)
+    return "not a value of this tag"

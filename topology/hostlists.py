@@ -11,10 +11,10 @@ from collections.abc import Iterable
 
 import hostlist
 
-from launcher.errors import UserInputError, brief
+from topology.errors import TopologyInputError, brief
 
 
-class HostlistError(UserInputError):
+class HostlistError(TopologyInputError):
     """A bad hostlist: ``where: problem``; ``problem`` alone for a caller that names the place
     itself (a config field, whose error names the file)."""
 
@@ -60,9 +60,11 @@ def collect(names: Iterable[str], where: str = "hostlist") -> str:
     listed = list(names)
     too_long = _long_number(",".join(listed))
     if too_long is not None:
-        raise UserInputError(f"{where}: cannot write these names as a hostlist ({too_long})")
+        raise TopologyInputError(f"{where}: cannot write these names as a hostlist ({too_long})")
     try:
         result: str = hostlist.collect_hostlist(listed)
     except hostlist.BadHostlist as err:
-        raise UserInputError(f"{where}: cannot write these names as a hostlist ({err})") from None
+        raise TopologyInputError(
+            f"{where}: cannot write these names as a hostlist ({err})"
+        ) from None
     return result

@@ -13,9 +13,9 @@ Block (23.11 without BlockSize=, 24.11 with it and with the aggregated blocks):
 
 from __future__ import annotations
 
-from launcher.errors import UserInputError, brief
-from launcher.whole_numbers import read_whole
 from topology.document import BlockDecl, SwitchDecl, TopologyDoc
+from topology.errors import TopologyInputError, brief
+from topology.whole_numbers import read_whole
 
 SOURCE = "scontrol show topology"
 
@@ -25,7 +25,7 @@ def _fields(where: str, line: str) -> dict[str, str]:
     for token in line.split():
         key, sep, value = token.partition("=")
         if not sep:
-            raise UserInputError(f"{where}: {token!r} is not Key=Value")
+            raise TopologyInputError(f"{where}: {token!r} is not Key=Value")
         out[key] = value
     return out
 
@@ -45,10 +45,10 @@ def parse_scontrol_topology(text: str, source: str = SOURCE) -> TopologyDoc:
             f = _fields(where, line)
             level = read_whole(f.get("Level", "0"))
             if level is None:
-                raise UserInputError(f"{where}: Level={brief(f['Level'])} is not an integer")
+                raise TopologyInputError(f"{where}: Level={brief(f['Level'])} is not an integer")
             if level > 0:
                 if "Switches" not in f:
-                    raise UserInputError(f"{where}: switch at Level={level} lists no Switches=")
+                    raise TopologyInputError(f"{where}: switch at Level={level} lists no Switches=")
                 switches.append(SwitchDecl(f["SwitchName"], where, switches=f["Switches"]))
             else:
                 switches.append(SwitchDecl(f["SwitchName"], where, nodes=f.get("Nodes") or None))
@@ -58,21 +58,21 @@ def parse_scontrol_topology(text: str, source: str = SOURCE) -> TopologyDoc:
             size = None if size_text is None else read_whole(size_text)
             if size_text is not None:
                 if not size:
-                    raise UserInputError(
+                    raise TopologyInputError(
                         f"{where}: BlockSize={brief(size_text)} is not a positive integer")
                 sizes.add(size)
             if "BlockName" in f:
                 if not f.get("Nodes"):
-                    raise UserInputError(f"{where}: block {f['BlockName']!r} lists no Nodes=")
+                    raise TopologyInputError(f"{where}: block {f['BlockName']!r} lists no Nodes=")
                 if base_size is None and size is not None:
                     base_size = size
                 blocks.append(BlockDecl(f["BlockName"], f["Nodes"], where))
         else:
-            raise UserInputError(
+            raise TopologyInputError(
                 f"{where}: {line[:40]!r} is not a SwitchName=, BlockName= or AggregatedBlock= line"
             )
     if switches and blocks:
-        raise UserInputError(f"{source}: has both switches and blocks")
+        raise TopologyInputError(f"{source}: has both switches and blocks")
     if switches:
         return TopologyDoc(kind="tree", source=source, switches=tuple(switches))
     if blocks:
@@ -84,4 +84,6 @@ def parse_scontrol_topology(text: str, source: str = SOURCE) -> TopologyDoc:
             block_sizes=ordered,
             block_sizes_where=source,
         )
-    raise UserInputError(f"{source}: no topology information (is a topology plugin configured?)")
+    raise TopologyInputError(
+        f"{source}: no topology information (is a topology plugin configured?)"
+    )

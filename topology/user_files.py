@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from launcher.errors import UserInputError, brief, shown
+from topology.errors import UserInputError, brief, shown
 
 MAX_NAME_BYTES = 255
 """Longest file or directory name (one part of a path) Linux file systems take."""

@@ -31,10 +31,9 @@ from typing import Any
 
 import yaml
 
-from launcher.errors import UserInputError, brief
-from launcher.typed_config import tag_problem
 from topology import hostlists
 from topology.document import BlockDecl, SwitchDecl, TopologyDoc
+from topology.errors import TopologyInputError, brief, tag_problem
 from topology.model import Topology
 from topology.source_file import read_source
 
@@ -54,44 +53,46 @@ class _Reader:
 
     def mapping(self, node: yaml.Node, what: str, allowed: tuple[str, ...]) -> dict[str, yaml.Node]:
         if not isinstance(node, yaml.MappingNode):
-            raise UserInputError(f"{self.where(node)}: {what} must be a mapping")
+            raise TopologyInputError(f"{self.where(node)}: {what} must be a mapping")
         out: dict[str, yaml.Node] = {}
         for key_node, value_node in node.value:
             key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
             if key not in allowed:
-                raise UserInputError(
+                raise TopologyInputError(
                     f"{self.where(key_node)}: unknown key {key!r} in {what} "
                     f"(allowed: {', '.join(allowed)})"
                 )
             if key in out:
-                raise UserInputError(f"{self.where(key_node)}: {key!r} is given twice in {what}")
+                raise TopologyInputError(
+                    f"{self.where(key_node)}: {key!r} is given twice in {what}"
+                )
             out[key] = value_node
         return out
 
     def sequence(self, node: yaml.Node, what: str) -> list[yaml.Node]:
         if not isinstance(node, yaml.SequenceNode):
-            raise UserInputError(f"{self.where(node)}: {what} must be a list")
+            raise TopologyInputError(f"{self.where(node)}: {what} must be a list")
         return list(node.value)
 
     def scalar(self, node: yaml.Node, what: str, kind: type) -> Any:
         if not isinstance(node, yaml.ScalarNode):
-            raise UserInputError(f"{self.where(node)}: {what} must be a {kind.__name__}")
+            raise TopologyInputError(f"{self.where(node)}: {what} must be a {kind.__name__}")
         try:
             value = self.constructor.construct_object(node)
         except yaml.YAMLError as err:  # a tag it has no constructor for: !foo, !!python/...
-            raise UserInputError(
+            raise TopologyInputError(
                 f"{self.where(node)}: {what} {brief(node.value)} is not allowed "
                 f"({getattr(err, 'problem', None) or 'invalid YAML'})"
             ) from None
         except Exception as err:  # PyYAML's constructors: !!int abc, !!bool x, ...
-            raise UserInputError(
+            raise TopologyInputError(
                 f"{self.where(node)}: {what} {brief(node.value)} is not allowed "
                 f"({tag_problem(err)})"
             ) from None
         if kind is str and isinstance(value, int | float) and not isinstance(value, bool):
             value = str(node.value)
         if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-            raise UserInputError(
+            raise TopologyInputError(
                 f"{self.where(node)}: {what} {brief(node.value)} is not allowed (expected "
                 f"{'true or false' if kind is bool else 'a ' + kind.__name__})"
             )
@@ -105,17 +106,17 @@ def parse_topology_yaml(text: str, source: str, name: str | None = None) -> Topo
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{source}:{mark.line + 1}" if mark is not None else source
-        raise UserInputError(
+        raise TopologyInputError(
             f"{where}: {getattr(err, 'problem', None) or 'invalid YAML'}"
         ) from None
     except RecursionError:
-        raise UserInputError(f"{source}: nested too deeply to read") from None
+        raise TopologyInputError(f"{source}: nested too deeply to read") from None
     if root is None:
-        raise UserInputError(f"{source}: empty file (expected a list of topologies)")
+        raise TopologyInputError(f"{source}: empty file (expected a list of topologies)")
     reader = _Reader(source)
     entries = reader.sequence(root, "the top level")
     if not entries:
-        raise UserInputError(f"{source}: no topologies defined")
+        raise TopologyInputError(f"{source}: no topologies defined")
     chosen: tuple[yaml.Node, dict[str, yaml.Node]] | None = None
     default: tuple[yaml.Node, dict[str, yaml.Node]] | None = None
     names: list[str] = []
@@ -124,16 +125,16 @@ def parse_topology_yaml(text: str, source: str, name: str | None = None) -> Topo
             entry, "a topology", ("topology", "cluster_default", "tree", "block", "flat")
         )
         if "topology" not in fields:
-            raise UserInputError(f"{reader.where(entry)}: a topology needs 'topology: <name>'")
+            raise TopologyInputError(f"{reader.where(entry)}: a topology needs 'topology: <name>'")
         topo_name = reader.scalar(fields["topology"], "topology", str)
         if topo_name in names:
-            raise UserInputError(
+            raise TopologyInputError(
                 f"{reader.where(fields['topology'])}: topology {topo_name!r} is defined twice"
             )
         names.append(topo_name)
         kinds = [k for k in ("tree", "block", "flat") if k in fields]
         if len(kinds) != 1:
-            raise UserInputError(
+            raise TopologyInputError(
                 f"{reader.where(entry)}: topology {topo_name!r} must have exactly one of "
                 f"tree, block, flat (has {', '.join(kinds) or 'none'})"
             )
@@ -145,12 +146,14 @@ def parse_topology_yaml(text: str, source: str, name: str | None = None) -> Topo
         if is_default and default is None:
             default = (entry, fields)
     if name is not None and chosen is None:
-        raise UserInputError(f"{source}: no topology named {name!r} (defined: {', '.join(names)})")
+        raise TopologyInputError(
+            f"{source}: no topology named {name!r} (defined: {', '.join(names)})"
+        )
     if chosen is None:
         chosen = default
     if chosen is None:
         if len(entries) > 1:
-            raise UserInputError(
+            raise TopologyInputError(
                 f"{source}: {len(entries)} topologies and none has cluster_default: true "
                 f"(name one of {', '.join(names)})"
             )
@@ -167,17 +170,19 @@ def _topology(reader: _Reader, entry: yaml.Node, fields: dict[str, yaml.Node]) -
     source = reader.source
     if "flat" in fields:
         if not reader.scalar(fields["flat"], "flat", bool):
-            raise UserInputError(f"{reader.where(fields['flat'])}: flat must be true when given")
+            raise TopologyInputError(
+                f"{reader.where(fields['flat'])}: flat must be true when given"
+            )
         return TopologyDoc(kind="flat", source=source)
     if "tree" in fields:
         tree = reader.mapping(fields["tree"], "tree", ("switches",))
         if "switches" not in tree:
-            raise UserInputError(f"{reader.where(fields['tree'])}: tree needs 'switches'")
+            raise TopologyInputError(f"{reader.where(fields['tree'])}: tree needs 'switches'")
         switches: list[SwitchDecl] = []
         for item in reader.sequence(tree["switches"], "switches"):
             sw = reader.mapping(item, "a switch", ("switch", "children", "nodes"))
             if "switch" not in sw:
-                raise UserInputError(f"{reader.where(item)}: a switch needs 'switch: <name>'")
+                raise TopologyInputError(f"{reader.where(item)}: a switch needs 'switch: <name>'")
             switches.append(
                 SwitchDecl(
                     name=reader.scalar(sw["switch"], "switch", str),
@@ -191,7 +196,7 @@ def _topology(reader: _Reader, entry: yaml.Node, fields: dict[str, yaml.Node]) -
         return TopologyDoc(kind="tree", source=source, switches=tuple(switches))
     block = reader.mapping(fields["block"], "block", ("block_sizes", "blocks"))
     if "blocks" not in block:
-        raise UserInputError(f"{reader.where(fields['block'])}: block needs 'blocks'")
+        raise TopologyInputError(f"{reader.where(fields['block'])}: block needs 'blocks'")
     sizes: tuple[int, ...] = ()
     sizes_where = ""
     if "block_sizes" in block:
@@ -202,7 +207,7 @@ def _topology(reader: _Reader, entry: yaml.Node, fields: dict[str, yaml.Node]) -
         )
         for size in sizes:
             if size <= 0:
-                raise UserInputError(
+                raise TopologyInputError(
                     f"{sizes_where}: block_sizes value {size} is not allowed "
                     "(expected positive integers)"
                 )
@@ -210,10 +215,10 @@ def _topology(reader: _Reader, entry: yaml.Node, fields: dict[str, yaml.Node]) -
     for item in reader.sequence(block["blocks"], "blocks"):
         bl = reader.mapping(item, "a block", ("block", "nodes"))
         if "block" not in bl:
-            raise UserInputError(f"{reader.where(item)}: a block needs 'block: <name>'")
+            raise TopologyInputError(f"{reader.where(item)}: a block needs 'block: <name>'")
         block_name = reader.scalar(bl["block"], "block", str)
         if "nodes" not in bl:
-            raise UserInputError(f"{reader.where(item)}: block {block_name!r} has no nodes")
+            raise TopologyInputError(f"{reader.where(item)}: block {block_name!r} has no nodes")
         blocks.append(
             BlockDecl(block_name, reader.scalar(bl["nodes"], "nodes", str), reader.where(item))
         )

@@ -19,7 +19,7 @@ from launcher.job_cli import add_jobs_dir_arg, run_history
 from launcher.job_dir import find_job_dir, jobs_root
 from launcher.train.checkpoint_scan import CheckpointEntry, resume_choice, scan
 from launcher.train.export_weights import export_weights
-from launcher.user_files import require_short_names, require_writable_file
+from topology.user_files import require_short_names, require_writable_file
 
 
 def register(subparsers: Any) -> None:

@@ -23,7 +23,7 @@ from launcher.data import byte_tokenizer, gpt2_tokenizer
 from launcher.data.shards import shard_header
 from launcher.data.token_stream import Encoder, TokenSpool, require_stream_input, spool_document
 from launcher.errors import UserInputError
-from launcher.user_files import require_output_dir, require_short_names
+from topology.user_files import require_output_dir, require_short_names
 
 DEFAULT_SHARD_TOKENS = 100_000_000
 TOKENIZERS = ("byte", "gpt2")

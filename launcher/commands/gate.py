@@ -25,8 +25,8 @@ from launcher.preflight.gate_plan import read_node_plan
 from launcher.preflight.state import state_dir
 from launcher.preflight.verdict import LEVELS
 from launcher.site_config import load_site
-from launcher.user_files import require_regular_file, require_writable_file
 from topology import hostlists
+from topology.user_files import require_regular_file, require_writable_file
 
 EXIT_REQUEUED = 75
 """EX_TEMPFAIL: the job was requeued; the batch script should stop quietly."""

@@ -25,6 +25,7 @@ from launcher.errors import UserInputError
 from launcher.job_placement import LiveState, probe_live_state
 from launcher.job_request import check_ranks_per_node, resolve_request
 from launcher.site_config import LoadedSite, load_site
+from launcher.site_topology import site_topology
 from launcher.typed_config import from_mapping
 from topology import hostlists
 from topology.model import Topology
@@ -35,7 +36,6 @@ from topology.placement import (
     SlurmVersion,
     plan_placement,
 )
-from topology.site_topology import site_topology
 
 ASSUMED_SLURM = "24.11"
 """Slurm version assumed when neither --slurm-version, the live cluster nor `sinfo -V` says."""

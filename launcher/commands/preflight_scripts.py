@@ -12,7 +12,7 @@ from launcher.errors import EXIT_OK
 from launcher.preflight.slurm_scripts import KINDS, ScriptSpec, write_scripts
 from launcher.preflight.verdict import LEVELS
 from launcher.site_config import load_site
-from launcher.user_files import require_output_dir
+from topology.user_files import require_output_dir
 
 
 def register(subparsers: Any) -> None:

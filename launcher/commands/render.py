@@ -18,7 +18,7 @@ from launcher.job_dir import jobs_root, new_job_dir_path
 from launcher.job_placement import place_job, placement_notes
 from launcher.job_request import resolve_request
 from launcher.job_script import render_job
-from launcher.user_files import require_writable_file
+from topology.user_files import require_writable_file
 
 
 def register(subparsers: Any) -> None:

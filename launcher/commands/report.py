@@ -10,7 +10,7 @@ from typing import Any
 from launcher.console import make_console, print_json
 from launcher.errors import EXIT_OK, UserInputError
 from launcher.job_cli import add_jobs_dir_arg
-from launcher.user_files import require_output_dir, require_short_names
+from topology.user_files import require_output_dir, require_short_names
 
 
 def register(subparsers: Any) -> None:

@@ -18,7 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from launcher.errors import UserInputError, shown
-from launcher.user_files import require_regular_file
+from topology.user_files import require_regular_file
 
 EOT_TEXT = "<|endoftext|>"
 GPT2_VOCAB_SIZE = 50257

@@ -10,7 +10,7 @@ import numpy.typing as npt
 
 from launcher.atomic_write import FileSet
 from launcher.errors import UserInputError
-from launcher.user_files import require_regular_file
+from topology.user_files import require_regular_file
 
 SHARD_MAGIC = 20240520
 SHARD_VERSION = 1

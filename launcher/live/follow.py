@@ -35,9 +35,9 @@ from launcher.live.watcher import (
 )
 from launcher.report.run_data import StepRecord
 from launcher.site_config import load_site
+from launcher.site_topology import site_topology
 from launcher.slurm import JobInfo, NodeInfo, SlurmClient
 from topology.model import Topology
-from topology.site_topology import site_topology
 
 _STATUS_STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "MISSING": "red"}
 

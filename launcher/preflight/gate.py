@@ -38,8 +38,8 @@ from launcher.preflight.state_access import StateAccess, state_access
 from launcher.preflight.tools import run_tool, tool_path
 from launcher.preflight.verdict import NodeVerdict, verdict_from_json
 from launcher.site_config import LoadedSite
-from launcher.whole_numbers import MAX_DIGITS, read_whole
 from topology import hostlists
+from topology.whole_numbers import MAX_DIGITS, read_whole
 
 GATE_SCHEMA = "gantry.preflight.gate"
 GATE_VERSION = 1

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import UserInputError, brief
-from launcher.user_files import require_regular_file
+from topology.user_files import require_regular_file
 
 METRICS_FILE = "metrics.jsonl"
 TRACE_FILE = "trace.json"

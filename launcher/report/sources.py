@@ -9,7 +9,7 @@ from pathlib import Path
 from launcher.errors import GantryError, UserInputError
 from launcher.job_dir import find_job_dir, jobs_root
 from launcher.report.run_data import METRICS_FILE, TRACE_FILE
-from launcher.whole_numbers import read_whole
+from topology.whole_numbers import read_whole
 
 
 @dataclass(frozen=True)

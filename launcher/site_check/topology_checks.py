@@ -10,12 +10,12 @@ from launcher.errors import UserInputError
 from launcher.site_check.live_facts import LiveFacts
 from launcher.site_check.results import SiteCheck
 from launcher.site_config import LoadedSite
+from launcher.site_topology import site_topology
 from topology import hostlists
 from topology.document import TopologyDoc
 from topology.model import Topology
 from topology.placement.request import BLOCK_PLUGIN_SINCE, SlurmVersion
 from topology.scontrol_format import parse_scontrol_topology
-from topology.site_topology import site_topology
 
 #: Slurm's TopologyPlugin values for each topology.plugin of a site (the first is shown).
 PLUGIN_NAMES: dict[str, tuple[str, ...]] = {

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.errors import GantryError, brief
-from launcher.whole_numbers import is_whole, read_whole
+from topology.whole_numbers import is_whole, read_whole
 
 #: Job states after which the job will not run again (unless requeued by someone).
 TERMINAL_STATES = frozenset({

@@ -38,7 +38,7 @@ from launcher.train import faults, piece_hash
 from launcher.train.host_staging import HostStaging
 from launcher.train.native_pipeline import Chunk
 from launcher.train.safetensors_stream import file_size, write_safetensors
-from launcher.user_files import require_regular_file
+from topology.user_files import require_regular_file
 
 MANIFEST = "manifest.json"
 _PREFIX = {Buffer.PARAMS: "", Buffer.ADAM_M: "exp_avg.", Buffer.ADAM_V: "exp_avg_sq."}

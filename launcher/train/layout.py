@@ -17,7 +17,7 @@ from pathlib import Path
 
 from launcher.errors import UserInputError, brief
 from launcher.typed_config import MAX_CONFIG_BYTES, load_yaml_file
-from launcher.user_files import require_regular_file
+from topology.user_files import require_regular_file
 
 
 @dataclass(frozen=True)

@@ -28,9 +28,9 @@ import pytest
 import yaml
 
 from launcher.site_config import load_site
+from launcher.site_topology import site_topology
 from tests.embedded_cluster import EmbeddedCluster
 from topology import hostlists
-from topology.site_topology import site_topology
 
 GANTRY_DRAIN_REASON = "gantry:test:held-out-by-placement-test"
 #: A job that holds its nodes until cancelled (output discarded, not left in the cwd).

@@ -32,8 +32,8 @@ from launcher.live.watcher import (
 )
 from launcher.report.run_data import RankTiming, StepRecord
 from launcher.site_config import DEFAULT_SITE, load_site
+from launcher.site_topology import site_topology
 from launcher.slurm import JobInfo, NodeInfo
-from topology.site_topology import site_topology
 
 REPO = Path(__file__).resolve().parents[2]
 NODES = ("n1", "n2", "n3", "n4", "n5")

@@ -26,10 +26,10 @@ from launcher.job_placement import (
 from launcher.job_request import resolve_request
 from launcher.job_script import render_job
 from launcher.site_config import load_site
+from launcher.site_topology import site_topology
 from launcher.slurm import NodeInfo
 from launcher.train.layout import order_from_nodes, read_rank_order
 from topology.placement import SlurmVersion
-from topology.site_topology import site_topology
 
 REPO = Path(__file__).resolve().parents[2]
 SITE = REPO / "site_configs" / "local.yaml"

@@ -26,9 +26,9 @@ from launcher.site_check.topology_checks import (
     site_groups,
 )
 from launcher.site_config import LoadedSite, load_site
+from launcher.site_topology import load_topology_file
 from topology.build import build_topology
 from topology.scontrol_format import parse_scontrol_topology
-from topology.site_topology import load_topology_file
 
 CONFIG = """Configuration data as of 2026-12-02T07:00:00
 AccountingStorageType   = accounting_storage/none

@@ -19,13 +19,13 @@ from hypothesis import strategies as st
 
 from launcher.errors import UserInputError
 from launcher.site_config import DEFAULT_SITE, load_site
+from launcher.site_topology import site_topology
 from tests.unit.topology_helpers import conf
 from topology import hostlists
 from topology.build import build_topology
 from topology.conf_format import parse_topology_conf, split_words, write_topology_conf
 from topology.model import Topology
 from topology.scontrol_format import parse_scontrol_topology
-from topology.site_topology import site_topology
 from topology.synthetic import fat_tree_conf, nvl72_conf
 from topology.yaml_format import parse_topology_yaml, write_topology_yaml
 

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from launcher.site_config import DEFAULT_SITE, load_site
+from launcher.site_topology import site_topology
 from tests.unit.topology_helpers import conf
 from topology.build import build_topology
 from topology.conf_format import parse_topology_conf
-from topology.site_topology import site_topology
 from topology.synthetic import fat_tree_conf, node_name, nvl72_conf
 
 

@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 
 from launcher.errors import GantryError
 from launcher.site_config import DEFAULT_SITE, load_site
+from launcher.site_topology import site_topology
 from tests.unit.topology_helpers import brute_force_block, brute_force_tree, conf
 from topology import hostlists
 from topology.model import Topology
@@ -28,7 +29,6 @@ from topology.placement import (
     SlurmVersion,
     plan_placement,
 )
-from topology.site_topology import site_topology
 
 V2205 = SlurmVersion.parse("22.05.8")
 V2311 = SlurmVersion.parse("23.11.0")

@@ -15,13 +15,13 @@ from launcher.errors import UserInputError
 from launcher.train import checkpoint
 from launcher.train.layout import read_rank_order
 from launcher.typed_config import load_yaml_file
-from launcher.user_files import (
+from topology.source_file import read_source
+from topology.user_files import (
     require_output_dir,
     require_regular_file,
     require_short_names,
     require_writable_file,
 )
-from topology.source_file import read_source
 
 
 def _refusal(read: Callable[[], object], fifo: Path) -> str:

@@ -1,7 +1,7 @@
 """Placement: choose the nodes of a pipeline-parallel job, its rank order and Slurm options.
 
 ``plan_placement`` is a pure function: topology + request + cluster state + Slurm version in,
-a :class:`Placement` out (or a GantryError saying why no placement exists).
+a :class:`Placement` out (or a TopologyError saying why no placement exists).
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from launcher.errors import GantryError
+from topology.errors import TopologyError
 from topology.model import Topology
 from topology.placement.ranks import NodeRole, assign_ranks
 from topology.placement.request import (
@@ -89,7 +89,7 @@ def plan_placement(
     avail = state.available(topology)
     total = request.total_nodes
     if int(avail.sum()) < total:
-        raise GantryError(
+        raise TopologyError(
             f"the job needs {total} nodes ({request.nodes} + {request.spares} spares) but only "
             f"{int(avail.sum())} are free, healthy and in the topology"
         )

@@ -14,8 +14,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
-from launcher.errors import UserInputError, shown
-from launcher.typed_config import FieldError
+from topology.errors import FieldError, TopologyInputError, shown
 from topology.model import Topology
 
 
@@ -100,7 +99,7 @@ class ClusterState:
         for label, names in (("free nodes", self.free or ()), ("unhealthy nodes", self.unhealthy)):
             unknown = sorted(n for n in names if n not in ids)
             if unknown:
-                raise UserInputError(
+                raise TopologyInputError(
                     f"{label}: {', '.join(shown(n) for n in unknown[:5])} "
                     f"{'is' if len(unknown) == 1 else 'are'} "
                     f"not in the topology ({topology.source})"
@@ -135,7 +134,7 @@ class SlurmVersion:
         match = (re.fullmatch(pattern, text.strip(), re.ASCII) if exact
                  else re.search(pattern, text, re.ASCII))
         if match is None:
-            raise UserInputError(
+            raise TopologyInputError(
                 f"{where}: {text!r} is not allowed (expected e.g. 22.05.8 or 24.11)"
             )
         return SlurmVersion(int(match[1]), int(match[2]), int(match[3] or 0))

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from launcher.errors import GantryError
+from topology.errors import TopologyError
 from topology.model import IntArray, Topology
 
 
@@ -98,7 +98,7 @@ def select_tree(topology: Topology, avail: npt.NDArray[np.bool_], total: int) ->
     idle = _best_domain(topology, sizes, total)
     if best is None:
         largest = _largest_domain(topology, free)
-        raise GantryError(
+        raise TopologyError(
             f"no switch has {total} free healthy nodes under it (most: {largest}); "
             "Slurm never spans switches without a common parent"
         )
@@ -196,7 +196,7 @@ def select_block(
     lower = _fewest(free, total)
     idle = _fewest(sizes, total)
     if lower > blocks:
-        raise GantryError(
+        raise TopologyError(
             f"only {int(free.sum())} free healthy nodes are in blocks; the job needs {total}"
         )
     level = _group_level(topology, total)
@@ -218,7 +218,7 @@ def select_block(
         f"{topology.block_sizes[level]}-node" if level < len(topology.block_sizes) else "whole"
     )
     if not segments_allowed:
-        raise GantryError(
+        raise TopologyError(
             f"no {size_text} block group has {total} free healthy nodes, and this Slurm has "
             "no --segment (24.11+) to split the job"
         )
@@ -235,7 +235,7 @@ def select_block(
                 idle_lower_bound=idle,
                 segment=segment,
             )
-    raise GantryError(f"the free healthy nodes cannot hold {total} nodes in equal segments")
+    raise TopologyError(f"the free healthy nodes cannot hold {total} nodes in equal segments")
 
 
 def _segment_sizes(total: int, preferred: int) -> list[int]:

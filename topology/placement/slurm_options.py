@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from launcher.errors import GantryError
 from topology import hostlists
+from topology.errors import TopologyError
 from topology.model import Topology
 from topology.placement.request import (
     BLOCK_PLUGIN_SINCE,
@@ -25,7 +25,7 @@ from topology.placement.select import Selection
 
 def check_version(topology: Topology, version: SlurmVersion) -> None:
     if topology.kind == "block" and version < BLOCK_PLUGIN_SINCE:
-        raise GantryError(
+        raise TopologyError(
             f"{topology.source}: a block topology needs Slurm {BLOCK_PLUGIN_SINCE.major}."
             f"{BLOCK_PLUGIN_SINCE.minor:02d} or later (topology/block); this site runs {version}"
         )
@@ -44,7 +44,7 @@ def slurm_options(
         options.append(f"--switches={len(selection.leaves)}@{request.switch_wait}")
     if selection.segment is not None:
         if version < SEGMENT_SINCE:  # select_block only splits when allowed; keep it honest
-            raise GantryError(f"--segment needs Slurm 24.11 or later; this site runs {version}")
+            raise TopologyError(f"--segment needs Slurm 24.11 or later; this site runs {version}")
         options.append(f"--segment={selection.segment}")
     bad = sorted(unhealthy)
     if bad:
