@@ -35,8 +35,9 @@ from launcher.preflight.policy_apply import apply_policy
 from launcher.preflight.slurm_nodes import Scontrol
 from launcher.preflight.state import state_dir
 from launcher.preflight.state_access import StateAccess, state_access
-from launcher.preflight.tools import run_tool, tool_path
+from launcher.preflight.tools import tool_path
 from launcher.preflight.verdict import NodeVerdict, verdict_from_json
+from launcher.process_runner import run_tool
 from launcher.site_config import LoadedSite
 from topology import hostlists
 from topology.whole_numbers import MAX_DIGITS, read_whole

@@ -22,7 +22,8 @@ from launcher.preflight.nvsmi_parse import (
     parse_nvlink,
     parse_xml,
 )
-from launcher.preflight.tools import run_tool, tool_overridden, tool_path
+from launcher.preflight.tools import tool_overridden, tool_path
+from launcher.process_runner import run_tool
 
 
 def choose_source(env: Mapping[str, str] | None = None) -> str:

@@ -22,7 +22,8 @@ from pathlib import Path
 from launcher.errors import GantryError
 from launcher.preflight.drain_policy import NodeState
 from launcher.preflight.drain_reason import is_gantry_reason
-from launcher.preflight.tools import ToolOutput, run_tool, tool_overridden, tool_path
+from launcher.preflight.tools import tool_overridden, tool_path
+from launcher.process_runner import ToolOutput, run_tool
 from launcher.slurm.records import SlurmParseError, number, parse_nodes, parse_version
 from topology import hostlists
 

@@ -28,7 +28,7 @@ from launcher.preflight.slurm_nodes import (
     parse_nodes_json,
     parse_show_node,
 )
-from launcher.preflight.tools import ToolOutput
+from launcher.process_runner import ToolOutput
 from launcher.site_config import load_site
 
 REPO = Path(__file__).resolve().parents[2]
