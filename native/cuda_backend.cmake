@@ -33,6 +33,7 @@ set(GANTRY_CUDA_SOURCES
   src/dp_buckets.c
   src/stage_checks.c
   src/env_flag.c
+  src/runtime_config.c
   src/stage_io.c
   src/optim_common.c
   src/stage_slots.c

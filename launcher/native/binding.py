@@ -179,6 +179,8 @@ _SIGNATURES: dict[str, tuple[Any, list[Any]]] = {
     # page-locked host memory (API version 7)
     "gt_host_pin": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_size_t]),
     "gt_host_unpin": (ctypes.c_int, [ctypes.c_void_p]),
+    # runtime switches (API version 8)
+    "gt_runtime_config_describe": (ctypes.c_int, [ctypes.c_char_p, ctypes.c_size_t]),
 }
 
 

@@ -28,6 +28,7 @@ from launcher.atomic_write import WriteError, as_run_failure, write_text
 from launcher.errors import GantryError, UserInputError
 from launcher.job_exit_codes import TRAINER_STOPPED
 from launcher.job_spec import JobSpec
+from launcher.native import runtime_config as native_switches
 from launcher.native.model_config import GPTConfig
 from launcher.schedules import ScheduleError, generate
 from launcher.train import checkpoint, data, faults, metrics
@@ -238,11 +239,13 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
     rank = world.Get_rank()
     start = _load_start(world, spec, opts, layout, pipe)
     shards = None
+    switches: dict[str, str] = {}
     error: GantryError | None = None
     try:
         data_glob = resolve_job_path(opts.base_dir, train.data)
         shards = (data.read_shards(str(data_glob), model.vocab_size)
                   if data_glob is not None else None)
+        switches = native_switches.recorded(lib)  # the GANTRY_* switches the library runs with
     except GantryError as err:
         error = err
     _agree(world, error)
@@ -270,7 +273,7 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
         metrics.append_jsonl(opts.run_dir / metrics.EVENTS, {
             "event": "start", "time": time.time(), "step": start, "resumed": start > 0,
             "attempt": os.environ.get("SLURM_RESTART_COUNT", "0"),
-            "nodes": nodes})
+            "nodes": nodes, "native_switches": switches})
     end = train.steps if opts.max_steps is None else min(train.steps, start + opts.max_steps)
     events: list[dict[str, Any]] = []
     watchdog = Watchdog(spec.policy.hang_timeout_s, rank)

@@ -63,8 +63,8 @@
 #include "common.h"
 #include "cuda/cuda_check.h"
 #include "dp_buckets.h"
-#include "env_flag.h"
 #include "p2p_ce.h"
+#include "runtime_config.h"
 
 #define NCCL_CHECK(call)                                                                      \
     do {                                                                                      \
@@ -80,6 +80,7 @@ enum { GT_EDGE_ACT_OUT = 0, GT_EDGE_ACT_IN = 1, GT_EDGE_GRAD_OUT = 2, GT_EDGE_GR
 struct gt_comm {
     gt_comm_host host;           /* first: layout, world, pipe (comm_host.c) */
     int device, node_id;
+    gt_runtime_config env;       /* the GANTRY_* switches, read at creation */
     ncclComm_t nworld, ntied, ndp;
     ncclComm_t ndp_overlap;      /* overlapped dp buckets (NULL: dp == 1 or overlap off) */
     cudaStream_t dp_stream;      /* their stream */
@@ -150,21 +151,14 @@ cleanup:
     return rc;
 }
 
-/* A CTA (SM) cap from environment variable `name` (GANTRY_P2P_MAX_CTAS for the edge
- * communicators, GANTRY_DP_MAX_CTAS for the overlapped dp one); 0 = NCCL's default. */
-static int env_max_ctas(const char *name, int fallback, int *out) {
-    return gt_env_int(name, 0, 64, fallback, "0 = NCCL's default", out);
-}
-
 /* The overlapped dp buckets' communicator (split from dp: collective over the dp group),
  * stream and events. */
 static int create_dp_overlap(gt_comm *c) {
     int rc = GT_OK;
-    int wanted = 0, max_ctas = 0;
+    /* CTA (SM) cap GANTRY_DP_MAX_CTAS; 0 = NCCL's default */
+    int max_ctas = c->env.dp_max_ctas;
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    GT_CHECK(gt_dp_overlap_wanted(&wanted));
-    if (!wanted || c->ndp == NULL) goto cleanup;
-    GT_CHECK(env_max_ctas("GANTRY_DP_MAX_CTAS", 8, &max_ctas));
+    if (!c->env.dp_overlap || c->ndp == NULL) goto cleanup;
     if (max_ctas > 0) config.minCTAs = 1, config.maxCTAs = max_ctas;
     NCCL_CHECK(ncclCommSplit(c->ndp, 0, c->host.replica, &c->ndp_overlap,
                              max_ctas > 0 ? &config : NULL));
@@ -180,9 +174,8 @@ static int split_edges(gt_comm *c) {
     int rc = GT_OK;
     const int pp = c->host.pp, p = c->host.pipe_rank;
     const int n_rounds = pp % 2 == 1 ? 3 : 2;
-    int max_ctas = 0;
+    int max_ctas = c->env.p2p_max_ctas; /* GANTRY_P2P_MAX_CTAS; 0 = NCCL's default */
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    GT_CHECK(env_max_ctas("GANTRY_P2P_MAX_CTAS", 4, &max_ctas));
     if (max_ctas > 0) config.minCTAs = 1, config.maxCTAs = max_ctas;
     for (int k = 0; k < 2; k++) {
         int kind = k == 0 ? GT_MSG_ACT : GT_MSG_GRAD;
@@ -250,6 +243,7 @@ int gt_comm_create(int world_fint, int pp, int dp, int pipe_rank, int replica, i
                       "(got %zu bytes)", sizeof(uid), id == NULL ? (size_t)0 : id_len);
     memcpy(&uid, id, sizeof(uid));
     GT_CALLOC(c, 1);
+    GT_CHECK(gt_runtime_config_read(&c->env));
     GT_CHECK(gt_comm_host_init(&c->host, world_fint, pp, dp, pipe_rank, replica));
     MPI_CHECK(MPI_Comm_rank(c->host.world, &world_rank));
     MPI_CHECK(MPI_Comm_size(c->host.world, &world_size));
@@ -325,10 +319,10 @@ static void free_ce_edges(gt_comm *c) {
 int gt_comm_p2p_setup(gt_comm *c, size_t max_bytes) {
     int rc = GT_OK;
     const int pp = c->host.pp, p = c->host.pipe_rank;
-    int mode = 1, slots = 4, n_ce = 0, n_edges = 0;
+    /* GANTRY_P2P_TRANSPORT as p2p_ce.h's modes: 0 = nccl, 1 = auto, 2 = ce */
+    int mode = c->env.p2p_transport == GT_P2P_NCCL ? 0 : c->env.p2p_transport == GT_P2P_CE ? 2 : 1;
+    int slots = c->env.p2p_ce_slots, n_ce = 0, n_edges = 0;
     if (pp < 2 || (c->ce_bytes > 0 && max_bytes <= c->ce_bytes)) return GT_OK;
-    GT_CHECK(gt_ce_transport_mode(&mode));
-    GT_CHECK(gt_ce_ring_slots(&slots));
     free_ce_edges(c);
     /* one global edge order (kind, sender), as for the NCCL warm-up: deadlock-free pairings */
     for (int k = 0; k < 2; k++) {

@@ -1,15 +1,13 @@
 /*
- * dp_buckets.c — the bucket coalescing and the switches of the overlapped data-parallel
- * all-reduce (see dp_buckets.h).
+ * dp_buckets.c — the bucket coalescing of the overlapped data-parallel all-reduce
+ * (see dp_buckets.h).
  */
 #include "dp_buckets.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "common.h"
-#include "env_flag.h"
 
 void gt_bucketer_reset(gt_bucketer *b, size_t limit, size_t target, gt_bucket_flush_fn flush,
                        void *ctx) {
@@ -58,24 +56,6 @@ int gt_bucketer_finish(gt_bucketer *b) {
     if (b->reported != b->limit)
         GT_FAIL(GT_ESTATE, "the stage reported %zu ready gradient elements of %zu", b->reported,
                 b->limit);
-cleanup:
-    return rc;
-}
-
-int gt_dp_overlap_wanted(int *out) { return gt_env_flag("GANTRY_DP_OVERLAP", 1, out); }
-
-int gt_dp_bucket_elements(size_t *elements) {
-    int rc = GT_OK;
-    const char *env = getenv("GANTRY_DP_BUCKET_MB");
-    double mb = 25.0;
-    if (env != NULL && env[0] != '\0') {
-        char *end = NULL;
-        mb = strtod(env, &end);
-        if (*end != '\0' || !isfinite(mb) || mb < 0.0 || mb > 1048576.0)
-            GT_INPUT_FAIL("GANTRY_DP_BUCKET_MB='%s' is not allowed (a number of MB, 0 to 1048576;"
-                          " 0 = one bucket per layer)", env);
-    }
-    *elements = (size_t)(mb * 1048576.0 / (double)sizeof(float));
 cleanup:
     return rc;
 }

@@ -1,7 +1,7 @@
 /*
- * dp_buckets.h — coalescing of "gradient ready" ranges into data-parallel all-reduce buckets,
- * and the environment switches of the overlapped data-parallel all-reduce. Backend-neutral
- * (pipeline.c on both builds; comm_nccl.c reads the switches). Not part of the public API.
+ * dp_buckets.h — coalescing of "gradient ready" ranges into data-parallel all-reduce buckets
+ * (their switches, GANTRY_DP_OVERLAP and GANTRY_DP_BUCKET_MB, are in runtime_config.h).
+ * Backend-neutral (pipeline.c on both builds). Not part of the public API.
  *
  * While the executor runs a chunk's last gradient-producing action, the stage reports element
  * ranges [offset, offset + count) of its flat gradient buffer in backward order as their
@@ -44,13 +44,5 @@ int gt_bucketer_add(gt_bucketer *b, size_t offset, size_t count);
 
 /* Flushes the open bucket; GT_ESTATE unless exactly `limit` elements were reported. */
 int gt_bucketer_finish(gt_bucketer *b);
-
-/* GANTRY_DP_OVERLAP: 1 (default) overlaps the data-parallel all-reduce with the backward,
- * 0 all-reduces whole buffers after the table. GT_EINPUT naming the value otherwise. */
-int gt_dp_overlap_wanted(int *out);
-
-/* GANTRY_DP_BUCKET_MB: bucket target in MB (2^20 bytes) of fp32 gradients, a decimal number
- * >= 0 (default 25; 0: one bucket per reported range); *elements = the target in floats. */
-int gt_dp_bucket_elements(size_t *elements);
 
 #endif /* GANTRY_DP_BUCKETS_H */

@@ -18,7 +18,6 @@
 #include "comm_host.h"
 #include "common.h"
 #include "cuda/cuda_check.h"
-#include "env_flag.h"
 
 /* A CUDA driver call (stream memory operations). */
 #define CU_CHECK(call)                                                                         \
@@ -52,22 +51,6 @@ typedef struct {
 typedef struct {
     cudaIpcMemHandle_t ring, flag;
 } ce_handles;
-
-int gt_ce_transport_mode(int *mode) {
-    int rc = GT_OK;
-    const char *env = getenv("GANTRY_P2P_TRANSPORT");
-    *mode = 1;
-    if (env == NULL || env[0] == '\0' || strcmp(env, "auto") == 0) goto cleanup;
-    if (strcmp(env, "nccl") == 0) *mode = 0;
-    else if (strcmp(env, "ce") == 0) *mode = 2;
-    else GT_INPUT_FAIL("GANTRY_P2P_TRANSPORT='%s' is not allowed (allowed: auto, ce, nccl)", env);
-cleanup:
-    return rc;
-}
-
-int gt_ce_ring_slots(int *slots) {
-    return gt_env_int("GANTRY_P2P_CE_SLOTS", 1, 64, 4, NULL, slots);
-}
 
 /* Zeroes a counter with a stream memory write: also proves that such writes work here. */
 static int zero_flag(uint32_t *flag, int *works) {

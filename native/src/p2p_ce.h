@@ -34,11 +34,9 @@
 
 typedef struct gt_ce_edge gt_ce_edge;
 
-/* GANTRY_P2P_TRANSPORT: 0 = nccl (never the copy engines), 1 = auto (default: copy engines
- * where both ranks can), 2 = ce (fail where they cannot). GANTRY_P2P_CE_SLOTS: ring depth
- * (1..64, default 4). */
-int gt_ce_transport_mode(int *mode);
-int gt_ce_ring_slots(int *slots);
+/* Transport modes (GANTRY_P2P_TRANSPORT, runtime_config.h): 0 = nccl (never the copy
+ * engines), 1 = auto (copy engines where both ranks can), 2 = ce (fail where they cannot). The
+ * ring depth is GANTRY_P2P_CE_SLOTS. */
 
 /* Sets up the edge between this rank and pipeline rank `peer` of `pipe` (collective between
  * the two: both call it in the same global edge order; `tag` distinguishes the edge).

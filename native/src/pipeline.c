@@ -36,8 +36,8 @@
 #include "comm.h"
 #include "common.h"
 #include "dp_buckets.h"
-#include "env_flag.h"
 #include "gantry/pipeline.h"
+#include "runtime_config.h"
 #ifdef GANTRY_HAVE_SITE_H
 #include "gantry_site.h"
 #endif
@@ -98,18 +98,18 @@ int gt_pipeline_create(const gt_config *cfg, gt_comm *comm, int v, int m, int B,
     p->comm = comm;
     p->pp = gt_comm_pp(comm), p->dp = gt_comm_dp(comm), p->pipe_rank = gt_comm_pipe_rank(comm);
     p->v = v, p->m = m, p->B = B, p->T = T;
-    GT_CHECK(gt_dp_overlap_wanted(&p->overlap));
-    GT_CHECK(gt_dp_bucket_elements(&p->bucket_elems));
-    /* AdamW per gradient range as soon as it is final when clipping is off: 1 on every rank,
-     * 2 on pipeline rank 0 only (the others update after the table, into the next step's fill),
-     * 3 as 2 plus, on the other ranks, every chunk but the one whose gradients are final last
-     * (its update alone goes into the fill) */
-    GT_CHECK(gt_env_int("GANTRY_OPT_OVERLAP", 0, 3, 2,
-                        "1 = every rank, 2 = pipeline rank 0 only, 3 = rank 0 and the other "
-                        "ranks' chunks but the last finished, 0 = none", &p->opt_overlap));
-    GT_CHECK(gt_env_int("GANTRY_NORM_CAPTURE", 0, 1, 1,
-                        "1 = the norm from the AdamW ranges, 0 = a pass of its own",
-                        &p->norm_capture));
+    {
+        gt_runtime_config rc_env;
+        GT_CHECK(gt_runtime_config_read(&rc_env));
+        p->overlap = rc_env.dp_overlap;
+        p->bucket_elems = gt_runtime_dp_bucket_elements(&rc_env);
+        /* AdamW per gradient range as soon as it is final when clipping is off: 1 on every
+         * rank, 2 on pipeline rank 0 only (the others update after the table, into the next
+         * step's fill), 3 as 2 plus, on the other ranks, every chunk but the one whose
+         * gradients are final last (its update alone goes into the fill) */
+        p->opt_overlap = rc_env.opt_overlap;
+        p->norm_capture = rc_env.norm_capture;
+    }
     p->overlap = p->overlap && p->dp > 1;
     GT_CALLOC(p->last_grad, v);
     GT_CALLOC(p->first_grad, v);

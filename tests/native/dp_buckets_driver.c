@@ -5,13 +5,15 @@
  * usage: dp_buckets_driver LIMIT TARGET OFFSET:COUNT...
  * Feeds the ranges in order, then finishes; prints one "bucket OFFSET COUNT" line per flush,
  * in flush order, and "ok" at the end; on a failure prints "error MESSAGE" and exits 1.
- * The environment switches: dp_buckets_driver --env prints "overlap N elements N" (or error).
+ * Its switches (runtime_config.h): dp_buckets_driver --env prints "overlap N elements N" (or
+ * error).
  */
 #include <stdio.h>
 #include <stdlib.h>
 
 #include "dp_buckets.h"
 #include "gantry/stage.h"
+#include "runtime_config.h"
 
 static int print_bucket(void *ctx, size_t offset, size_t count) {
     (void)ctx;
@@ -22,13 +24,12 @@ static int print_bucket(void *ctx, size_t offset, size_t count) {
 int main(int argc, char **argv) {
     gt_bucketer b;
     if (argc == 2 && argv[1][0] == '-') {
-        int overlap = 0;
-        size_t elements = 0;
-        if (gt_dp_overlap_wanted(&overlap) != GT_OK || gt_dp_bucket_elements(&elements) != GT_OK) {
+        gt_runtime_config rc;
+        if (gt_runtime_config_read(&rc) != GT_OK) {
             printf("error %s\n", gt_last_error());
             return 1;
         }
-        printf("overlap %d elements %zu\n", overlap, elements);
+        printf("overlap %d elements %zu\n", rc.dp_overlap, gt_runtime_dp_bucket_elements(&rc));
         return 0;
     }
     if (argc < 3) {

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 REPO = Path(__file__).resolve().parents[2]
 SOURCES = [REPO / "tests" / "native" / "dp_buckets_driver.c",
            REPO / "native" / "src" / "dp_buckets.c", REPO / "native" / "src" / "env_flag.c",
+           REPO / "native" / "src" / "runtime_config.c",
            REPO / "native" / "src" / "error.c"]
 
 

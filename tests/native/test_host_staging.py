@@ -72,4 +72,4 @@ def test_read_buffer_refuses_a_wrong_out_array(native_lib: NativeLibrary) -> Non
 def test_pinning_is_a_no_op_that_succeeds_on_the_cpu_build(native_lib: NativeLibrary) -> None:
     array = np.zeros(1000, dtype=np.float32)
     assert pin_host(native_lib, array) is None
-    assert native_lib.lib.gt_api_version() == 7
+    assert native_lib.lib.gt_api_version() == 8

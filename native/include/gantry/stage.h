@@ -68,7 +68,7 @@ extern "C" {
 GT_API const char *gt_last_error(void);
 
 /* Version of this API; bumped when functions are added. */
-#define GT_API_VERSION 7
+#define GT_API_VERSION 8
 GT_API int gt_api_version(void);
 
 /* ------------------------------------------------------------------------------------------ */
@@ -333,6 +333,17 @@ GT_API int gt_stage_norm_capture_end(gt_stage *stage, double *sq);
  * successful gt_host_pin; call it before the memory is freed. */
 GT_API int gt_host_pin(void *ptr, size_t bytes);
 GT_API int gt_host_unpin(void *ptr);
+
+/* ------------------------------------------------------------------------------------------ */
+/* runtime switches (API version 8)                                                            */
+/*
+ * The library's GANTRY_* environment switches (docs/reference/environment.md) are read and
+ * checked when a stage, pipeline or communicator is created. gt_runtime_config_describe reads
+ * them as those would, now, and writes one "NAME=value\n" line per switch into buf (NUL
+ * terminated; the value a default or the one set), in name order: what a run records in its
+ * start event. GT_EINPUT naming the variable, its value and what is allowed when one is bad;
+ * GT_EINPUT when buf is too small (4096 bytes suffice). */
+GT_API int gt_runtime_config_describe(char *buf, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -43,11 +43,6 @@ using Key = std::tuple<int, int, int, int>;
 std::mutex g_tuned_lock;
 std::map<Key, std::pair<int64_t, int64_t>> g_tuned;
 
-bool tuning_wanted() {
-    const char *env = std::getenv("GANTRY_ATTN_AUTOTUNE");
-    return env == nullptr || env[0] == '\0' || std::strcmp(env, "0") != 0;
-}
-
 void set_err(char *err, size_t len, const char *what, const std::string &msg) {
     if (err != nullptr && len > 0) std::snprintf(err, len, "cuDNN attention %s: %s", what, msg.c_str());
 }
@@ -58,6 +53,7 @@ struct gt_cudnn_attn {
     cudnnHandle_t handle = nullptr;
     void *workspace = nullptr;
     size_t workspace_size = 0;
+    bool autotune = true; // GANTRY_ATTN_AUTOTUNE (runtime_config.h)
     std::map<Key, FwdGraph> fwd;
     std::map<Key, BwdGraph> bwd;
 };
@@ -108,7 +104,7 @@ bool build(gt_cudnn_attn *ctx, fe::graph::Graph &g, char *err, size_t len) {
     if (!check(g.create_execution_plans({fe::HeurMode_t::A}), "create_execution_plans", err, len))
         return false;
     if (!check(g.check_support(ctx->handle), "check_support", err, len)) return false;
-    if (tuning_wanted()) { // every candidate (fails only if none builds), sized for all of them
+    if (ctx->autotune) { // every candidate (fails only if none builds), sized for all of them
         if (!check(g.build_plans(ctx->handle, fe::BuildPlanPolicy_t::ALL), "build_plans", err,
                    len))
             return false;
@@ -284,13 +280,14 @@ void tune(gt_cudnn_attn *ctx, const Key &key, FwdGraph &f, BwdGraph &b) {
 }
 }  // namespace
 
-extern "C" int gt_cudnn_attn_create(gt_cudnn_attn **out, char *err, size_t len) {
+extern "C" int gt_cudnn_attn_create(gt_cudnn_attn **out, int autotune, char *err, size_t len) {
     *out = nullptr;
     auto *ctx = new (std::nothrow) gt_cudnn_attn();
     if (ctx == nullptr) {
         set_err(err, len, "create", "out of memory");
         return 1;
     }
+    ctx->autotune = autotune != 0;
     cudnnStatus_t st = cudnnCreate(&ctx->handle);
     if (st != CUDNN_STATUS_SUCCESS) {
         set_err(err, len, "cudnnCreate", cudnnGetErrorString(st));
@@ -318,7 +315,7 @@ extern "C" int gt_cudnn_attn_supported(gt_cudnn_attn *ctx, int B, int T, int NH,
         FwdGraph *f = forward_graph(ctx, B, T, NH, hs, err, len);
         BwdGraph *b = f != nullptr ? backward_graph(ctx, B, T, NH, hs, err, len) : nullptr;
         if (b == nullptr) return 0;
-        if (tuning_wanted()) tune(ctx, Key{B, T, NH, hs}, *f, *b);
+        if (ctx->autotune) tune(ctx, Key{B, T, NH, hs}, *f, *b);
         return 1;
     } catch (const std::exception &e) {
         set_err(err, len, "probe", e.what());

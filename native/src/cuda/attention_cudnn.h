@@ -20,8 +20,10 @@ extern "C" {
 
 typedef struct gt_cudnn_attn gt_cudnn_attn;
 
-/* Each returns 0 on success, else nonzero with a message in err (NUL-terminated). */
-int gt_cudnn_attn_create(gt_cudnn_attn **out, char *err, size_t err_len);
+/* Each returns 0 on success, else nonzero with a message in err (NUL-terminated). autotune
+ * (GANTRY_ATTN_AUTOTUNE): time every plan once per shape and keep the fastest, else cuDNN's
+ * heuristic choice. */
+int gt_cudnn_attn_create(gt_cudnn_attn **out, int autotune, char *err, size_t err_len);
 void gt_cudnn_attn_destroy(gt_cudnn_attn *ctx);
 /* The loaded cuDNN library's version (cudnnGetVersion, e.g. 91400 for 9.14.0). */
 size_t gt_cudnn_version(void);

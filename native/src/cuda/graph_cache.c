@@ -10,11 +10,6 @@
 #include "common.h"
 #include "cuda/cuda_check.h"
 
-int gt_graphs_wanted(void) {
-    const char *env = getenv("GANTRY_CUDA_GRAPHS");
-    return env == NULL || env[0] == '\0' || strcmp(env, "0") != 0;
-}
-
 void gt_graph_release(gt_graph_slot *g) {
     if (g->exec != NULL) cudaGraphExecDestroy(g->exec);
     memset(g, 0, sizeof(*g));

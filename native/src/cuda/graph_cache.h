@@ -27,9 +27,6 @@ typedef struct {
 /* Queues the body's work on `stream`. */
 typedef int (*gt_graph_body)(void *ctx);
 
-/* 1 unless GANTRY_CUDA_GRAPHS=0. */
-int gt_graphs_wanted(void);
-
 /* Runs `body` (eagerly, captured, or replayed: see above). *enabled is the stage's switch;
  * key_len <= GT_GRAPH_KEY_BYTES. */
 int gt_graph_run(gt_graph_slot *g, int *enabled, cudaStream_t stream, const void *key,

@@ -90,23 +90,12 @@ static void choice_add(const gt_lt_key *k, const cublasLtMatmulAlgo_t *algo) {
     pthread_mutex_unlock(&g_choices_lock);
 }
 
-static int autotune_enabled(void) {
-    const char *env = getenv("GANTRY_GEMM_AUTOTUNE");
-    return env == NULL || env[0] == '\0' || strcmp(env, "0") != 0;
-}
-
 /* How many of the heuristic's algorithms to ask for: 1 without autotuning, else
- * GANTRY_GEMM_CANDIDATES clamped to 1..GT_TUNE_MAX_CANDIDATES (default GT_TUNE_CANDIDATES). */
-static int candidates_wanted(void) {
-    if (!autotune_enabled()) return 1;
-    const char *env = getenv("GANTRY_GEMM_CANDIDATES");
-    int n = env != NULL && env[0] != '\0' ? atoi(env) : GT_TUNE_CANDIDATES;
+ * lt->candidates clamped to 1..GT_TUNE_MAX_CANDIDATES. */
+static int candidates_wanted(const gt_lt *lt) {
+    if (!lt->autotune) return 1;
+    int n = lt->candidates;
     return n < 1 ? 1 : n > GT_TUNE_MAX_CANDIDATES ? GT_TUNE_MAX_CANDIDATES : n;
-}
-
-static int tune_log_enabled(void) {
-    const char *env = getenv("GANTRY_GEMM_TUNE_LOG");
-    return env != NULL && env[0] != '\0' && strcmp(env, "0") != 0;
 }
 
 /* One line per tuned shape: the CUDA device, the key, each candidate's median ms (-1: failed
@@ -138,6 +127,8 @@ static void plan_release(gt_lt_plan *p) {
 int gt_lt_create(gt_lt *lt, size_t workspace_size) {
     int rc = GT_OK;
     memset(lt, 0, sizeof(*lt));
+    lt->autotune = 1;
+    lt->candidates = GT_TUNE_CANDIDATES;
     CUBLAS_CHECK(cublasLtCreate(&lt->handle));
     CUDA_MALLOC(lt->workspace, workspace_size);
     lt->workspace_size = workspace_size;
@@ -254,7 +245,7 @@ static int plan_build(gt_lt *lt, const gt_lt_key *k, gt_lt_plan *p, int *unsuppo
     CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &align, sizeof(align)));
     CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(lt->handle, p->op, p->la, p->lb, p->lc, p->ld,
-                                                pref, candidates_wanted(), heur, &found));
+                                                pref, candidates_wanted(lt), heur, &found));
     if (found == 0) {
         if (unsupported) *unsupported = 1;
         GT_FAIL(GT_ESTATE, "cuBLASLt has no algorithm for m=%d n=%d k=%d transa=%d transb=%d "
@@ -385,7 +376,7 @@ static int tune(gt_lt *lt, gt_lt_plan *p, const gt_matmul_args *a, cudaStream_t 
         if (ok[c] && (best < 0 || cand_ms[c] < cand_ms[best])) best = c;
     }
     if (best >= 0) p->algo = p->candidates[best];
-    if (tune_log_enabled()) tune_log(&p->key, cand_ms, n, best);
+    if (lt->tune_log) tune_log(&p->key, cand_ms, n, best);
 remember:
     choice_add(&p->key, &p->algo);
 cleanup:

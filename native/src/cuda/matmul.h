@@ -31,6 +31,10 @@ typedef struct {
     size_t scratch_size;
     void *retired[GT_LT_RETIRED]; /* outgrown scratch buffers, freed by gt_lt_trim */
     int n_retired;
+    /* tuning, set by the stage after gt_lt_create (runtime_config.h; gt_lt_create sets the
+     * defaults): autotune GANTRY_GEMM_AUTOTUNE, candidates GANTRY_GEMM_CANDIDATES, tune_log
+     * GANTRY_GEMM_TUNE_LOG */
+    int autotune, candidates, tune_log;
 } gt_lt;
 
 typedef enum {

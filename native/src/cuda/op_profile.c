@@ -13,11 +13,10 @@ static const char *const k_names[GT_P_COUNT] = {
     "d_attention", "d_qkv", "d_head", "d_cross_entropy", "w_fc_proj", "w_fc", "w_attn_proj",
     "w_qkv", "w_head", "w_encoder", "adamw", "end"};
 
-void gt_prof_init(gt_prof *p) {
-    const char *env = getenv("GANTRY_PROFILE_OPS");
+void gt_prof_init(gt_prof *p, int mode) {
     memset(p, 0, sizeof(*p));
-    p->enabled = env != NULL && env[0] != '\0' && strcmp(env, "0") != 0;
-    p->prefill = p->enabled && strcmp(env, "prefill") == 0;
+    p->enabled = mode != 0;
+    p->prefill = mode == 2;
 }
 
 void gt_prof_prefill(gt_prof *p, cudaStream_t stream) {

@@ -38,8 +38,9 @@ typedef struct {
     int steps;           /* optimizer steps seen; totals restart after the first */
 } gt_prof;
 
-/* Reads GANTRY_PROFILE_OPS; 0 or failure leaves it off (profiling never fails a run). */
-void gt_prof_init(gt_prof *p);
+/* Starts off, on (mode 1) or on with prefill (mode 2): GANTRY_PROFILE_OPS as GT_PROFILE_*
+ * of runtime_config.h. */
+void gt_prof_init(gt_prof *p, int mode);
 /* prefill mode: queues the GPU-side delay on `stream` (call at the start of an action). */
 void gt_prof_prefill(gt_prof *p, cudaStream_t stream);
 /* Marks the start of `op` on `stream` (GT_P_END closes the last one). */

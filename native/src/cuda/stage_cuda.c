@@ -15,8 +15,8 @@
 #include "common.h"
 #include "cuda/cuda_check.h"
 #include "cuda/stage_cuda.h"
-#include "env_flag.h"
 #include "optim_common.h"
+#include "runtime_config.h"
 #include "safetensors.h"
 #include "stage_checks.h"
 #include "stage_slots.h"
@@ -67,62 +67,50 @@ cleanup:
 }
 
 /* cuDNN flash attention unless GANTRY_ATTENTION=reference, the build lacks it or cuDNN
- * rejects the shape (then the reason is kept in the info line). */
+ * rejects the shape (then the reason is kept in the info line); GANTRY_ATTENTION=cudnn fails
+ * instead of falling back. */
 static int choose_attention(gt_stage *s, char *why, size_t why_len) {
     int rc = GT_OK;
-    const char *env = getenv("GANTRY_ATTENTION");
+    const int choice = s->env.attention;
     why[0] = '\0';
 #ifdef GANTRY_HAVE_CUDNN
-    if (env != NULL && strcmp(env, "reference") != 0 && strcmp(env, "cudnn") != 0)
-        GT_INPUT_FAIL("GANTRY_ATTENTION='%s' is not allowed (allowed: cudnn, reference)", env);
-    if (env == NULL || strcmp(env, "cudnn") == 0) {
+    if (choice != GT_ATTENTION_REFERENCE) {
         int hs = s->layout.cfg.n_embd / s->layout.cfg.n_head;
-        if (gt_cudnn_attn_create(&s->cudnn, why, why_len) != 0) {
+        if (gt_cudnn_attn_create(&s->cudnn, s->env.attn_autotune, why, why_len) != 0) {
             s->cudnn = NULL;
         } else if (!gt_cudnn_attn_supported(s->cudnn, s->layout.B, s->layout.T,
                                             s->layout.cfg.n_head, hs, why, why_len)) {
             gt_cudnn_attn_destroy(s->cudnn);
             s->cudnn = NULL;
-            if (env != NULL) GT_FAIL(GT_ESTATE, "GANTRY_ATTENTION=cudnn: %s", why);
+            if (choice == GT_ATTENTION_CUDNN)
+                GT_FAIL(GT_ESTATE, "GANTRY_ATTENTION=cudnn: %s", why);
         }
     }
 #else
     (void)s;
-    if (env != NULL && strcmp(env, "reference") != 0)
-        GT_INPUT_FAIL("GANTRY_ATTENTION='%s' is not allowed in this build (allowed: reference; "
-                      "cudnn needs GANTRY_CUDNN=ON)", env);
+    if (choice == GT_ATTENTION_CUDNN)
+        GT_INPUT_FAIL("GANTRY_ATTENTION='cudnn' is not allowed in this build (allowed: auto, "
+                      "reference; cudnn needs GANTRY_CUDNN=ON)");
     snprintf(why, why_len, "built without cuDNN");
 #endif
 cleanup:
     return rc;
 }
 
-/* Kernel tuning knobs: GANTRY_LN_BWD_IMPL (the LayerNorm backward: 1 = one warp per row, the
- * session-3 kernel kept as the reference; 2 = block-cooperative rows, default; 3 = 2 with the
- * next rows' loads issued before each block reduction),
- * GANTRY_LN_BWD_BLOCKS (impl 1's block count; default 512), GANTRY_LN_BIAS_SUMS (default 1:
- * LayerNorm 2's backward also sums the two bias gradients of the products around it, so the
- * weight half skips those column passes) and GANTRY_BIAS_GEMM (default 1: the c_attn / c_fc
- * weight-gradient products compute their bias gradients too, through the LayerNorm outputs'
- * constant column; 0 = a column-sum pass each) and GANTRY_CE_FUSED (default 1: the last stage's
- * forward leaves softmax - onehot in the logits and the head's backward products scale it; 0 =
- * a separate cross-entropy backward pass) and GANTRY_RESID_LN (default 1: the attention and
- * fc projections write their products alone and the LayerNorm after each adds the residual in
- * its pass over the rows; 0 = the products add it in their epilogue). */
-static int set_kernel_knobs(gt_stage *s) {
-    int rc = GT_OK, blocks = GT_CU_LN_BWD_BLOCKS, ln_impl = 2;
-    GT_CHECK(gt_env_int("GANTRY_LN_BWD_BLOCKS", 64, GT_CU_LN_BWD_MAX_BLOCKS, GT_CU_LN_BWD_BLOCKS,
-                        NULL, &blocks));
-    GT_CHECK(gt_env_int("GANTRY_LN_BWD_IMPL", 1, 3, 2, NULL, &ln_impl));
-    GT_CHECK(gt_env_flag("GANTRY_LN_BIAS_SUMS", 1, &s->ln_bias_sums));
-    GT_CHECK(gt_env_flag("GANTRY_BIAS_GEMM", 1, &s->bias_in_gemm));
-    GT_CHECK(gt_env_flag("GANTRY_CE_FUSED", 1, &s->ce_fused));
-    GT_CHECK(gt_env_flag("GANTRY_GRAD_OVERWRITE", 1, &s->grad_overwrite));
-    GT_CHECK(gt_env_flag("GANTRY_RESID_LN", 1, &s->resid_ln));
-    gt_cu_set_ln_bwd_blocks(blocks);
-    gt_cu_set_ln_bwd_impl(ln_impl);
-cleanup:
-    return rc;
+/* The kernel and product knobs of the stage's switches (runtime_config.h): the kernel
+ * variants the compute hooks choose between, the LayerNorm backward's (process-wide) and
+ * cuBLASLt's tuning. */
+static void set_kernel_knobs(gt_stage *s) {
+    s->ln_bias_sums = s->env.ln_bias_sums;
+    s->bias_in_gemm = s->env.bias_gemm;
+    s->ce_fused = s->env.ce_fused;
+    s->grad_overwrite = s->env.grad_overwrite;
+    s->resid_ln = s->env.resid_ln;
+    gt_cu_set_ln_bwd_blocks(s->env.ln_bwd_blocks);
+    gt_cu_set_ln_bwd_impl(s->env.ln_bwd_impl);
+    s->lt.autotune = s->env.gemm_autotune;
+    s->lt.candidates = s->env.gemm_candidates;
+    s->lt.tune_log = s->env.gemm_tune_log;
 }
 
 int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is_first,
@@ -139,10 +127,11 @@ int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is
     GT_CALLOC(s, 1);
     GT_CHECK(gt_stage_layout_init(&s->layout, cfg, layer_begin, layer_end, is_first, is_last, B,
                                   T, n_slots));
+    GT_CHECK(gt_runtime_config_read(&s->env));
     s->stream = 0;
     s->gelu_fused = s->dgelu_fused = 1;
-    gt_prof_init(&s->prof);
-    s->graphs_enabled = gt_graphs_wanted() && !s->prof.enabled; /* marks need eager launches */
+    gt_prof_init(&s->prof, s->env.profile_ops);
+    s->graphs_enabled = s->env.cuda_graphs && !s->prof.enabled; /* marks need eager launches */
     for (int i = 0; i < 4; i++) {
         CUDA_MALLOC(s->buffers[i], s->layout.num_params * sizeof(float));
         CUDA_CHECK(cudaMemset(s->buffers[i], 0, s->layout.num_params * sizeof(float)));
@@ -152,8 +141,8 @@ int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is
     GT_CHECK(build_segments(s));
     GT_CHECK(gt_cu_grads_plan(s));
     GT_CHECK(gt_lt_create(&s->lt, GT_LT_WORKSPACE));
+    set_kernel_knobs(s);
     GT_CHECK(choose_attention(s, why, sizeof(why)));
-    GT_CHECK(set_kernel_knobs(s));
     {
         size_t N = (size_t)B * T, C = (size_t)cfg->n_embd;
         CUDA_MALLOC(s->datty, N * C * sizeof(gt_bf16));

@@ -27,6 +27,7 @@
 #include "cuda/matmul.h"
 #include "cuda/op_profile.h"
 #include "gantry/stage.h"
+#include "runtime_config.h"
 #include "stage_layout.h"
 
 /* The actions a slot captures as CUDA graphs. */
@@ -87,6 +88,7 @@ typedef struct {
 
 struct gt_stage {
     gt_stage_layout layout;    /* first: see gt_stage_layout_of */
+    gt_runtime_config env;     /* the GANTRY_* switches, read at creation */
 
     float *buffers[4];         /* device fp32 */
     gt_bf16 *params16;         /* device bf16 copy of the parameters */
