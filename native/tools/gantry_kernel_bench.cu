@@ -395,6 +395,7 @@ int main(int argc, char **argv) {
     size_t scratch_n = GT_CU_LN_BWD_SCRATCH(C) > colsum_n ? GT_CU_LN_BWD_SCRATCH(C) : colsum_n;
 
     /* device buffers */
+    CK(gt_cu_kernels_init());
     CK(cudaMalloc((void **)&c.inp, NC * sizeof(gt_bf16)));
     CK(cudaMalloc((void **)&c.dout, NC * sizeof(gt_bf16)));
     CK(cudaMalloc((void **)&c.dresid, NC * sizeof(gt_bf16)));

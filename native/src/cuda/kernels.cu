@@ -42,9 +42,22 @@ __global__ void bf16_to_f32_kernel(float *dst, const bf16 *src, size_t n) {
         dst[i] = __bfloat162float(src[i]);
 }
 
+/* SMs of the current device (gt_cu_kernels_init); 0 before it. */
+static int g_sms = 0;
+
+extern "C" cudaError_t gt_cu_kernels_init(void) {
+    int dev = 0, sms = 0;
+    cudaError_t err = cudaGetDevice(&dev);
+    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+    if (err != cudaSuccess) return err;
+    g_sms = sms > 0 ? sms : 1;
+    return cudaSuccess;
+}
+
+/* grid-stride launches: at most 32 blocks of 256 threads per SM */
 static unsigned grid_for(size_t n) {
-    size_t g = (n + 255) / 256;
-    if (g > 132 * 32) g = 132 * 32;
+    size_t g = (n + 255) / 256, cap = (size_t)(g_sms > 0 ? g_sms : 1) * 32;
+    if (g > cap) g = cap;
     return (unsigned)(g ? g : 1);
 }
 
@@ -929,14 +942,12 @@ static cudaError_t launch_ln_bwd_warp(bf16 *dinp, const bf16 *dresid, const bf16
 }
 
 /* Blocks of one wave of the block-cooperative LayerNorm backward at `threads` per block: as
- * many per SM as fit (at most `cap` in all, whole SMs), times the SMs of the current device
- * (the caller caches the answer). */
+ * many per SM as fit (at most `cap` in all, whole SMs), times the device's SMs
+ * (gt_cu_kernels_init; the caller caches the answer). */
 template <typename KERNEL>
 static cudaError_t ln_block_wave(KERNEL kernel, int threads, int cap, int *blocks) {
-    int per_sm = 0, sms = 0, dev = 0;
+    int per_sm = 0, sms = g_sms > 0 ? g_sms : 1;
     cudaError_t err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, 0);
-    if (err == cudaSuccess) err = cudaGetDevice(&dev);
-    if (err == cudaSuccess) err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
     if (err != cudaSuccess) return err;
     if (per_sm > cap / sms) per_sm = cap / sms;
     *blocks = (per_sm < 1 ? 1 : per_sm) * sms;

@@ -21,6 +21,10 @@ extern "C" {
 
 typedef uint16_t gt_bf16; /* storage of one bfloat16 */
 
+/* Reads the current device's SM count, which sizes the grid-stride and one-wave launches below;
+ * call it once before them (stage creation does). */
+cudaError_t gt_cu_kernels_init(void);
+
 /* Rows per block-row of the two-phase column sums; partial buffers hold
  * GT_CU_COLSUM_CHUNKS * C floats per reduced vector. */
 #define GT_CU_COLSUM_CHUNKS 64

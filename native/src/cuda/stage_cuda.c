@@ -128,6 +128,7 @@ int gt_stage_create(const gt_config *cfg, int layer_begin, int layer_end, int is
     GT_CHECK(gt_stage_layout_init(&s->layout, cfg, layer_begin, layer_end, is_first, is_last, B,
                                   T, n_slots));
     GT_CHECK(gt_runtime_config_read(&s->env));
+    CUDA_CHECK(gt_cu_kernels_init());
     s->stream = 0;
     s->gelu_fused = s->dgelu_fused = 1;
     gt_prof_init(&s->prof, s->env.profile_ops);
