@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Literal
 
 from launcher.errors import UserInputError, brief
+from launcher.preflight.thresholds import check_threshold_names
 from launcher.typed_config import FieldError, load_dataclass
 from topology import hostlists
 
@@ -310,8 +311,6 @@ class PreflightSection:
     """How long the gate waits for all nodes' verdicts."""
 
     def validate(self) -> None:
-        from launcher.preflight.thresholds import check_threshold_names
-
         check_threshold_names(self.thresholds)
         if self.resume_after_passes < 1:
             raise FieldError(

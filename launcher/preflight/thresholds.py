@@ -4,6 +4,8 @@ Defaults come from the recorded H200 box (tests/fixtures/preflight/h200-x2, docs
 idle 34-38 C, 700 W default limit, PCIe Gen5 x16, 18 NVLinks at 26.562 GB/s per GPU,
 bf16 GEMM 8192^3 ~795 TFLOP/s, NVLink p2p 364 GB/s, all-reduce bus bandwidth 328 GB/s.
 Active-test minimums sit ~20-25% below those measurements.
+The site config checks override names against this table when it loads, so this module
+sits in the site config layer (docs/architecture.md) and imports only the launcher base.
 """
 
 from __future__ import annotations
