@@ -43,9 +43,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "launcher/job_exit_codes.py", "launcher/preflight/gate.py",
     )),
     ("train, report", ("launcher/train/", "launcher/report/")),
-    ("live, site check, recovery", (
-        "launcher/live/", "launcher/site_check/", "launcher/recovery/",
-    )),
+    ("live, site check", ("launcher/live/", "launcher/site_check/")),
     ("demo", ("launcher/demo/",)),
     ("commands", (
         "launcher/commands/", "launcher/job_cli.py", "launcher/cli.py", "launcher/__main__.py",
