@@ -3,10 +3,10 @@
 off and on), the c_attn / c_fc bias gradients from their weight
 products (GANTRY_BIAS_GEMM), the loss with its logit gradients in one pass (GANTRY_CE_FUSED)
 and the residual adds in the LayerNorms after them (GANTRY_RESID_LN: the forward's activations
-may differ in their last bit) give the same gradients as the session-4 kernels, and
-every one of them matches the fp32 PyTorch reference at bf16 tolerances — at a width and row
-count that use several vectors per lane, partial last lanes and many blocks (the parity tests'
-toy model fits in one block)."""
+may differ in their last bit) give the same gradients as the baseline kernels (every switch
+off), and every one of them matches the fp32 PyTorch reference at bf16 tolerances — at a width
+and row count that use several vectors per lane, partial last lanes and many blocks (the parity
+tests' toy model fits in one block)."""
 
 from __future__ import annotations
 
@@ -41,7 +41,7 @@ KNOBS = ("GANTRY_LN_BWD_IMPL", "GANTRY_LN_BIAS_SUMS", "GANTRY_BIAS_GEMM", "GANTR
          "GANTRY_RESID_LN")
 SESSION4 = {"GANTRY_LN_BWD_IMPL": "1", "GANTRY_LN_BIAS_SUMS": "0", "GANTRY_BIAS_GEMM": "0",
             "GANTRY_CE_FUSED": "0", "GANTRY_RESID_LN": "0"}
-# ln1 is the session-4 configuration itself (against torch; a non-zero difference from the
+# ln1 is the baseline configuration itself (against torch; a non-zero difference from the
 # baseline would mean the kernels are not deterministic)
 VARIANTS = {
     "ln1": SESSION4,

@@ -1,8 +1,8 @@
 """`gantry preflight` on the GPU machine itself: every check at the quick and standard levels
 against the real driver (NVML, and nvidia-smi's XML), with a site describing what is there
 (the GPU count and model nvidia-smi lists). A healthy lent node must not fail a check (a warning,
-e.g. an old Xid of a previous tenant, is allowed); session 14 found the one-GPU VM failing
-gpu.nvlink this way (no NVLink listed), which the unit tests now pin."""
+e.g. an old Xid of a previous tenant, is allowed). A one-GPU VM that lists no NVLink passes
+gpu.nvlink (it skips), which the unit tests pin with that VM's recorded outputs."""
 
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ from tests.unit.preflight_helpers import (
 
 def test_one_gpu_vm_without_nvlink_passes() -> None:
     """The lent one-GPU H200 VM lists no NVLink (recorded): a node with one GPU has no peer on
-    it, so the NVLink check skips instead of failing the node (it failed before, session 14)."""
+    it, so the NVLink check skips instead of failing the node."""
     verdict = run(gpu_env(HEALTHY_X1), expect=dataclasses.replace(H200_EXPECT, gpus_per_node=1))
     statuses = by_id(verdict)
     assert statuses["gpu.nvlink"] == "SKIP"

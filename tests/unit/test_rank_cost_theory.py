@@ -1,6 +1,6 @@
 """bench/rank_cost_theory.py: the PP=2 bubble theory with each rank's own op costs, computed
-afterwards from recorded rows; checked against the values session 6's runs wrote themselves,
-and against the column docs/BENCHMARKS.md states for session 4's rows."""
+afterwards from recorded rows; checked against the values the 1.5B PP=2 runs wrote themselves,
+and against the column docs/BENCHMARKS.md states for the 350M PP=2 rows, which lack it."""
 
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ def test_benchmarks_doc_states_the_computed_session4_column() -> None:
     doc = (REPO / "docs" / "BENCHMARKS.md").read_text()
     current = doc.split("## GPU: gantry vs PyTorch,")[1].split("\n## ")[0]
     for r in rows:
-        assert r["recorded"] is None  # session 4's runs did not write it
+        assert r["recorded"] is None  # these runs did not write it
         pattern = re.compile(rf"^\| 350M \| {re.escape(r['schedule'])} \|.*\| "
                              rf"{r['bubble_theory_rank_costs']:.1%} \|$", re.MULTILINE)
         assert pattern.search(current), r

@@ -1,7 +1,8 @@
 """bench/weight_pairing_theory.py: pairing the W passes of two micro-batches keeps every
-dependency (the simulator proves the paired tables), and on session 6's recorded 1.5B PP=2
-rows it reproduces the recorded makespans unpaired, finds the drain's back-to-back W's, and
-shows that pairing every W loses more to the bubble than the measured saving gains."""
+dependency (the simulator proves the paired tables), and on the recorded 1.5B PP=2 rows
+(2x H200, 2026-12-01) it reproduces the recorded makespans unpaired, finds the drain's
+back-to-back W's, and shows that pairing every W loses more to the bubble than the measured
+saving gains."""
 
 from __future__ import annotations
 
