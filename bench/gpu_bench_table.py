@@ -95,7 +95,7 @@ def tables(rows: list[dict[str, Any]]) -> str:
             r = {**r, "schedule": f"{r['schedule']} ({r['variant']})"}
         cells = [" / ".join(f"{x[k]:.1f}" for k in ("compute_s", "send_s", "recv_s", "bubble_s",
                                                      "sync_s", "total_s")) for x in t["ranks"]]
-        per_rank = t.get("bubble_theory_rank_costs")  # rows before session 4 lack it
+        per_rank = t.get("bubble_theory_rank_costs")  # older recorded rows lack it
         out.append(f"| {_model(r)} | {r['schedule']} | {cells[0]} | {cells[1]} "
                    f"| {t['bubble_measured']:.1%} | {t['bubble_theory_unit']:.1%} "
                    f"| {t['bubble_theory_measured_costs']:.1%} "

@@ -3,8 +3,8 @@
 A split-backward schedule runs W (the weight gradients) once per micro-batch: its products
 have K = the micro-batch's tokens (4,096 at 1.5B) and add into the fp32 gradients each time.
 Run for two micro-batches at once (their activations side by side, K = 8,192), the same
-products cost less: session 12 measured the one-GPU step's weight products at 146.7 instead
-of 153.3 ms with micro-batches of 8 instead of 4 sequences (-4.3%, kernel times,
+products cost less: the one-GPU step's weight products take 146.7 instead of
+153.3 ms with micro-batches of 8 instead of 4 sequences (-4.3%, kernel times,
 `bench/results/op-profile-h200x1-2026-12-02-s12-call4-mbs{4,8}-prefill.txt`). Pairing moves
 W(s, 2k) to run right before W(s, 2k + 1) (a W feeds only the optimizer, so delaying it breaks
 no dependency; it holds the micro-batch's activations longer), and the pair costs
