@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(CE_THREADS)
  * in place as softmax - onehot (unscaled: the head's products apply dloss as their alpha). The
  * second pass re-reads the row this block just read (100 KB for GPT-2's vocabulary), mostly
  * from L2, so the logits cross DRAM about once each way instead of twice in and once out (H200,
- * 1.5B: the step within noise of the separate passes, session 8). */
+ * 1.5B: the step within noise of the separate passes). */
 __global__ void __launch_bounds__(CE_THREADS)
     crossentropy_fused_vec_kernel(bf16 *logits, float *losses, const int32_t *targets, int V,
                                   int ld) {

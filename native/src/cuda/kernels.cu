@@ -423,7 +423,7 @@ __global__ void __launch_bounds__(256)
 
 static inline int aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 
-/* Warps per block of the warp-per-row LayerNorm backward (impl 1, session 3). */
+/* Warps per block of the warp-per-row LayerNorm backward (impl 1). */
 #define LN_BWD_WARPS 2
 
 /* LayerNorm backward impl 1, input and weight gradients in one pass (layernorm_backward_row

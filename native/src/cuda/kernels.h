@@ -102,7 +102,7 @@ cudaError_t gt_cu_layernorm_backward(gt_bf16 *dinp, const gt_bf16 *dresid, const
                                      cudaStream_t stream);
 /* LayerNorm backward variant, for A/B runs and side-by-side benchmarks (process-wide; set
  * before use): 1 = one warp per row, 2 warps per block, gt_cu_set_ln_bwd_blocks blocks, column
- * sums in shared memory (session 3); 2 = block-cooperative rows (default): a thread per 16-byte
+ * sums in shared memory; 2 = block-cooperative rows (default): a thread per 16-byte
  * column vector, 4 rows per step without the bias sums and 2 with them, column sums in
  * registers, one wave of blocks (fastest on H200 at C = 1024 and 1600); 3 = 2 with 2 rows a
  * step and the next step's dout / inp / mean / rstd loaded before the block reduction, so the
