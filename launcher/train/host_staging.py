@@ -1,10 +1,10 @@
 """Reusable, page-locked host copies of the stages' buffers, which checkpoints are written from.
 
 A checkpoint copies each stage's params and AdamW moments to host memory before writing them
-(so the next steps may run meanwhile). Copying into fresh pageable arrays ran at ~2 GB/s on
-the H200 node (4.3 GB of a 350M stage: ~1.9 s on the saving step, docs/BENCHMARKS.md,
-"Checkpoint cost"); into arrays allocated once and page-locked through the native library it
-runs as direct DMA. The arrays live as long as the writer (the host memory of one checkpoint,
+(so the next steps may run meanwhile). Copying into fresh pageable arrays runs at ~2 GB/s on
+the H200 node (4.3 GB of a 350M stage: ~1.9 s on the saving step); into arrays allocated once
+and page-locked through the native library it runs as direct DMA (0.08 s, docs/BENCHMARKS.md,
+"Checkpoint cost"). The arrays live as long as the writer (the host memory of one checkpoint,
 held between saves); a new save reuses them only after the previous write is complete, which
 CheckpointWriter guarantees. Where the driver refuses to pin (a locked-memory limit), the
 arrays stay pageable and `unpinned` says why.

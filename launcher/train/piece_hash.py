@@ -2,8 +2,8 @@
 hashed on several cores at once.
 
 One sha256 over a whole file runs on one core (~1.4 GB/s with SHA-NI on the dev VM, ~1.3 on
-the H200 node), which made hashing the longest part of writing a 4.3 GB shard
-(docs/BENCHMARKS.md, "Checkpoint cost"). Here the file's bytes are cut into pieces of
+the H200 node), which would make hashing the longest part of writing a 4.3 GB shard
+(docs/BENCHMARKS.md, "Checkpoint verify"). Here the file's bytes are cut into pieces of
 ``piece_bytes`` (the last one shorter), each piece's sha256 is computed on a thread pool
 (hashlib releases the GIL), and the digest is the sha256 of the pieces' 32-byte digests in
 order, written ``sha256-pieces-<piece_bytes>:<hex>``. It is recomputed from a file with
