@@ -42,7 +42,7 @@ from launcher.schedules.table import ComputeStep, Op, ScheduleError, ScheduleTab
 SELECT_COSTS: dict[Op, float] = {
     Op.FORWARD: 13.45, Op.BACKWARD_INPUT: 16.68, Op.WEIGHT: 11.26, Op.BACKWARD: 27.94,
 }
-"""Per-stage op times (ms) of the 1.5B model measured on 2x H200 (docs/BENCHMARKS.md)."""
+"""Per-stage op times (ms) of the 1.5B model measured on 2x H200 (docs/jobs.md, zb-interleaved)."""
 _GREEDY_COSTS = ({Op.FORWARD: 1, Op.BACKWARD_INPUT: 1, Op.WEIGHT: 1},
                  {Op.FORWARD: 20, Op.BACKWARD_INPUT: 25, Op.WEIGHT: 17})
 """Integer op times the greedy plans with: unit, and about the measured ratios."""

@@ -12,7 +12,7 @@ from launcher.schedules.zb_interleaved import _best_orders
 
 MEASURED = {Op.FORWARD: 13.45, Op.BACKWARD_INPUT: 16.68, Op.WEIGHT: 11.26,
             Op.BACKWARD: 16.68 + 11.26}
-"""Per full stage, ms: 1.5B (48 layers) at PP=2 on 2x H200 (docs/BENCHMARKS.md); chunk: half."""
+"""Per full stage, ms: 1.5B (48 layers) at PP=2 on 2x H200 (docs/jobs.md); chunk: half."""
 
 CASES = sorted({(pp, m) for pp in (2, 3, 4) for m in (pp, 2 * pp, 8)})
 COMPUTE = (Op.FORWARD, Op.BACKWARD, Op.BACKWARD_INPUT, Op.WEIGHT)
