@@ -36,8 +36,9 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from launcher.schedules.simulator import simulate
+from launcher.schedules.simulator import UNIT_COSTS
 from launcher.schedules.table import ComputeStep, Op, ScheduleError, ScheduleTable, build_table
+from launcher.schedules.timing import makespan
 
 SELECT_COSTS: dict[Op, float] = {
     Op.FORWARD: 13.45, Op.BACKWARD_INPUT: 16.68, Op.WEIGHT: 11.26, Op.BACKWARD: 27.94,
@@ -68,24 +69,63 @@ def zb_interleaved_orders(pp: int, m: int, v: int) -> list[list[ComputeStep]]:
 
 @lru_cache(maxsize=64)
 def _best_orders(pp: int, m: int, v: int) -> Orders:
+    """The winning candidate: smallest makespan at SELECT_COSTS (rounded to 1e-6), then at
+    unit costs, then the first made. Each candidate's makespan comes from
+    :func:`launcher.schedules.timing.makespan` (the simulator's, bit for bit), stopped early
+    once it cannot tie the best so far. The candidates planned about the measured ratios
+    are tried first (they usually win, so the bound is tight early); the order they were
+    made in still breaks ties, and the unit-cost candidates (made first) end the search at
+    the first one on both floors, which no other can beat. Every cap keeps a rank within
+    ``limit`` (the greedy holds at most ``cap``), so all candidates fit."""
     limit = zb_interleaved_memory_cap(pp, v)
-    makespan: dict[Orders, float | None] = {}  # distinct candidates, in the order made
-    for costs in _GREEDY_COSTS:
-        for cap in range(v, limit + 1):
-            for backward_first in (True, False):
-                orders = _greedy(pp, m, v, cap, costs, backward_first)
-                if orders is None or orders in makespan:
-                    continue
-                result = simulate(_table(pp, m, v, orders), SELECT_COSTS)
-                fits = max(result.peak_in_flight) <= limit
-                makespan[orders] = round(result.makespan, 6) if fits else None
-    valid = {orders: t for orders, t in makespan.items() if t is not None}
-    if not valid:
+    floors = _floors(pp, m, v)
+    caps = _caps(v, limit)
+    seen: set[Orders] = set()
+    best: float | None = None
+    tied: list[tuple[int, Orders]] = []  # (order made, candidate) at ``best``
+    for phase, costs in ((1, _GREEDY_COSTS[1]), (0, _GREEDY_COSTS[0])):
+        for index, (backward_first, cap) in enumerate(caps, start=phase * len(caps)):
+            orders = _greedy(pp, m, v, cap, costs, backward_first)
+            if orders is None or orders in seen:
+                continue
+            seen.add(orders)
+            table = _table(pp, m, v, orders)
+            found = makespan(table, SELECT_COSTS, None if best is None else best + 1e-6)
+            if found is None:
+                continue
+            rounded = round(found, 6)
+            if best is None or rounded < best:
+                best, tied = rounded, [(index, orders)]
+            elif rounded == best:
+                tied.append((index, orders))
+            else:
+                continue
+            if (phase == 0 and floors is not None and rounded == floors[0]
+                    and makespan(table, UNIT_COSTS) == floors[1]):
+                return orders  # first made among those on both floors
+    if not tied:
         raise ScheduleError(f"zb-interleaved pp={pp} m={m} v={v}: no schedule fits in "
                             f"{limit} chunk-micro-batches per rank")
-    fastest = min(valid.values())
-    tied = [orders for orders, t in valid.items() if t == fastest]
-    return min(tied, key=lambda orders: simulate(_table(pp, m, v, orders)).makespan)
+    tied.sort(key=lambda item: item[0])
+    units = [makespan(_table(pp, m, v, orders), UNIT_COSTS) for _, orders in tied]
+    return tied[units.index(min(u for u in units if u is not None))][1]
+
+
+def _caps(v: int, limit: int) -> list[tuple[bool, int]]:
+    """(backward first, cap) in the order the candidates are made."""
+    return [(backward_first, cap) for cap in range(v, limit + 1)
+            for backward_first in (True, False)]
+
+
+def _floors(pp: int, m: int, v: int) -> tuple[float, float] | None:
+    """No table ends sooner than the last rank's wait for pp - 1 chunk forwards plus its
+    m (F + B + W): (at SELECT_COSTS rounded as candidates are, at unit costs). None where
+    the floats are not exact enough to compare with (v not 1, 2, 4 or 8)."""
+    if v not in (1, 2, 4, 8):
+        return None
+    work = SELECT_COSTS[Op.FORWARD] + SELECT_COSTS[Op.BACKWARD_INPUT] + SELECT_COSTS[Op.WEIGHT]
+    select = round((pp - 1) * SELECT_COSTS[Op.FORWARD] / v + m * work, 6)
+    return select, (pp - 1) / v + 3.0 * m
 
 
 def _table(pp: int, m: int, v: int, orders: Orders) -> ScheduleTable:

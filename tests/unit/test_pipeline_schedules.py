@@ -98,7 +98,8 @@ def test_every_wait_names_an_earlier_request() -> None:
 def _mutate(table: ScheduleTable, rank: int, actions: list[Action]) -> ScheduleTable:
     ranks = list(table.ranks)
     ranks[rank] = tuple(actions)
-    return dataclasses.replace(table, ranks=tuple(ranks))
+    return ScheduleTable.from_actions(table.name, table.pp, table.virtual_stages,
+                                      table.micro_batches, ranks, table.slots_per_stage)
 
 
 def test_simulator_detects_deadlock() -> None:
