@@ -49,7 +49,9 @@ COMPUTE_OPS = frozenset({Op.FORWARD, Op.BACKWARD, Op.BACKWARD_INPUT, Op.WEIGHT})
 COMM_OPS = frozenset({Op.SEND_ACT, Op.RECV_ACT, Op.SEND_GRAD, Op.RECV_GRAD})
 ROW_WIDTH = 5
 _MAGIC = b"GSCH"
-_VERSION = 1
+TABLE_FORMAT_VERSION = 1
+"""Version of the blob format (to_bytes); part of the schedule cache key."""
+_VERSION = TABLE_FORMAT_VERSION
 
 
 class ScheduleError(ValueError):

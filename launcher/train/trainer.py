@@ -1,6 +1,7 @@
 """The per-rank training loop of `gantry train` (runs under mpirun / srun --mpi=pmix, or alone).
 
-mpi4py init -> rank layout -> schedule table (generated here, the executor only follows it)
+mpi4py init -> rank layout -> schedule table (world rank 0 reads it from the job dir's cache or
+generates it, then broadcasts it; the executor only follows it)
 -> FLOP-balanced layer split -> communicator bootstrap (world rank 0 makes the id — an
 ncclUniqueId on the CUDA build — and mpi4py broadcasts it) -> native pipeline (communicator
 handed over as a Fortran handle plus the id) -> weights (checkpoint, init file or seeded
@@ -30,8 +31,8 @@ from launcher.job_exit_codes import TRAINER_STOPPED
 from launcher.job_spec import JobSpec
 from launcher.native import runtime_config as native_switches
 from launcher.native.model_config import GPTConfig
-from launcher.schedules import ScheduleError, generate
-from launcher.train import checkpoint, data, faults, metrics
+from launcher.schedules import ScheduleError
+from launcher.train import checkpoint, data, faults, metrics, schedule_cache
 from launcher.train.checkpoint import WriteTiming
 from launcher.train.checkpoint_writer import CheckpointWriter
 from launcher.train.init_weights import init_chunk
@@ -120,7 +121,9 @@ def _run(spec: JobSpec, opts: TrainOptions, stop: StopRequest) -> int:
         faults.check_environment()
         order = read_rank_order(opts.rank_order, size, names) if opts.rank_order else None
         layout = make_layout(rank, size, par.pp, par.dp, order)
-        table = generate(par.schedule, par.pp, par.micro_batches, par.virtual_stages)
+        blob = (schedule_cache.table_bytes(par.schedule, par.pp, par.micro_batches,
+                                           par.virtual_stages, schedule_cache.job_dir_from_env())
+                if rank == 0 else None)
         ranges = (ranges_from_counts(par.stage_layers) if par.stage_layers is not None
                   else split_layers(model.n_layer, par.pp * par.virtual_stages, model.n_embd,
                                     model.seq_len, model.vocab_size))
@@ -129,6 +132,7 @@ def _run(spec: JobSpec, opts: TrainOptions, stop: StopRequest) -> int:
     except GantryError as err:
         error = err
     _agree(world, error)
+    table = schedule_cache.load(world.bcast(blob, root=0), par.schedule)
     node_id = sorted(set(names), key=names.index).index(names[rank])
     config = GPTConfig(model.vocab_size, model.seq_len, model.n_layer, model.n_head,
                        model.n_embd)
