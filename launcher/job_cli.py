@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import sys
 import time
 from pathlib import Path
 from typing import IO, Any
 
 from launcher.errors import UserInputError
-from launcher.job_dir import JobDir, find_job_dir, jobs_root
+from launcher.job_dir import JobDir, attempt_key, find_job_dir, jobs_root
 from launcher.job_placement import site_client
 from launcher.job_request import CliOverrides
 from launcher.site_config import load_site
@@ -137,8 +136,8 @@ def run_history(job_dir: JobDir) -> dict[str, Any]:
     checkpoint (a step_<N> directory holding manifest.json, written last by the trainer)."""
     runs = job_dir.path / "runs"
     names = [p.name for p in runs.iterdir() if p.is_dir()] if runs.is_dir() else []
-    attempts = sorted((n for n in names if re.fullmatch(r"\d+(_\d+)?-\d+", n, re.ASCII)),
-                      key=lambda name: [int(x) for x in re.split(r"[-_]", name)])
+    attempts = sorted((n for n in names if attempt_key(n) is not None),
+                      key=lambda name: attempt_key(name) or ())
     try:
         request = json.loads((job_dir.path / "request.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):

@@ -11,6 +11,8 @@ Layout (root: --jobs-dir, else $GANTRY_JOBS_DIR, else ./gantry-jobs)::
         meta.json        job id, submit time, last known state
         logs/            slurm-<jobid>.out / .err (append mode across requeues)
         runs/<jobid>-<restart>/   one directory per attempt, written by the script
+        runs/<jobid>-<restart>.<k>/   the k-th relaunch inside that allocation (recovery)
+        node_faults.json, recoveries.jsonl   nodes a failed step was pinned on, recoveries
     <root>/by-id/<jobid> -> ../<dir>   lookup by Slurm job id
 
 The directory is created only after the request resolved and the script rendered, and is
@@ -22,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import secrets
 import shutil
 import time
@@ -35,6 +38,18 @@ from launcher.atomic_write import WriteError, made_directories, write_text
 from launcher.errors import UserInputError, brief
 
 JOBS_DIR_ENV = "GANTRY_JOBS_DIR"
+
+_ATTEMPT_NAME = re.compile(r"([0-9]+(?:_[0-9]+)?)-([0-9]+)(?:\.([0-9]+))?")
+
+
+def attempt_key(name: str) -> tuple[int, ...] | None:
+    """Sort key of an attempt directory's name (``<job id>[_<array task>]-<restart>[.<k>]``:
+    job id, array task, restart, relaunch inside the allocation); None for another name."""
+    match = _ATTEMPT_NAME.fullmatch(name)
+    if match is None:
+        return None
+    job, _, task = match.group(1).partition("_")
+    return (int(job), int(task or 0), int(match.group(2)), int(match.group(3) or 0))
 
 
 def jobs_root(cli_value: Path | None = None) -> Path:

@@ -13,12 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.errors import UserInputError
-from launcher.job_dir import JobDir
+from launcher.job_dir import JobDir, attempt_key
 from launcher.preflight.gate import read_verdicts
 from launcher.preflight.verdict import NodeVerdict
 from launcher.report.run_data import METRICS_FILE, StepRecord, parse_metrics_text
-
-_ATTEMPT = re.compile(r"^\d+-\d+$")
 
 
 @dataclass(frozen=True)
@@ -125,7 +123,7 @@ class JobDirWatcher:
         seen = {a.name for a in self.attempts}
         for path in self._run_dirs():
             if path.name not in seen:
-                attempt = _Attempt(path.name, path, is_attempt=bool(_ATTEMPT.match(path.name)))
+                attempt = _Attempt(path.name, path, is_attempt=attempt_key(path.name) is not None)
                 self.attempts.append(attempt)
                 seen.add(path.name)
                 if attempt.is_attempt:
@@ -148,11 +146,11 @@ class JobDirWatcher:
         runs = self.job_dir.path / "runs"
         if not runs.is_dir():
             return []
-        mine = [p for p in runs.iterdir() if p.is_dir() and _ATTEMPT.match(p.name)
+        mine = [p for p in runs.iterdir() if p.is_dir() and attempt_key(p.name) is not None
                 and p.name.split("-")[0] == self.job_id]
-        others = [p for p in runs.iterdir() if p.is_dir() and not _ATTEMPT.match(p.name)
+        others = [p for p in runs.iterdir() if p.is_dir() and attempt_key(p.name) is None
                   and (p / METRICS_FILE).is_file()]
-        return sorted(mine, key=lambda p: int(p.name.split("-")[1])) + sorted(others)
+        return sorted(mine, key=lambda p: attempt_key(p.name) or ()) + sorted(others)
 
     def _attempt_events(self, attempt: _Attempt, over: bool) -> list[Event]:
         events: list[Event] = []
