@@ -127,6 +127,19 @@ def job_node_lists_json(text: str, job_id: str) -> tuple[str, str] | None:
     return None
 
 
+def job_nodes_json(text: str, job_id: str) -> str | None:
+    """The nodes ``job_id`` holds now (its ``nodes`` hostlist) in a job JSON document; None
+    when the document does not list the job."""
+    try:
+        jobs = json.loads(text).get("jobs") if text else None
+    except (ValueError, AttributeError):
+        return None
+    for job in jobs if isinstance(jobs, list) else []:
+        if isinstance(job, dict) and str(number(job.get("job_id"))) == job_id:
+            return _text(job.get("nodes"))
+    return None
+
+
 def job_node_lists_text(text: str) -> tuple[str, str]:
     """(ReqNodeList, ExcNodeList) of ``scontrol show job -o``, read after AllocNode:Sid=."""
     line = text.partition("\n")[0]
@@ -245,6 +258,12 @@ class Scontrol:
         if lists is None:
             lists = job_node_lists_text(self._run(["show", "job", "-o", job_id]).stdout)
         return (_expand(lists[0], "ReqNodeList"), _expand(lists[1], "ExcNodeList"))
+
+    def job_nodes(self, job_id: str) -> list[str] | None:
+        """The nodes the job holds now (with --no-kill, Slurm removes a failed node); None
+        when Slurm's job JSON cannot say."""
+        held = job_nodes_json(self._job_json(job_id), job_id)
+        return None if held is None else _expand(held, "nodes")
 
     def _job_json(self, job_id: str) -> str:
         if self.version()[:2] >= FIRST_SCONTROL_JSON:
