@@ -384,7 +384,7 @@ class PluginsSection:
 
 @dataclass(frozen=True)
 class SiteConfig:
-    """A whole site. See docs/site-config.md for every field."""
+    """A whole site. See docs/reference/site-config.md for every field."""
 
     name: str
     """Site name (names the build cache entry and the job scripts' header): one word as

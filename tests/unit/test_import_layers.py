@@ -29,7 +29,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     )),
     ("schedules, data", ("launcher/schedules/", "launcher/data/")),
     ("site config", (
-        "launcher/site_config.py", "launcher/site_config_doc.py", "launcher/site_topology.py",
+        "launcher/site_config.py", "launcher/site_topology.py",
         "launcher/preflight/thresholds.py",
     )),
     ("slurm, plugins", ("launcher/slurm/", "launcher/plugins/")),
@@ -47,6 +47,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("demo", ("launcher/demo/",)),
     ("commands", (
         "launcher/commands/", "launcher/job_cli.py", "launcher/cli.py", "launcher/__main__.py",
+        "launcher/reference_doc/",
     )),
 )
 """Bottom first: (layer name, the files it holds). An entry ending in / holds every file
