@@ -34,7 +34,10 @@ zb-h2 but not always (pp = 3, m = 4: 194.07 vs 192.46 ms).
 
 from __future__ import annotations
 
+from collections import deque
+from collections.abc import Iterable
 from functools import lru_cache
+from heapq import heappop, heappush
 
 from launcher.schedules.simulator import UNIT_COSTS
 from launcher.schedules.table import ComputeStep, Op, ScheduleError, ScheduleTable, build_table
@@ -47,6 +50,10 @@ SELECT_COSTS: dict[Op, float] = {
 _GREEDY_COSTS = ({Op.FORWARD: 1, Op.BACKWARD_INPUT: 1, Op.WEIGHT: 1},
                  {Op.FORWARD: 20, Op.BACKWARD_INPUT: 25, Op.WEIGHT: 17})
 """Integer op times the greedy plans with: unit, and about the measured ratios."""
+_SLACK = 1e-3
+"""Added to the bound the greedy prunes with: far more than its float sums can stray from the
+simulator's (the same costs, added in another order), far less than any two makespans at
+SELECT_COSTS differ by, so it prunes only candidates the simulator would also drop."""
 
 Channel = tuple[int, int, Op]
 """(source rank, destination rank, FORWARD for activations | BACKWARD_INPUT for gradients)."""
@@ -85,7 +92,8 @@ def _best_orders(pp: int, m: int, v: int) -> Orders:
     tied: list[tuple[int, Orders]] = []  # (order made, candidate) at ``best``
     for phase, costs in ((1, _GREEDY_COSTS[1]), (0, _GREEDY_COSTS[0])):
         for index, (backward_first, cap) in enumerate(caps, start=phase * len(caps)):
-            orders = _greedy(pp, m, v, cap, costs, backward_first)
+            bound = None if best is None else best + 1e-6 + _SLACK
+            orders = _greedy(pp, m, v, cap, costs, backward_first, bound)
             if orders is None or orders in seen:
                 continue
             seen.add(orders)
@@ -133,71 +141,117 @@ def _table(pp: int, m: int, v: int, orders: Orders) -> ScheduleTable:
 
 
 def _greedy(pp: int, m: int, v: int, cap: int, cost: dict[Op, int],
-            backward_first: bool) -> Orders | None:
-    """Per-rank orders of the list scheduler, or None when the cap makes it stall."""
+            backward_first: bool, bound: float | None = None) -> Orders | None:
+    """Per-rank orders of the list scheduler; None when the cap makes it stall, or (with a
+    ``bound``) once the table of these orders provably ends after ``bound`` at
+    SELECT_COSTS.
+
+    Event-driven: at each time only the ranks that just finished an op and their two ring
+    neighbours (the only ones whose inputs can have changed) look for work; ranks deciding at
+    the same time never see each other's new messages (those are ready later), so this runs
+    the same decisions as visiting every rank at every time, in a time linear in the ops.
+    The bound: alongside, each op's earliest end at SELECT_COSTS given its rank's previous op
+    and its input's producer; the table's makespan is no less (its waits add to these
+    dependencies, never remove one), so a rank whose earliest end plus its compute still to
+    come is past ``bound`` proves the candidate cannot tie."""
     last = pp * v - 1
-    sent: dict[Channel, list[tuple[int, int, int]]] = {}  # (stage, mb, ready time) in order
-    taken: dict[Channel, int] = {}  # messages consumed from the channel
+    fwd_op, bwd_op, w_op = Op.FORWARD, Op.BACKWARD_INPUT, Op.WEIGHT
+    c_fwd, c_bwd, c_w = cost[fwd_op], cost[bwd_op], cost[w_op]
+    s_fwd, s_bwd, s_w = (SELECT_COSTS[fwd_op] / v, SELECT_COSTS[bwd_op] / v,
+                         SELECT_COSTS[w_op] / v)
+    limit = float("inf") if bound is None else bound
+    # per rank r: messages on its input channels in send order, as (stage, mb, ready time,
+    # earliest end of the producer at SELECT_COSTS), and how many it has consumed
+    acts: list[list[tuple[int, int, int, float]]] = [[] for _ in range(pp)]
+    grads: list[list[tuple[int, int, int, float]]] = [[] for _ in range(pp)]
+    acts_taken, grads_taken = [0] * pp, [0] * pp
     next_data = 0  # stage 0's next micro-batch
     next_loss = 0  # the last stage's next backward
+    loss_rank = last % pp
     forward_end: dict[int, int] = {}  # last stage: micro-batch -> end of its forward
-    weights: list[list[tuple[int, int]]] = [[] for _ in range(pp)]  # pending W, oldest first
+    weights: list[deque[tuple[int, int]]] = [deque() for _ in range(pp)]  # pending W
     live, busy = [0] * pp, [0] * pp
+    early = [0.0] * pp  # earliest end of the rank's last op at SELECT_COSTS
+    rest = [m * (s_fwd + s_bwd + s_w) * v] * pp  # its compute still to come, same costs
     orders: list[list[ComputeStep]] = [[] for _ in range(pp)]
+    events: list[tuple[int, int]] = []  # (end, rank) of the op each busy rank runs
     t, remaining = 0, 3 * (last + 1) * m
-
-    def head(channel: Channel) -> tuple[int, int] | None:
-        queue, index = sent.get(channel, []), taken.get(channel, 0)
-        return queue[index][:2] if index < len(queue) and queue[index][2] <= t else None
-
-    def pick(cands: list[Candidate]) -> Candidate | None:
-        """Of two ready ops, the one further along the pipeline (F: higher stage, B: lower)."""
-        return max(cands, key=lambda c: c[1] if c[0] is Op.FORWARD else last - c[1],
-                   default=None)
-
-    while remaining:
-        for r in range(pp):
+    awake: Iterable[int] = range(pp)
+    while True:
+        for r in awake:
             if busy[r] > t:
                 continue
-            grads: Channel = ((r + 1) % pp, r, Op.BACKWARD_INPUT)
-            acts: Channel = ((r - 1) % pp, r, Op.FORWARD)
-            back: list[Candidate] = []
-            if (got := head(grads)) is not None:
-                back.append((Op.BACKWARD_INPUT, got[0], got[1], grads))
-            if r == last % pp and forward_end.get(next_loss, t + 1) <= t:
-                back.append((Op.BACKWARD_INPUT, last, next_loss, None))
-            fwd: list[Candidate] = []
-            if live[r] < cap and (got := head(acts)) is not None:
-                fwd.append((Op.FORWARD, got[0], got[1], acts))
-            if live[r] < cap and r == 0 and next_data < m:
-                fwd.append((Op.FORWARD, 0, next_data, None))
-            choice = pick(back) or pick(fwd) if backward_first else pick(fwd) or pick(back)
-            if choice is None and weights[r]:
-                choice = (Op.WEIGHT, *weights[r].pop(0), None)
+            # candidates: (stage, mb, earliest end of the input's producer, source)
+            # source: 1 acts channel, 2 grads channel, 3 data, 4 loss
+            back: tuple[int, int, float, int] | None = None
+            queue, index = grads[r], grads_taken[r]
+            if index < len(queue) and queue[index][2] <= t:
+                msg = queue[index]
+                back = (msg[0], msg[1], msg[3], 2)
+            # of two ready B's the one further along (lower stage): the loss's comes last
+            if back is None and r == loss_rank and forward_end.get(next_loss, t + 1) <= t:
+                back = (last, next_loss, 0.0, 4)
+            fwd: tuple[int, int, float, int] | None = None
+            if live[r] < cap:
+                queue, index = acts[r], acts_taken[r]
+                if index < len(queue) and queue[index][2] <= t:
+                    msg = queue[index]
+                    fwd = (msg[0], msg[1], msg[3], 1)
+                elif r == 0 and next_data < m:
+                    fwd = (0, next_data, 0.0, 3)
+            if backward_first:
+                op, choice = (bwd_op, back) if back is not None else (fwd_op, fwd)
+            else:
+                op, choice = (fwd_op, fwd) if fwd is not None else (bwd_op, back)
             if choice is None:
-                continue
-            op, stage, mb, source = choice
-            if source is not None:
-                taken[source] = taken.get(source, 0) + 1
-            busy[r] = end = t + cost[op]
-            if op is Op.FORWARD:
+                if not weights[r]:
+                    continue
+                stage, mb = weights[r].popleft()
+                op, ready, source = w_op, 0.0, 0
+            else:
+                stage, mb, ready, source = choice
+            if source == 1:
+                acts_taken[r] += 1
+            elif source == 2:
+                grads_taken[r] += 1
+            if op is fwd_op:
+                busy[r] = end = t + c_fwd
+                done = max(early[r], ready) + s_fwd
+                rest[r] -= s_fwd
                 live[r] += 1
-                next_data += stage == 0
+                if source == 3:
+                    next_data += 1
                 if stage == last:
                     forward_end[mb] = end
                 else:
-                    sent.setdefault((r, (r + 1) % pp, op), []).append((stage + 1, mb, end))
-            elif op is Op.BACKWARD_INPUT:
+                    acts[(r + 1) % pp].append((stage + 1, mb, end, done))
+            elif op is bwd_op:
+                busy[r] = end = t + c_bwd
+                done = max(early[r], ready) + s_bwd
+                rest[r] -= s_bwd
                 weights[r].append((stage, mb))
-                next_loss += stage == last
+                if source == 4:
+                    next_loss += 1
                 if stage > 0:
-                    sent.setdefault((r, (r - 1) % pp, op), []).append((stage - 1, mb, end))
+                    grads[(r - 1) % pp].append((stage - 1, mb, end, done))
             else:
+                busy[r] = end = t + c_w
+                done = early[r] + s_w
+                rest[r] -= s_w
                 live[r] -= 1
+            early[r] = done
+            if done + rest[r] > limit:
+                return None  # this candidate's table cannot end by the bound
             orders[r].append((op, stage, mb))
             remaining -= 1
-        later = [b for b in busy if b > t]
-        if remaining and not later:
+            heappush(events, (end, r))
+        if not remaining:
+            return tuple(tuple(order) for order in orders)
+        if not events:
             return None  # nothing runs and nothing will finish: the cap stalls it
-        t = min(later, default=t)
-    return tuple(tuple(order) for order in orders)
+        t = events[0][0]
+        woken: set[int] = set()
+        while events and events[0][0] == t:
+            r = heappop(events)[1]
+            woken.update((r, (r + 1) % pp, (r - 1) % pp))
+        awake = sorted(woken)
