@@ -5,11 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from launcher.reference_doc import job_page, site_page
+from launcher.reference_doc import environment_page, job_page, site_page
 
 PAGES: tuple[tuple[Path, Callable[[], str]], ...] = (
     (site_page.PATH, site_page.render),
     (job_page.PATH, job_page.render),
+    (environment_page.PATH, environment_page.render),
 )
 """(page path, renderer) for every page of docs/reference/."""
 

@@ -1,0 +1,166 @@
+"""Every ``GANTRY_*`` environment variable gantry reads or sets, outside the native library's
+runtime switches (those are ``launcher/native/runtime_config.py``'s ``SWITCHES``): name,
+default, meaning and who reads or sets it. docs/reference/environment.md is generated from
+this table and the switches; tests/unit/test_environment_registry.py greps the sources for
+``GANTRY_*`` names and fails on one that is in neither, and on an entry no source names.
+``NOT_ENVIRONMENT`` lists the ``GANTRY_*`` names of the sources that are not environment
+variables (C macros, CMake options)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Variable:
+    """One environment variable."""
+
+    name: str
+    default: str
+    """What applies when it is unset, in words."""
+    meaning: str
+    reader: str
+    """The code that reads it (or, for one gantry sets, the code that sets it)."""
+
+
+TOOLS = "Tool paths"
+ROOTS = "Directories"
+SET_BY_GANTRY = "Set by gantry"
+FAULTS = "Fault injection (tests)"
+
+GROUPS: tuple[tuple[str, str], ...] = (
+    (TOOLS, "Where gantry finds the programs it runs; an empty value counts as unset. Tests "
+            "inject faults through the same overrides (a recorded nvidia-smi, say)."),
+    (ROOTS, "Where gantry keeps or finds its files."),
+    (SET_BY_GANTRY, "Set by gantry in the environment of what it starts; read by gantry's "
+                    "own processes there (a user may read them too)."),
+    (FAULTS, "Read by every rank of `gantry train`, for the recovery tests; real jobs never "
+             "set them. A hook that names a step fires once per job (a marker file in the "
+             "state dir); a malformed value is a one-line error naming the variable."),
+)
+"""(group, what its variables have in common), in page order."""
+
+_EMBEDDED = "the embedded cluster (launcher/cluster/tools.py)"
+_PREFLIGHT = "preflight (launcher/preflight/tools.py)"
+_FAULT_HOOKS = "every rank (launcher/train/faults.py)"
+
+VARIABLES: dict[str, tuple[Variable, ...]] = {
+    TOOLS: (
+        Variable("GANTRY_NVIDIA_SMI", "nvidia-smi on PATH",
+                 "nvidia-smi to run; when set, preflight reads GPUs through it, not NVML",
+                 "preflight (launcher/preflight/tools.py, gpu_collect.py); the SPANK "
+                 "plugin's preflight_env file may set it"),
+        Variable("GANTRY_GPU_SOURCE", "`auto`",
+                 "GPU facts from `nvml`, `nvidia-smi` or `auto` (NVML where it loads, else "
+                 "nvidia-smi on PATH)", "preflight (launcher/preflight/gpu_collect.py)"),
+        Variable("GANTRY_DMESG", "dmesg on PATH", "dmesg to run for the kernel log's Xid events",
+                 _PREFLIGHT),
+        Variable("GANTRY_SCONTROL", "scontrol on PATH",
+                 "scontrol to run (preflight's drain and node reads; the embedded cluster)",
+                 f"{_PREFLIGHT}; {_EMBEDDED}"),
+        Variable("GANTRY_SINFO", "sinfo beside an overridden scontrol, else on PATH",
+                 "sinfo to run", f"{_PREFLIGHT}; {_EMBEDDED}"),
+        Variable("GANTRY_SQUEUE", "squeue beside an overridden scontrol, else on PATH",
+                 "squeue to run", f"{_PREFLIGHT}; {_EMBEDDED}"),
+        Variable("GANTRY_SRUN", "srun on PATH", "srun the preflight gate runs on every node",
+                 "the gate (launcher/preflight/gate.py)"),
+        Variable("GANTRY_MPIRUN", "mpirun on PATH",
+                 "mpirun of the active preflight check `mpi.ping`",
+                 "preflight (launcher/preflight/active_checks.py)"),
+        Variable("GANTRY_SCANCEL", "scancel on PATH or in /usr/sbin, /usr/bin, ...",
+                 "scancel the embedded cluster runs when it stops", _EMBEDDED),
+        Variable("GANTRY_SLURMCTLD", "slurmctld on PATH or in /usr/sbin, /usr/bin, ...",
+                 "slurmctld the embedded cluster starts", _EMBEDDED),
+        Variable("GANTRY_SLURMD", "slurmd on PATH or in /usr/sbin, /usr/bin, ...",
+                 "slurmd the embedded cluster starts (and asks for the Slurm version)",
+                 _EMBEDDED),
+        Variable("GANTRY_MUNGED", "munged on PATH or in /usr/sbin, /usr/bin, ...",
+                 "munged the embedded cluster starts", _EMBEDDED),
+        Variable("GANTRY_SLURM_BIN_DIR", "PATH",
+                 "directory holding the Slurm client tools (sbatch, squeue, ...) that "
+                 "`gantry submit`, `status` and `cancel` run", "launcher/slurm/runner.py"),
+        Variable("GANTRY_CMAKE", "cmake on PATH", "cmake of `gantry build` (CC and NVCC "
+                 "choose the compilers)", "launcher/build.py"),
+    ),
+    ROOTS: (
+        Variable("GANTRY_JOBS_DIR", "`./gantry-jobs`",
+                 "root of the job directories (the CLI's --jobs-dir wins)",
+                 "launcher/job_dir.py"),
+        Variable("GANTRY_RUN_DIR", "/tmp/gantry-<cluster_name>",
+                 "a site's run directory when its `slurm.run_dir` is not set",
+                 "launcher/site_config.py, launcher/cluster/layout.py"),
+        Variable("GANTRY_STATE_DIR", "<run dir>/preflight",
+                 "preflight's state directory when the site's `preflight.state_dir` is not "
+                 "set", "launcher/preflight/state.py"),
+        Variable("GANTRY_BUILD_CACHE", "`~/.cache/gantry/build`",
+                 "root of `gantry build`'s per-site build cache", "launcher/build.py"),
+        Variable("GANTRY_NATIVE_LIB", "`native/build/libgantry_native.so`",
+                 "native library `gantry train` loads (its --lib wins)",
+                 "launcher/native/binding.py"),
+        Variable("GANTRY_SYSFS_ROOT", "`/sys`",
+                 "root of the sysfs tree preflight reads (InfiniBand ports); a subdirectory "
+                 "named `$SLURMD_NODENAME` under it wins, so one test node can carry a fault",
+                 "preflight (launcher/preflight/tools.py); the demo sets it"),
+        Variable("GANTRY_PROC_ROOT", "`/proc`", "root of the procfs tree preflight reads",
+                 _PREFLIGHT),
+    ),
+    SET_BY_GANTRY: (
+        Variable("GANTRY_JOB_DIR", "unset: nothing cached, no fault markers",
+                 "the job directory, exported by the batch script; the schedule cache and "
+                 "the fault markers live under it",
+                 "set by sbatch_templates/train.sbatch.j2; read by "
+                 "launcher/train/schedule_cache.py, launcher/train/faults.py"),
+        Variable("GANTRY_ATTEMPT_DIR", "unset: no stop-signal file",
+                 "this attempt's directory (runs/<jobid>-<restart> of the job directory), "
+                 "exported by the batch script; the trainer writes the signal it stopped on there",
+                 "set by sbatch_templates/train.sbatch.j2; read by launcher/train/trainer.py"),
+        Variable("GANTRY_NODE_NAME", "the host name",
+                 "a rank's node name where SLURMD_NODENAME is unset (mpirun outside Slurm)",
+                 "launcher/train/layout.py"),
+        Variable("GANTRY_CLUSTER_RUN_DIR", "-",
+                 "the run dir, in every embedded-cluster daemon's environment: `gantry "
+                 "cluster down` finds the processes they spawned by it",
+                 "set and read by launcher/cluster/lifecycle.py"),
+        Variable("GANTRY_ENV_SITE", "-",
+                 "the site whose env file `--gantry-env` applied to the step's tasks",
+                 "set by the SPANK plugin (native/spank/gantry_spank.c)"),
+    ),
+    FAULTS: (
+        Variable("GANTRY_FAULT_HANG", "unset: off",
+                 "`STEP[:RANK]`: the rank (default: the last) stops itself (SIGSTOP) before "
+                 "step STEP, like a peer gone mid-collective", _FAULT_HOOKS),
+        Variable("GANTRY_FAULT_CRASH_IN_CHECKPOINT", "unset: off",
+                 "`STEP[:RANK]`: the rank (default: every writing rank that gets there "
+                 "first) exits half-way through writing its shard of checkpoint STEP",
+                 _FAULT_HOOKS),
+        Variable("GANTRY_FAULT_STEP_DELAY_S", "unset: off",
+                 "`SECONDS`: every rank sleeps this long after each step", _FAULT_HOOKS),
+        Variable("GANTRY_FAULT_SLOW_CHECKPOINT_S", "unset: off",
+                 "`SECONDS`: every shard write sleeps this long before it writes",
+                 _FAULT_HOOKS),
+        Variable("GANTRY_FAULT_STATE_DIR", "`$GANTRY_JOB_DIR`; neither: hooks fire every time",
+                 "directory of the fired-once markers", _FAULT_HOOKS),
+    ),
+}
+"""Group -> its variables, in page order."""
+
+NOT_ENVIRONMENT: dict[str, str] = {
+    "GANTRY_BACKEND": "CMake option of native/ (cpu or cuda), set by `gantry build`",
+    "GANTRY_CUDA_ARCHS": "CMake option: the GPU architectures, set by `gantry build`",
+    "GANTRY_CUDNN": "CMake option: build cuDNN attention (ON/OFF)",
+    "GANTRY_CUDNN_FRONTEND_DIR": "CMake option: the cudnn-frontend headers",
+    "GANTRY_SITE_INCLUDE_DIR": "CMake option: the directory of the generated gantry_site.h",
+    "GANTRY_SITE_NAME": "C macro of the generated gantry_site.h",
+    "GANTRY_SITE_GPUS_PER_NODE": "C macro of the generated gantry_site.h",
+    "GANTRY_SITE_NODES": "C macro of the generated gantry_site.h",
+    "GANTRY_SITE_BACKEND_": "C macro prefix of the generated gantry_site.h",
+    "GANTRY_HAVE_CUDNN": "C macro: the build has cuDNN attention",
+    "GANTRY_EXPORT": "C macro of the SPANK plugin: symbol visibility",
+}
+"""``GANTRY_*`` names of the sources that are not environment variables (include guards,
+``GANTRY_..._H``, aside)."""
+
+
+def all_variables() -> list[Variable]:
+    """Every variable of every group, in page order."""
+    return [v for group, _ in GROUPS for v in VARIABLES[group]]
