@@ -25,6 +25,15 @@ foreach(arch ${GANTRY_CUDA_ARCHS})
 endforeach()
 string(APPEND CMAKE_CUDA_FLAGS " -lineinfo -Xcompiler=-fvisibility=hidden")
 
+# the stage's kernels, one file per operation (kernels.h); the kernel bench compiles them too
+set(GANTRY_CUDA_KERNELS
+  src/cuda/convert.cu
+  src/cuda/embedding.cu
+  src/cuda/layernorm_forward.cu
+  src/cuda/layernorm_backward.cu
+  src/cuda/gelu.cu
+  src/cuda/attention_reference.cu
+  src/cuda/adamw.cu)
 set(GANTRY_CUDA_SOURCES
   src/error.c
   src/safetensors.c
@@ -45,7 +54,7 @@ set(GANTRY_CUDA_SOURCES
   src/cuda/graph_cache.c
   src/cuda/spin.cu
   src/cuda/crossentropy.cu
-  src/cuda/kernels.cu)
+  ${GANTRY_CUDA_KERNELS})
 
 set(GANTRY_CUDA_LIBS CUDA::cudart CUDA::cublasLt m)
 set(GANTRY_CUDA_DEFS _GNU_SOURCE)
@@ -106,9 +115,11 @@ add_executable(gantry-cuda-smoke tools/gantry_cuda_smoke.c)
 target_compile_options(gantry-cuda-smoke PRIVATE -Wall -Wextra -Werror)
 target_link_libraries(gantry-cuda-smoke PRIVATE gantry_native m)
 
-# gantry-kernel-bench times kernels.cu's variants at a model's shapes and checks they agree
-# (bench/run_gpu_bench.sh kernels). The library hides its symbols, so the tool compiles
-# kernels.cu itself (same flags and architectures as the library's CUDA sources).
-add_executable(gantry-kernel-bench tools/gantry_kernel_bench.cu src/cuda/kernels.cu)
-target_include_directories(gantry-kernel-bench PRIVATE include src src/cuda)
+# gantry-kernel-bench times the library's kernels and the dev tools' variants of them
+# (dev/cuda) at a model's shapes and checks they agree (bench/run_gpu_bench.sh kernels). The
+# library hides its symbols, so the tool compiles the kernel sources itself (same flags and
+# architectures as the library's CUDA sources).
+add_executable(gantry-kernel-bench tools/gantry_kernel_bench.cu
+  dev/cuda/layernorm_backward_variants.cu ${GANTRY_CUDA_KERNELS})
+target_include_directories(gantry-kernel-bench PRIVATE include src src/cuda dev/cuda)
 target_link_libraries(gantry-kernel-bench PRIVATE CUDA::cudart m)

@@ -78,11 +78,6 @@ SWITCHES: tuple[Switch, ...] = (
            "(0: zero them, then accumulate)"),
     Switch("GANTRY_LN_BIAS_SUMS", "flag", "1",
            "LayerNorm 2's backward also sums the bias gradients of the two products around it"),
-    Switch("GANTRY_LN_BWD_BLOCKS", "int", "512",
-           "blocks of LayerNorm backward implementation 1", lo=64, hi=1024),
-    Switch("GANTRY_LN_BWD_IMPL", "int", "2",
-           "LayerNorm backward kernel: 1 = a warp per row, 2 = block-cooperative rows, 3 = 2 "
-           "with the next rows' loads in flight", lo=1, hi=3),
     Switch("GANTRY_NORM_CAPTURE", "int", "1",
            "1 = the global gradient norm from the overlapped AdamW ranges, 0 = a pass of its "
            "own", lo=0, hi=1),

@@ -90,15 +90,17 @@ def _best_orders(pp: int, m: int, v: int) -> Orders:
     seen: set[Orders] = set()
     best: float | None = None
     tied: list[tuple[int, Orders]] = []  # (order made, candidate) at ``best``
+    ceiling = _ceiling(pp, m, v, limit)
     for phase, costs in ((1, _GREEDY_COSTS[1]), (0, _GREEDY_COSTS[0])):
         for index, (backward_first, cap) in enumerate(caps, start=phase * len(caps)):
-            bound = None if best is None else best + 1e-6 + _SLACK
+            cut = best if best is not None else ceiling
+            bound = None if cut is None else cut + 1e-6 + _SLACK
             orders = _greedy(pp, m, v, cap, costs, backward_first, bound)
             if orders is None or orders in seen:
                 continue
             seen.add(orders)
             table = _table(pp, m, v, orders)
-            found = makespan(table, SELECT_COSTS, None if best is None else best + 1e-6)
+            found = makespan(table, SELECT_COSTS, None if cut is None else cut + 1e-6)
             if found is None:
                 continue
             rounded = round(found, 6)
@@ -117,6 +119,25 @@ def _best_orders(pp: int, m: int, v: int) -> Orders:
     tied.sort(key=lambda item: item[0])
     units = [makespan(_table(pp, m, v, orders), UNIT_COSTS) for _, orders in tied]
     return tied[units.index(min(u for u in units if u is not None))][1]
+
+
+def _ceiling(pp: int, m: int, v: int, limit: int) -> float | None:
+    """A makespan at SELECT_COSTS that the winner does not exceed: the best of a few
+    candidates of the kind that usually wins (planned about the measured ratios, backward
+    first, a cap near the limit), rounded as the search rounds. Each is a candidate the
+    search makes again, so the winner is no worse; it only lets the search drop the others
+    sooner."""
+    best: float | None = None
+    for cap in sorted({limit, max(v, limit * 7 // 8), max(v, limit * 3 // 4)}, reverse=True):
+        bound = None if best is None else best + 1e-6 + _SLACK
+        orders = _greedy(pp, m, v, cap, _GREEDY_COSTS[1], True, bound)
+        if orders is None:
+            continue
+        found = makespan(_table(pp, m, v, orders), SELECT_COSTS,
+                         None if best is None else best + 1e-6)
+        if found is not None and (best is None or round(found, 6) < best):
+            best = round(found, 6)
+    return best
 
 
 def _caps(v: int, limit: int) -> list[tuple[bool, int]]:

@@ -1,7 +1,7 @@
 /*
  * env_flag.h — the native library's environment switches: on/off (GANTRY_DP_OVERLAP,
  * GANTRY_OPT_OVERLAP, ...) and bounded integers (GANTRY_P2P_MAX_CTAS, GANTRY_P2P_CE_SLOTS,
- * GANTRY_LN_BWD_BLOCKS, ...). Unset or empty gives the default; anything not allowed is a
+ * GANTRY_GEMM_CANDIDATES, ...). Unset or empty gives the default; anything not allowed is a
  * GT_EINPUT error naming the variable, its value and what is allowed.
  */
 #ifndef GANTRY_ENV_FLAG_H

@@ -41,8 +41,6 @@ static const sw_spec k_switches[] = {
     {"GANTRY_GEMM_TUNE_LOG", SW_FLAG, F(gemm_tune_log), 0, 0, 1, NULL, NULL},
     {"GANTRY_GRAD_OVERWRITE", SW_FLAG, F(grad_overwrite), 1, 0, 1, NULL, NULL},
     {"GANTRY_LN_BIAS_SUMS", SW_FLAG, F(ln_bias_sums), 1, 0, 1, NULL, NULL},
-    {"GANTRY_LN_BWD_BLOCKS", SW_INT, F(ln_bwd_blocks), 512, 64, 1024, NULL, NULL},
-    {"GANTRY_LN_BWD_IMPL", SW_INT, F(ln_bwd_impl), 2, 1, 3, NULL, NULL},
     {"GANTRY_NORM_CAPTURE", SW_INT, F(norm_capture), 1, 0, 1, NULL, "1 = the norm from the AdamW ranges, 0 = a pass of its own"},
     {"GANTRY_OPT_OVERLAP", SW_INT, F(opt_overlap), 2, 0, 3, NULL, "1 = every rank, 2 = pipeline rank 0 only, 3 = rank 0 and the other ranks' chunks but the last finished, 0 = none"},
     {"GANTRY_P2P_CE_SLOTS", SW_INT, F(p2p_ce_slots), 4, 1, 64, NULL, NULL},

@@ -36,8 +36,6 @@ typedef struct {
     int gemm_tune_log;
     int grad_overwrite;
     int ln_bias_sums;
-    int ln_bwd_blocks;
-    int ln_bwd_impl;
     int norm_capture;
     int opt_overlap;
     int p2p_ce_slots;

@@ -1,9 +1,10 @@
 /*
- * gantry_kernel_bench.cu — times the LayerNorm, column-sum (bias gradient), GELU-backward and
- * AdamW kernels of kernels.cu at one model's shapes, the LayerNorm forward alone (impl 1) and
- * with the residual add before it (impl 2), the LayerNorm backward variants
- * (gt_cu_set_ln_bwd_impl 1, 2 and 3, impl 1 at several gt_cu_set_ln_bwd_blocks), and checks that
- * the variants agree with each other and, on a small sub-case, with a host fp64 reference.
+ * gantry_kernel_bench.cu — times the library's LayerNorm, column-sum (bias gradient),
+ * GELU-backward and AdamW kernels (native/src/cuda) at one model's shapes, the LayerNorm forward
+ * alone (impl 1) and with the residual add before it (impl 2), the LayerNorm backward variants
+ * (gt_dev_layernorm_backward, native/dev/cuda: impl 2 is the library's, 1 and 3 the dev tools',
+ * impl 1 at several block counts), and checks that the variants agree with each other and, on a
+ * small sub-case, with a host fp64 reference.
  *   gantry-kernel-bench [--N 4096] [--C 1600] [--iters 50] [--warmup 5] [--l2-flush 1]
  * N rows (B*T), C channels. Prints one JSON line per case to stdout:
  *   {"kernel", "impl", "N", "C", "OC", "blocks", "us", "us_mean", "gbps", "bytes", "l2"}
@@ -16,7 +17,8 @@
  * It also checks gt_cu_fill_uniform's values (range, mean, seeds).
  * Then {"check": "ok"} or {"check": "failed", "what": ...} per failure. Exit 0 ok, 1 a check or
  * CUDA call failed, 2 bad arguments.
- * Compiled together with kernels.cu (the library hides its symbols); no library error state.
+ * Compiled together with the library's kernel sources and the dev tools' variants (the library
+ * hides its symbols); no library error state.
  */
 #include <cuda_runtime.h>
 #include <math.h>
@@ -26,6 +28,7 @@
 #include <string.h>
 
 #include "kernels.h"
+#include "layernorm_backward_variants.h"
 
 /* A CUDA runtime call or kernel launcher: on failure print it with file:line, go to cleanup. */
 #define CK(call)                                                                               \
@@ -56,7 +59,7 @@
 #define COPY_BYTES ((size_t)64 << 20)      /* the device-to-device copy anchor */
 #define FLUSH_BYTES ((size_t)256 << 20)    /* > L2 of any current GPU */
 #define REF_N 64                           /* rows of the host-reference sub-case */
-#define LN_IMPLS 3                         /* LayerNorm backward variants (kernels.h) */
+#define LN_IMPLS 3                         /* LayerNorm backward variants (dev/cuda) */
 #define MAX_ITERS 100000
 
 /* ------------------------------------------------------------------------------------------ */
@@ -172,6 +175,7 @@ typedef struct {
     float *mean, *rstd;                                   /* (N) */
     float *dw, *db, *sum_resid, *sum_inp;                 /* (C) */
     int with_sums;
+    int ln_impl, ln_blocks; /* gt_dev_layernorm_backward's impl and impl 1's blocks */
     gt_bf16 *big_dout; /* (N, 4C): bias_bwd's dout, gelu_bwd's d */
     gt_bf16 *big_pre;  /* (N, 4C): gelu_bwd's pre-activation */
     float *dbias;      /* (4C) */
@@ -208,9 +212,10 @@ static cudaError_t run_ln_fwd_resid(bench_ctx *c, int fused) {
 static cudaError_t launch_ln_fwd_resid(void *p) { return run_ln_fwd_resid((bench_ctx *)p, 1); }
 static cudaError_t launch_ln_bwd(void *p) {
     bench_ctx *c = (bench_ctx *)p;
-    return gt_cu_layernorm_backward(c->dinp, c->dresid, c->dout, c->inp, c->mean, c->rstd, c->w,
-                                    c->dw, c->db, c->with_sums ? c->sum_resid : NULL,
-                                    c->with_sums ? c->sum_inp : NULL, c->N, c->C, c->scratch, 0);
+    return gt_dev_layernorm_backward(c->ln_impl, c->ln_blocks, c->dinp, c->dresid, c->dout,
+                                     c->inp, c->mean, c->rstd, c->w, c->dw, c->db,
+                                     c->with_sums ? c->sum_resid : NULL,
+                                     c->with_sums ? c->sum_inp : NULL, c->N, c->C, c->scratch, 0);
 }
 static cudaError_t launch_bias_bwd(void *p) {
     bench_ctx *c = (bench_ctx *)p;
@@ -358,6 +363,8 @@ int main(int argc, char **argv) {
     timer t;
     memset(&c, 0, sizeof(c));
     memset(&t, 0, sizeof(t));
+    c.ln_impl = 2; /* the library's */
+    c.ln_blocks = GT_DEV_LN_BWD_BLOCKS;
     uint16_t *h16 = NULL;
     float *h32 = NULL;
     double *hinp = NULL, *hdout = NULL, *hdres = NULL, *hw = NULL, *hb = NULL, *hmean = NULL,
@@ -471,23 +478,23 @@ int main(int argc, char **argv) {
     HALLOC(got, C4);
     {
         /* impl 2 vs impl 1 at the full shape; impl 1 with other block counts vs its default */
-        gt_cu_set_ln_bwd_blocks(GT_CU_LN_BWD_BLOCKS);
-        gt_cu_set_ln_bwd_impl(1);
+        c.ln_blocks = GT_DEV_LN_BWD_BLOCKS;
+        c.ln_impl = 1;
         CK(run_ln_bwd_once(&c, N, &o1, h16, h32));
-        gt_cu_set_ln_bwd_impl(2);
+        c.ln_impl = 2;
         CK(run_ln_bwd_once(&c, N, &o2, h16, h32));
         check_ln_bwd_outputs("ln_bwd impl 2 vs 1", &o2, &o1, NC, C, 1e-2);
         /* impl 3 vs 2: the same math, but dinp is not bitwise equal (H200, 1.5B shape: one
          * element of 6.5M one bf16 ulp apart; the prefetching instantiation's PTX has other
          * multiply counts, likely a slightly other fp32 evaluation) */
-        gt_cu_set_ln_bwd_impl(3);
+        c.ln_impl = 3;
         CK(run_ln_bwd_once(&c, N, &o3, h16, h32));
         check_ln_bwd_outputs("ln_bwd impl 3 vs 2", &o3, &o2, NC, C, 1e-3);
-        gt_cu_set_ln_bwd_impl(1);
+        c.ln_impl = 1;
         const int blocks[2] = {256, 1024};
         for (int k = 0; k < 2; k++) {
             char what[96];
-            gt_cu_set_ln_bwd_blocks(blocks[k]);
+            c.ln_blocks = blocks[k];
             CK(run_ln_bwd_once(&c, N, &o2, h16, h32));
             snprintf(what, sizeof(what), "ln_bwd impl 1 blocks %d vs default: dinp", blocks[k]);
             check_close(what, o2.dinp, o1.dinp, NC, 1e-2);
@@ -496,7 +503,7 @@ int main(int argc, char **argv) {
             snprintf(what, sizeof(what), "ln_bwd impl 1 blocks %d vs default: sum_inp", blocks[k]);
             check_close(what, o2.sum_inp, o1.sum_inp, (size_t)C, 1e-4);
         }
-        gt_cu_set_ln_bwd_blocks(GT_CU_LN_BWD_BLOCKS);
+        c.ln_blocks = GT_DEV_LN_BWD_BLOCKS;
 
         /* host fp64 reference on the first REF_N rows, for every impl (catches all wrong).
          * xhat = (x - mean) rstd, g = dout w; dinp = dresid + rstd (g - mean(g) - xhat
@@ -559,7 +566,7 @@ int main(int argc, char **argv) {
         }
         for (int impl = 1; impl <= LN_IMPLS; impl++) {
             char what[96];
-            gt_cu_set_ln_bwd_impl(impl);
+            c.ln_impl = impl;
             CK(run_ln_bwd_once(&c, REF_N, &o1, h16, h32));
             snprintf(what, sizeof(what), "ln_bwd impl %d vs host (N=%d): dinp", impl, REF_N);
             check_close(what, o1.dinp, oref.dinp, RC, 1e-2);
@@ -573,7 +580,7 @@ int main(int argc, char **argv) {
             snprintf(what, sizeof(what), "ln_bwd impl %d vs host (N=%d): sum_inp", impl, REF_N);
             check_close(what, o1.sum_inp, oref.sum_inp, (size_t)C, 1e-2);
         }
-        gt_cu_set_ln_bwd_impl(1);
+        c.ln_impl = 1;
 
         /* bias_bwd vs host sums over REF_N rows, per OC */
         HALLOC(big, (size_t)REF_N * C4);
@@ -685,22 +692,22 @@ int main(int argc, char **argv) {
         for (int sums = 0; sums <= 1; sums++) {
             c.with_sums = sums;
             for (int impl = 1; impl <= LN_IMPLS; impl++) {
-                gt_cu_set_ln_bwd_impl(impl);
+                c.ln_impl = impl;
                 CK(time_case(&t, launch_ln_bwd, &c, &us, &us_mean));
                 print_case(sums ? "ln_bwd_sums" : "ln_bwd", impl, N, C, 0,
-                           impl == 1 ? GT_CU_LN_BWD_BLOCKS : 0, ln_bytes + 16.0 * C * sums, us,
+                           impl == 1 ? GT_DEV_LN_BWD_BLOCKS : 0, ln_bytes + 16.0 * C * sums, us,
                            us_mean, flush);
             }
         }
         c.with_sums = 0;
-        gt_cu_set_ln_bwd_impl(1);
+        c.ln_impl = 1;
         const int blocks[3] = {256, 512, 1024};
         for (int k = 0; k < 3; k++) {
-            gt_cu_set_ln_bwd_blocks(blocks[k]);
+            c.ln_blocks = blocks[k];
             CK(time_case(&t, launch_ln_bwd, &c, &us, &us_mean));
             print_case("ln_bwd", 1, N, C, 0, blocks[k], ln_bytes, us, us_mean, flush);
         }
-        gt_cu_set_ln_bwd_blocks(GT_CU_LN_BWD_BLOCKS);
+        c.ln_blocks = GT_DEV_LN_BWD_BLOCKS;
 
         /* bias_bwd: read dout (N OC bf16), dbias read and written (OC fp32): 2 N OC + 8 OC */
         for (int mult = 1; mult <= 4; mult++) {

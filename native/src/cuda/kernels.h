@@ -1,5 +1,7 @@
 /*
- * kernels.h — the CUDA kernels of one GPT-2 stage, as C-callable launchers (kernels.cu).
+ * kernels.h — the CUDA kernels of one GPT-2 stage, as C-callable launchers: convert.cu,
+ * embedding.cu, layernorm_forward.cu, layernorm_backward.cu, gelu.cu, attention_reference.cu,
+ * adamw.cu and crossentropy.cu (kernels_common.cuh holds what they share).
  *
  * Every launcher enqueues on `stream`, returns the launch status (cudaGetLastError) and never
  * synchronizes. Activations are bf16 (gt_bf16 is its 16-bit storage type on the C side), all
@@ -28,12 +30,9 @@ cudaError_t gt_cu_kernels_init(void);
 /* Rows per block-row of the two-phase column sums; partial buffers hold
  * GT_CU_COLSUM_CHUNKS * C floats per reduced vector. */
 #define GT_CU_COLSUM_CHUNKS 64
-/* Blocks (and partial vectors) of the one-pass LayerNorm backward: impl 1's default, and the
- * most (impl 1: GANTRY_LN_BWD_BLOCKS, set by the stage with gt_cu_set_ln_bwd_blocks; impl 2:
- * one wave, capped here). */
-#define GT_CU_LN_BWD_BLOCKS 512
+/* The most blocks (and partial vectors) of the one-pass LayerNorm backward (one wave of
+ * blocks, capped here). */
 #define GT_CU_LN_BWD_MAX_BLOCKS 1024
-void gt_cu_set_ln_bwd_blocks(int blocks);
 /* Scratch floats of gt_cu_layernorm_backward for width C (four partial vectors per block). */
 #define GT_CU_LN_BWD_SCRATCH(C) ((size_t)4 * GT_CU_LN_BWD_MAX_BLOCKS * (size_t)(C))
 
@@ -100,16 +99,11 @@ cudaError_t gt_cu_layernorm_backward(gt_bf16 *dinp, const gt_bf16 *dresid, const
                                      const gt_bf16 *w, float *dw, float *db, float *sum_resid,
                                      float *sum_inp, int N, int C, float *scratch,
                                      cudaStream_t stream);
-/* LayerNorm backward variant, for A/B runs and side-by-side benchmarks (process-wide; set
- * before use): 1 = one warp per row, 2 warps per block, gt_cu_set_ln_bwd_blocks blocks, column
- * sums in shared memory; 2 = block-cooperative rows (default): a thread per 16-byte
- * column vector, 4 rows per step without the bias sums and 2 with them, column sums in
- * registers, one wave of blocks (fastest on H200 at C = 1024 and 1600); 3 = 2 with 2 rows a
- * step and the next step's dout / inp / mean / rstd loaded before the block reduction, so the
- * loads are in flight across the barrier. The choice applies where the rows fit registers
- * (C % 8 == 0, C <= 2048, 16-byte aligned pointers); elsewhere all use the scalar fallback
- * (separate input and column-sum passes). Values below 1 give 1, above 3 give 3. */
-void gt_cu_set_ln_bwd_impl(int impl);
+/* Where the rows fit registers (C % 8 == 0, C <= 2048, 16-byte aligned pointers) the one pass
+ * is block-cooperative: a thread per 16-byte column vector, 4 rows per step without the bias
+ * sums and 2 with them, column sums in registers, one wave of blocks; elsewhere separate input
+ * and column-sum passes. Other kernels for it, timed beside this one by gantry-kernel-bench:
+ * native/dev/cuda/layernorm_backward_variants.h. */
 /* dbias (OC) += sum_n dout (N,OC); scratch: GT_CU_COLSUM_CHUNKS * OC floats */
 cudaError_t gt_cu_bias_backward(float *dbias, const gt_bf16 *dout, int N, int OC, float *scratch,
                                 cudaStream_t stream);

@@ -98,16 +98,13 @@ cleanup:
 }
 
 /* The kernel and product knobs of the stage's switches (runtime_config.h): the kernel
- * variants the compute hooks choose between, the LayerNorm backward's (process-wide) and
- * cuBLASLt's tuning. */
+ * variants the compute hooks choose between and cuBLASLt's tuning. */
 static void set_kernel_knobs(gt_stage *s) {
     s->ln_bias_sums = s->env.ln_bias_sums;
     s->bias_in_gemm = s->env.bias_gemm;
     s->ce_fused = s->env.ce_fused;
     s->grad_overwrite = s->env.grad_overwrite;
     s->resid_ln = s->env.resid_ln;
-    gt_cu_set_ln_bwd_blocks(s->env.ln_bwd_blocks);
-    gt_cu_set_ln_bwd_impl(s->env.ln_bwd_impl);
     s->lt.autotune = s->env.gemm_autotune;
     s->lt.candidates = s->env.gemm_candidates;
     s->lt.tune_log = s->env.gemm_tune_log;
