@@ -1,12 +1,13 @@
-"""The LayerNorm backward variants (GANTRY_LN_BWD_IMPL 1 = warp per row, 2 = block-cooperative,
-3 = 2 with the next rows' loads in flight across its reductions, each with GANTRY_LN_BIAS_SUMS
-off and on), the c_attn / c_fc bias gradients from their weight
-products (GANTRY_BIAS_GEMM), the loss with its logit gradients in one pass (GANTRY_CE_FUSED)
-and the residual adds in the LayerNorms after them (GANTRY_RESID_LN: the forward's activations
-may differ in their last bit) give the same gradients as the baseline kernels (every switch
-off), and every one of them matches the fp32 PyTorch reference at bf16 tolerances — at a width
-and row count that use several vectors per lane, partial last lanes and many blocks (the parity
-tests' toy model fits in one block)."""
+"""The stage's kernel switches — LayerNorm 2's backward with the bias sums of the products
+around it (GANTRY_LN_BIAS_SUMS), the c_attn / c_fc bias gradients from their weight products
+(GANTRY_BIAS_GEMM), the loss with its logit gradients in one pass (GANTRY_CE_FUSED) and the
+residual adds in the LayerNorms after them (GANTRY_RESID_LN: the forward's activations may
+differ in their last bit) — give the same gradients as the baseline kernels (every switch off),
+and every one of them matches the fp32 PyTorch reference at bf16 tolerances — at a width and row
+count that use several vectors per lane, partial last lanes and many blocks (the parity tests'
+toy model fits in one block). The LayerNorm backward kernels that are not the library's
+(native/dev/cuda) are compared with it, and with an fp64 host reference, by gantry-kernel-bench
+(bench/run_gpu_bench.sh kernels)."""
 
 from __future__ import annotations
 
@@ -33,34 +34,27 @@ VARIANT_TOL = 1e-4
 """Largest relative difference between two kernel variants whose bf16 outputs are the same (fp32
 sums in another order)."""
 BF16_VARIANT_TOL = 1e-2
-"""... and between variants whose bf16 input gradients may differ in the last bit (another
-LayerNorm backward: a flipped rounding propagates through every layer below; measured on H200:
-1.7e-3 on layer 0's ln_1.weight). Each kernel alone is checked element-wise against an fp64
-host reference by gantry-kernel-bench."""
-KNOBS = ("GANTRY_LN_BWD_IMPL", "GANTRY_LN_BIAS_SUMS", "GANTRY_BIAS_GEMM", "GANTRY_CE_FUSED",
-         "GANTRY_RESID_LN")
-SESSION4 = {"GANTRY_LN_BWD_IMPL": "1", "GANTRY_LN_BIAS_SUMS": "0", "GANTRY_BIAS_GEMM": "0",
-            "GANTRY_CE_FUSED": "0", "GANTRY_RESID_LN": "0"}
-# ln1 is the baseline configuration itself (against torch; a non-zero difference from the
-# baseline would mean the kernels are not deterministic)
+"""... and between variants whose bf16 activations or logit gradients may differ in the last bit
+(a flipped rounding propagates through every layer below)."""
+KNOBS = ("GANTRY_LN_BIAS_SUMS", "GANTRY_BIAS_GEMM", "GANTRY_CE_FUSED", "GANTRY_RESID_LN")
+BASELINE = {"GANTRY_LN_BIAS_SUMS": "0", "GANTRY_BIAS_GEMM": "0", "GANTRY_CE_FUSED": "0",
+            "GANTRY_RESID_LN": "0"}
+# "baseline" is the baseline configuration itself (against torch; a non-zero difference from
+# the baseline would mean the kernels are not deterministic)
 VARIANTS = {
-    "ln1": SESSION4,
-    "ln1-sums": {**SESSION4, "GANTRY_LN_BIAS_SUMS": "1"},
-    "ln2": {**SESSION4, "GANTRY_LN_BWD_IMPL": "2"},
-    "ln2-sums": {**SESSION4, "GANTRY_LN_BWD_IMPL": "2", "GANTRY_LN_BIAS_SUMS": "1"},
-    # impl 2 with the next rows' loads issued before each block reduction (2 rows a step)
-    "ln3": {**SESSION4, "GANTRY_LN_BWD_IMPL": "3"},
-    "ln3-sums": {**SESSION4, "GANTRY_LN_BWD_IMPL": "3", "GANTRY_LN_BIAS_SUMS": "1"},
+    "baseline": BASELINE,
+    # LayerNorm 2's backward also sums the bias gradients: fp32 sums in another order
+    "ln-sums": {**BASELINE, "GANTRY_LN_BIAS_SUMS": "1"},
     # the bias gradients of c_attn / c_fc from the products: fp32 sums in another order
-    "ln1-gemm": {**SESSION4, "GANTRY_BIAS_GEMM": "1"},
+    "gemm": {**BASELINE, "GANTRY_BIAS_GEMM": "1"},
     # unscaled logit gradients in bf16, scaled by the head's products
-    "ln1-ce": {**SESSION4, "GANTRY_CE_FUSED": "1"},
+    "ce": {**BASELINE, "GANTRY_CE_FUSED": "1"},
     # each projection's product rounded to bf16 before its residual add (two roundings, as
     # PyTorch's), the add in the next LayerNorm's pass; stage 0's last add is a kernel of its own
-    "ln1-resid": {**SESSION4, "GANTRY_RESID_LN": "1"},
+    "resid": {**BASELINE, "GANTRY_RESID_LN": "1"},
     # the defaults
-    "defaults": {"GANTRY_LN_BWD_IMPL": "2", "GANTRY_LN_BIAS_SUMS": "1", "GANTRY_BIAS_GEMM": "1",
-                 "GANTRY_CE_FUSED": "1", "GANTRY_RESID_LN": "1"},
+    "defaults": {"GANTRY_LN_BIAS_SUMS": "1", "GANTRY_BIAS_GEMM": "1", "GANTRY_CE_FUSED": "1",
+                 "GANTRY_RESID_LN": "1"},
 }
 
 
@@ -86,7 +80,7 @@ def _gradients(lib: NativeLibrary, weights: Path, knobs: dict[str, str], tokens:
 
 
 @pytest.mark.parametrize("variant", sorted(VARIANTS))
-def test_kernel_variant_matches_session4_kernels_and_torch(
+def test_kernel_variant_matches_baseline_and_torch(
     cuda_lib: NativeLibrary, tmp_path: Path, clean_knobs: None, variant: str,
 ) -> None:
     model = ref.make_model(CONFIG, seed=5, randomize_all=True)
@@ -95,7 +89,7 @@ def test_kernel_variant_matches_session4_kernels_and_torch(
     tokens, targets = make_batch(CONFIG, BATCH, SEQ, seed=6)
     ref_loss, ref_grads = ref.loss_and_grads(model, *torch_batch(tokens, targets))
 
-    base_loss, base = _gradients(cuda_lib, weights, SESSION4, tokens, targets)
+    base_loss, base = _gradients(cuda_lib, weights, BASELINE, tokens, targets)
     loss, grads = _gradients(cuda_lib, weights, VARIANTS[variant], tokens, targets)
 
     knobs = VARIANTS[variant]
@@ -108,10 +102,9 @@ def test_kernel_variant_matches_session4_kernels_and_torch(
     assert sorted(grads) == sorted(base) == sorted(ref_grads)
     diffs = {name: rel_err(grads[name], base[name]) for name in base}
     worst = max(diffs, key=lambda n: diffs[n])
-    same_bf16 = (knobs["GANTRY_LN_BWD_IMPL"] == "1" and knobs["GANTRY_CE_FUSED"] == "0"
-                 and same_forward)
+    same_bf16 = knobs["GANTRY_CE_FUSED"] == "0" and same_forward
     tol = VARIANT_TOL if same_bf16 else BF16_VARIANT_TOL
-    assert diffs[worst] <= tol, f"{worst}: {diffs[worst]:.2e} from the session-4 kernels"
+    assert diffs[worst] <= tol, f"{worst}: {diffs[worst]:.2e} from the baseline kernels"
     errors = {name: rel_err(grads[name], ref_grads[name].numpy()) for name in ref_grads}
     worst = max(errors, key=lambda n: errors[n])
     assert errors[worst] <= GRAD_TOL, f"{worst}: relative error {errors[worst]:.2e} against torch"
