@@ -23,13 +23,12 @@
 #                                     GANTRY_RESID_LN 1 / 0 alternating)
 #                                     mbsize (1.5B single, 32,768 tokens a step as 16 x 2,
 #                                     8 x 4 and 4 x 8 sequences, alternating twice)
-#                                     lnbwd (1.5B / 350M single with GANTRY_LN_BWD_IMPL 3 / 2
-#                                     alternating: the prefetching LayerNorm backward)
 #                                     cudnnlib (1.5B single with the torch wheel's cuDNN; with the
 #                                     heuristic's attention plan instead of the tuned one)
-#                                     kernels (gantry-kernel-bench: LayerNorm/column-sum variants,
-#                                     GELU backward, AdamW, a D2D copy at the 1.5B and 350M
-#                                     shapes; $OUT/kernels.jsonl; fails if the variants disagree)
+#                                     kernels (gantry-kernel-bench: LayerNorm, column sums,
+#                                     GELU backward, AdamW, a D2D copy and the LayerNorm backward
+#                                     variants of native/dev/cuda at the 1.5B and 350M shapes;
+#                                     $OUT/kernels.jsonl; fails if the variants disagree)
 # PP_SCHEDULES / ANCHOR_SCHEDULES narrow the schedules of pp350 / pp15 (default: all).
 # Every run has a hard time limit, so one hang cannot eat the call. Per-run logs go to
 # $GPU_BENCH_WORK/logs (the device tool brings back only a few files: tar them).
@@ -148,18 +147,6 @@ if has residln; then  # alternating, so a drift of the clocks falls on both alik
     GANTRY_RESID_LN=0 gantry "residln0-single15-$i" 150 --layout single --variant "resid_ln 0" "${m15[@]}"
     GANTRY_RESID_LN=1 gantry "residln1-single350-$i" 90 --layout single --variant "resid_ln 1" "${m350[@]}"
     GANTRY_RESID_LN=0 gantry "residln0-single350-$i" 90 --layout single --variant "resid_ln 0" "${m350[@]}"
-  done
-fi
-if has lnbwd; then  # LayerNorm backward impl 3 vs 2, alternating so clock drift falls on both
-  for i in 1 2; do
-    for impl in 3 2; do
-      GANTRY_LN_BWD_IMPL=$impl gantry "lnbwd$impl-single15-$i" 150 --layout single \
-        --variant "ln bwd impl $impl" "${m15[@]}"
-    done
-  done
-  for impl in 3 2; do
-    GANTRY_LN_BWD_IMPL=$impl gantry "lnbwd$impl-single350" 90 --layout single \
-      --variant "ln bwd impl $impl" "${m350[@]}"
   done
 fi
 if has mbsize; then  # the same 32,768 tokens a step in 16 / 8 / 4 micro-batches, alternating:
