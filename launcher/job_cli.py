@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from launcher.errors import UserInputError
-from launcher.job_dir import JobDir, attempt_key, find_job_dir, jobs_root
+from launcher.job_dir import JobDir, attempt_key, checkpoint_step_dir, find_job_dir, jobs_root
 from launcher.job_placement import site_client
 from launcher.job_request import CliOverrides
 from launcher.site_config import load_site
@@ -67,7 +67,7 @@ def client_for_job(job_dir: JobDir | None) -> SlurmClient:
     slurm.conf when SLURM_CONF is unset), default auto."""
     if job_dir is not None:
         try:
-            request = json.loads((job_dir.path / "request.json").read_text(encoding="utf-8"))
+            request = json.loads(job_dir.request.read_text(encoding="utf-8"))
             return site_client(load_site(Path(request["site_path"])))
         except (OSError, KeyError, ValueError, UserInputError):
             pass
@@ -134,12 +134,12 @@ def job_summary(job_dir: JobDir, info: JobInfo | None) -> dict[str, Any]:
 def run_history(job_dir: JobDir) -> dict[str, Any]:
     """Attempts (runs/<job id>-<restart>), the checkpoint directory and its newest complete
     checkpoint (a step_<N> directory holding manifest.json, written last by the trainer)."""
-    runs = job_dir.path / "runs"
+    runs = job_dir.runs
     names = [p.name for p in runs.iterdir() if p.is_dir()] if runs.is_dir() else []
     attempts = sorted((n for n in names if attempt_key(n) is not None),
                       key=lambda name: attempt_key(name) or ())
     try:
-        request = json.loads((job_dir.path / "request.json").read_text(encoding="utf-8"))
+        request = json.loads(job_dir.request.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         request = {}
     configured = request.get("checkpoint_dir") if isinstance(request, dict) else None
@@ -152,4 +152,4 @@ def run_history(job_dir: JobDir) -> dict[str, Any]:
     return {"attempts": attempts, "checkpoint_dir": configured,
             "latest_checkpoint_step": latest,
             "latest_checkpoint": None if latest is None else
-            str(Path(str(configured)) / f"step_{latest:08d}")}
+            str(checkpoint_step_dir(Path(str(configured)), latest))}

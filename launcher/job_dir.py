@@ -1,19 +1,31 @@
 """Job directories: one per submitted job, holding its script, resolved spec, placement, logs.
 
+This module owns every name in a job directory, in its attempt directories and in a
+checkpoint directory: the constants below, which every Python reader and writer uses.
 Layout (root: --jobs-dir, else $GANTRY_JOBS_DIR, else ./gantry-jobs)::
 
-    <root>/<name>-<UTC yyyymmdd-hhmmss>-<4 hex>/
+    <root>/<name>-<UTC yyyymmdd-hhmmss>-<4 hex>/      $GANTRY_JOB_DIR in the batch script
         job.sbatch       the rendered batch script (what was submitted)
         spec.yaml        the job spec after CLI overrides
         request.json     resolved request: site, layout, flags used, gantry version
-        placement.json   the placement: mode, planned nodes, Slurm options, cluster state
+        placement.json   the placement: mode, plan (its nodes), Slurm options, cluster state
+                         (launcher/placement_record.py reads it)
         rank_order.json  planned nodes in rank order (gantry train --rank-order), if planned
         meta.json        job id, submit time, last known state
         logs/            slurm-<jobid>.out / .err (append mode across requeues)
-        runs/<jobid>-<restart>/   one directory per attempt, written by the script
+        schedules/       the schedule tables of the job, built once (train/schedule_cache.py)
+        runs/<jobid>-<restart>/   one attempt, written by the script ($GANTRY_ATTEMPT_DIR):
+            preflight.jsonl   the preflight verdicts, one line per node
+            nodes             the nodes the gate chose
+            launch_nodes      the nodes the step was launched on
+            metrics.jsonl, metrics.replayed.jsonl, events.jsonl, trace.json   the trainer's
+            trainer-stop      the signal the trainer stopped on ("USR1 <step>")
         runs/<jobid>-<restart>.<k>/   the k-th relaunch inside that allocation (recovery)
         node_faults.json, recoveries.jsonl   nodes a failed step was pinned on, recoveries
     <root>/by-id/<jobid> -> ../<dir>   lookup by Slurm job id
+
+A checkpoint directory (the job's checkpoint.dir) holds ``step_<N>/`` (N zero-padded to 8
+digits: :func:`checkpoint_step_dir`), each with its shards and ``manifest.json``, written last.
 
 The directory is created only after the request resolved and the script rendered, and is
 removed again if submission fails, so bad input leaves nothing behind.
@@ -38,6 +50,51 @@ from launcher.atomic_write import WriteError, made_directories, write_text
 from launcher.errors import UserInputError, brief
 
 JOBS_DIR_ENV = "GANTRY_JOBS_DIR"
+#: The job directory, in the batch script's environment.
+JOB_DIR_ENV = "GANTRY_JOB_DIR"
+#: The attempt directory, in the batch script's environment.
+ATTEMPT_DIR_ENV = "GANTRY_ATTEMPT_DIR"
+
+# In a job directory.
+SCRIPT_FILE = "job.sbatch"
+SPEC_FILE = "spec.yaml"
+REQUEST_FILE = "request.json"
+PLACEMENT_FILE = "placement.json"
+RANK_ORDER_FILE = "rank_order.json"
+META_FILE = "meta.json"
+LOGS_DIR = "logs"
+RUNS_DIR = "runs"
+SCHEDULES_DIR = "schedules"
+NODE_FAULTS_FILE = "node_faults.json"
+RECOVERIES_FILE = "recoveries.jsonl"
+#: Beside the job directories, in the jobs root.
+BY_ID_DIR = "by-id"
+
+# In an attempt directory (also a `gantry train --run-dir`).
+PREFLIGHT_REPORT_FILE = "preflight.jsonl"
+CHOSEN_NODES_FILE = "nodes"
+LAUNCH_NODES_FILE = "launch_nodes"
+METRICS_FILE = "metrics.jsonl"
+REPLAYED_METRICS_FILE = "metrics.replayed.jsonl"
+EVENTS_FILE = "events.jsonl"
+TRACE_FILE = "trace.json"
+STOP_FILE = "trainer-stop"
+
+# In a checkpoint directory.
+CHECKPOINT_MANIFEST_FILE = "manifest.json"
+_STEP_DIR = re.compile(r"step_([0-9]+)", re.ASCII)
+
+
+def checkpoint_step_dir(root: Path, step: int) -> Path:
+    """The directory of step ``step``'s checkpoint under checkpoint directory ``root``."""
+    return root / f"step_{step:08d}"
+
+
+def checkpoint_step_of(name: str) -> int | None:
+    """The step a ``step_<N>`` directory name holds (ASCII digits), else None."""
+    match = _STEP_DIR.fullmatch(name)
+    return int(match.group(1)) if match else None
+
 
 _ATTEMPT_NAME = re.compile(r"([0-9]+(?:_[0-9]+)?)-([0-9]+)(?:\.([0-9]+))?")
 
@@ -83,16 +140,33 @@ class JobDir:
 
     @property
     def script(self) -> Path:
-        return self.path / "job.sbatch"
+        return self.path / SCRIPT_FILE
 
     @property
     def logs(self) -> Path:
-        return self.path / "logs"
+        return self.path / LOGS_DIR
+
+    @property
+    def runs(self) -> Path:
+        """The attempt (and run) directories' parent."""
+        return self.path / RUNS_DIR
+
+    @property
+    def spec(self) -> Path:
+        return self.path / SPEC_FILE
+
+    @property
+    def request(self) -> Path:
+        return self.path / REQUEST_FILE
+
+    @property
+    def placement(self) -> Path:
+        return self.path / PLACEMENT_FILE
 
     def meta(self) -> dict[str, Any]:
         """meta.json (empty if missing or unreadable)."""
         try:
-            data = json.loads((self.path / "meta.json").read_text(encoding="utf-8"))
+            data = json.loads((self.path / META_FILE).read_text(encoding="utf-8"))
         except (OSError, ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
             return {}
         return data if isinstance(data, dict) else {}
@@ -101,7 +175,7 @@ class JobDir:
         """Merge ``fields`` into meta.json; return the result."""
         data = self.meta()
         data.update(fields)
-        _write_json(self.path / "meta.json", data)
+        _write_json(self.path / META_FILE, data)
         return data
 
     @property
@@ -145,15 +219,15 @@ def create_job_dir(path: Path, script: str, spec: dict[str, Any], request: dict[
         with made_directories(path.parent):
             path.mkdir()
             try:
-                (path / "logs").mkdir()
-                (path / "runs").mkdir()
-                write_text(path / "job.sbatch", script, mode=0o755)
-                write_text(path / "spec.yaml", yaml.safe_dump(spec, sort_keys=False), mode=0o644)
-                _write_json(path / "request.json", request)
-                _write_json(path / "placement.json", placement)
+                (path / LOGS_DIR).mkdir()
+                (path / RUNS_DIR).mkdir()
+                write_text(path / SCRIPT_FILE, script, mode=0o755)
+                write_text(path / SPEC_FILE, yaml.safe_dump(spec, sort_keys=False), mode=0o644)
+                _write_json(path / REQUEST_FILE, request)
+                _write_json(path / PLACEMENT_FILE, placement)
                 for file_name, text in (extra_files or {}).items():
                     write_text(path / file_name, text, mode=0o644)
-                _write_json(path / "meta.json", {"name": name, "created_at": time.time()})
+                _write_json(path / META_FILE, {"name": name, "created_at": time.time()})
             except BaseException:
                 shutil.rmtree(path, ignore_errors=True)
                 raise
@@ -175,7 +249,7 @@ def remove_job_dir(job_dir: JobDir) -> None:
 def record_submission(root: Path, job_dir: JobDir, job_id: str) -> None:
     """Store the job id in meta.json and link ``<root>/by-id/<job_id>`` to the directory."""
     job_dir.update_meta(job_id=job_id, submitted_at=time.time())
-    by_id = root / "by-id"
+    by_id = root / BY_ID_DIR
     by_id.mkdir(exist_ok=True)
     link = by_id / job_id
     tmp = by_id / f".{job_id}.tmp"
@@ -192,7 +266,7 @@ def list_job_dirs(root: Path) -> list[JobDir]:
     if not root.is_dir():
         return []
     dirs = [JobDir(p) for p in root.iterdir()
-            if p.is_dir() and p.name != "by-id" and (p / "meta.json").is_file()]
+            if p.is_dir() and p.name != BY_ID_DIR and (p / META_FILE).is_file()]
     return sorted(dirs, key=lambda d: (_created_at(d), d.path.name))
 
 
@@ -210,13 +284,13 @@ def find_job_dir(root: Path, ref: str) -> JobDir:
         raise UserInputError(f"job {brief(ref)}: not allowed (a job id, directory or name; "
                              "too long for a path)")
     if ref.isdigit():
-        link = root / "by-id" / ref
+        link = root / BY_ID_DIR / ref
         if link.exists():
             return JobDir(link.resolve())
         raise UserInputError(f"job {ref}: not submitted by gantry under {root} "
                              f"(no {link}; use --jobs-dir)")
     candidate = Path(ref)
-    if candidate.is_dir() and (candidate / "meta.json").is_file():
+    if candidate.is_dir() and (candidate / META_FILE).is_file():
         return JobDir(candidate.resolve())
     named = [d for d in list_job_dirs(root) if d.name == ref and d.job_id]
     if named:

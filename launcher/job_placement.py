@@ -217,12 +217,11 @@ class JobPlacement:
                                nodes=self.rank_nodes)
 
     def to_json(self) -> dict[str, Any]:
-        """placement.json: the decision, the plan, the state it saw."""
+        """placement.json: the decision, the plan (its roles name the nodes), the state it
+        saw (read back by launcher.placement_record)."""
         return {
             "mode": self.mode, "pin": self.pin, "summary": self.summary,
-            "sbatch_options": list(self.sbatch_options),
-            "rank_nodes": list(self.rank_nodes), "spare_nodes": list(self.spare_nodes),
-            "notes": list(self.notes),
+            "sbatch_options": list(self.sbatch_options), "notes": list(self.notes),
             "plan": None if self.plan is None else self.plan.to_json(),
             "cluster_state": None if self.state is None else self.state.to_json(),
         }

@@ -16,7 +16,7 @@ from rich.table import Table
 from launcher.console import make_console, print_json
 from launcher.errors import EXIT_FAILURE, EXIT_OK, UserInputError
 from launcher.job_cli import add_jobs_dir_arg, run_history
-from launcher.job_dir import find_job_dir, jobs_root
+from launcher.job_dir import META_FILE, find_job_dir, jobs_root
 from launcher.train.checkpoint_scan import CheckpointEntry, resume_choice, scan
 from launcher.train.export_weights import export_weights
 from topology.user_files import require_short_names, require_writable_file
@@ -49,13 +49,13 @@ def checkpoint_root(ref: str, jobs_dir: Path | None) -> tuple[Path, bool]:
     """(the directory holding the step_<N> directories, whether it is a job's checkpoint.dir):
     ``ref`` itself when it is a directory other than a job directory, else the job's."""
     candidate = Path(ref)
-    if candidate.is_dir() and not (candidate / "meta.json").is_file():
+    if candidate.is_dir() and not (candidate / META_FILE).is_file():
         return candidate.resolve(), False
     job_dir = find_job_dir(jobs_root(jobs_dir), ref)
     configured = run_history(job_dir)["checkpoint_dir"]
     if not isinstance(configured, str):
         raise UserInputError(f"job {ref}: its request names no checkpoint.dir "
-                             f"({job_dir.path / 'request.json'})")
+                             f"({job_dir.request})")
     return Path(configured), True
 
 

@@ -23,6 +23,8 @@ from launcher.console import make_console, print_json
 from launcher.errors import EXIT_FAILURE, EXIT_OK, GantryError
 from launcher.job_cli import add_request_args, overrides_from_args
 from launcher.job_dir import (
+    RANK_ORDER_FILE,
+    SCRIPT_FILE,
     create_job_dir,
     jobs_root,
     new_job_dir_path,
@@ -37,7 +39,7 @@ from launcher.job_placement import (
     slurm_conf_problem,
 )
 from launcher.job_request import JobRequest, resolve_request
-from launcher.job_script import RANK_ORDER_FILE, layout_line, render_job
+from launcher.job_script import layout_line, render_job
 from launcher.live.follow import follow_job
 from launcher.sbatch_render import Placement
 
@@ -124,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
     assert client is not None
     if args.test_only:
         with tempfile.TemporaryDirectory(prefix="gantry-test-only-") as tmp:
-            script_path = Path(tmp) / "job.sbatch"
+            script_path = Path(tmp) / SCRIPT_FILE
             write_text(script_path, script)
             verdict = client.test_submit(script_path)
         sys.stdout.write(f"{verdict}\n")

@@ -6,6 +6,7 @@ import argparse
 from pathlib import Path
 
 from launcher.errors import UserInputError
+from launcher.job_dir import RUNS_DIR
 from launcher.job_spec import load_job
 
 
@@ -42,7 +43,7 @@ def run(args: argparse.Namespace) -> int:
         from launcher.site_config import load_site
 
         library = built_library(load_site(args.site))
-    run_dir = args.run_dir or base / "runs" / spec.name
+    run_dir = args.run_dir or base / RUNS_DIR / spec.name
     try:
         if run_dir.exists() and not run_dir.is_dir():
             raise UserInputError(f"--run-dir: {run_dir} exists and is not a directory")

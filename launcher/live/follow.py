@@ -22,7 +22,7 @@ from launcher.errors import GantryError
 from launcher.job_dir import JobDir
 from launcher.job_spec import load_job
 from launcher.live.placement_view import placement_tree
-from launcher.live.preflight_rows import PlacementInfo, PreflightRow, read_placement
+from launcher.live.preflight_rows import PreflightRow, read_placement
 from launcher.live.summary import FollowState, RunSummary, rows_for, summarize, summary_lines
 from launcher.live.watcher import (
     AttemptStarted,
@@ -33,6 +33,7 @@ from launcher.live.watcher import (
     PreflightDone,
     StepDone,
 )
+from launcher.placement_record import PlacementRecord
 from launcher.report.run_data import StepRecord
 from launcher.site_config import load_site
 from launcher.site_topology import site_topology
@@ -151,14 +152,14 @@ def _site_context(job_dir: JobDir) -> tuple[tuple[str, ...], Topology | None, in
     topology: Topology | None = None
     total: int | None = None
     try:
-        request = json.loads((job_dir.path / "request.json").read_text(encoding="utf-8"))
+        request = json.loads(job_dir.request.read_text(encoding="utf-8"))
         site = load_site(Path(request["site_path"]))
         nodes = tuple(site.config.nodes.node_list())
         topology = site_topology(site)
     except (OSError, ValueError, KeyError, TypeError, GantryError):
         pass
     with contextlib.suppress(GantryError):
-        total = load_job(job_dir.path / "spec.yaml").train.steps
+        total = load_job(job_dir.spec).train.steps
     return nodes, topology, total
 
 
@@ -173,7 +174,7 @@ def _node_states(client: SlurmClient, names: Sequence[str]) -> dict[str, NodeInf
 
 class _Follower:
     def __init__(self, job_dir: JobDir, job_id: str, client: SlurmClient,
-                 view: LiveView, placement: PlacementInfo, topology: Topology | None,
+                 view: LiveView, placement: PlacementRecord, topology: Topology | None,
                  nodes: tuple[str, ...]) -> None:
         self.job_dir, self.job_id, self.client, self.view = job_dir, job_id, client, view
         self.placement, self.topology = placement, topology
@@ -209,7 +210,7 @@ def follow_job(job_dir: JobDir, job_id: str, client: SlurmClient, console: Conso
     """Show the job live until it ends; return its last Slurm state and the summary.
     ``timeout_s``: cancel the job when it runs longer (and keep following until it ended)."""
     nodes, topology, total = _site_context(job_dir)
-    placement = read_placement(job_dir.path / "placement.json")
+    placement = read_placement(job_dir.placement)
     view = LiveView(console, total)
     console.print(placement_tree(topology, placement))
     follower = _Follower(job_dir, job_id, client, view, placement, topology, nodes)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from rich.tree import Tree
 
-from launcher.live.preflight_rows import PlacementInfo
+from launcher.placement_record import PlacementRecord
 from topology.model import Topology
 
 
@@ -19,7 +19,7 @@ def _node_label(node: str, role: str, outcome: str | None) -> str:
     return f"{label}  {mark} {outcome}"
 
 
-def placement_tree(topology: Topology | None, placement: PlacementInfo,
+def placement_tree(topology: Topology | None, placement: PlacementRecord,
                    outcomes: Mapping[str, str] | None = None) -> Tree:
     """A rich Tree (prints as indented text when piped); a one-line tree without roles.
     With ``outcomes`` (after the gate) each node says what became of it."""

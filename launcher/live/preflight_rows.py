@@ -3,12 +3,13 @@ what became of it (runs, spare not needed, excluded, drained with gantry's reaso
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
+from launcher.errors import UserInputError
+from launcher.job_dir import PLACEMENT_FILE
+from launcher.placement_record import PlacementRecord, read_placement_record
 from launcher.preflight.gate_plan import places_taken
 from launcher.preflight.verdict import NodeVerdict
 from launcher.slurm import NodeInfo
@@ -18,38 +19,15 @@ from topology.placement import NodeRole
 PlannedRole = NodeRole
 
 
-@dataclass(frozen=True)
-class PlacementInfo:
-    """What placement.json says: a planned placement (roles), or only a summary line."""
-
-    summary: str
-    """One line, e.g. "n[1-4] (spares n5), 2 leaf switches under spine1"."""
-    roles: tuple[PlannedRole, ...]
-    """Planned nodes in rank order, then spares (empty when Slurm chose)."""
-    domain: str = ""
-    """Switch holding every planned node."""
-
-    def role_of(self, node: str) -> PlannedRole | None:
-        return next((r for r in self.roles if r.node == node), None)
-
-
-def read_placement(path: Path) -> PlacementInfo:
-    """placement.json -> PlacementInfo (an unreadable or older file gives a bare summary)."""
+def read_placement(path: Path) -> PlacementRecord:
+    """placement.json -> its record; a missing or malformed file gives a bare summary (the
+    live view shows what it can)."""
+    if not path.is_file():
+        return PlacementRecord(f"unknown (no {PLACEMENT_FILE})")
     try:
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return PlacementInfo("unknown (no placement.json)", ())
-    if not isinstance(data, dict):
-        return PlacementInfo("unknown", ())
-    summary = str(data.get("summary") or "Slurm chooses the nodes")
-    plan = data.get("plan") if isinstance(data.get("plan"), dict) else None
-    if plan is None or data.get("mode") not in (None, "planned"):
-        return PlacementInfo(summary, ())
-    roles = []
-    for role in plan.get("roles") or []:
-        slots = tuple((int(r["replica"]), int(r["stage"])) for r in role.get("ranks") or [])
-        roles.append(PlannedRole(str(role["node"]), str(role.get("leaf") or ""), slots))
-    return PlacementInfo(summary, tuple(roles), str(plan.get("domain") or ""))
+        return read_placement_record(path)
+    except UserInputError as err:
+        return PlacementRecord(f"unknown ({err})")
 
 
 @dataclass(frozen=True)
@@ -79,7 +57,7 @@ def _finding(verdict: NodeVerdict | None) -> str:
     return "; ".join(f"{c.id}: {c.observed} (expected {c.expected})" for c in bad)
 
 
-def preflight_rows(verdicts: Mapping[str, NodeVerdict], placement: PlacementInfo,
+def preflight_rows(verdicts: Mapping[str, NodeVerdict], placement: PlacementRecord,
                    chosen: Sequence[str], launch: Sequence[str],
                    node_states: Mapping[str, NodeInfo]) -> list[PreflightRow]:
     """Rows for every node with a verdict or a planned role, in placement order first."""

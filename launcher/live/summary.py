@@ -9,8 +9,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from launcher.live.log_markers import attempt_marks
-from launcher.live.preflight_rows import PlacementInfo, PreflightRow, preflight_rows
+from launcher.live.preflight_rows import PreflightRow, preflight_rows
 from launcher.live.watcher import Event, LogLines, PreflightDone, StepDone
+from launcher.placement_record import PlacementRecord
 from launcher.report.run_data import StepRecord
 from launcher.slurm import JobInfo, NodeInfo
 
@@ -99,7 +100,7 @@ class RunSummary:
         }
 
 
-def rows_for(done: PreflightDone, placement: PlacementInfo,
+def rows_for(done: PreflightDone, placement: PlacementRecord,
              node_states: Mapping[str, NodeInfo]) -> list[PreflightRow]:
     return preflight_rows(done.verdicts, placement, done.chosen, done.launch, node_states)
 
@@ -119,7 +120,7 @@ def _phases(lines: Sequence[str], submitted_at: float | None) -> dict[str, float
 
 
 def summarize(state: FollowState, job_id: str, info: JobInfo | None,
-              placement: PlacementInfo, node_states: Mapping[str, NodeInfo],
+              placement: PlacementRecord, node_states: Mapping[str, NodeInfo],
               submitted_at: float | None) -> RunSummary:
     steps = state.steps()
     excluded: dict[str, Excluded] = {}

@@ -13,10 +13,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.errors import UserInputError
-from launcher.job_dir import JobDir, attempt_key
+from launcher.job_dir import (
+    CHOSEN_NODES_FILE,
+    LAUNCH_NODES_FILE,
+    METRICS_FILE,
+    PREFLIGHT_REPORT_FILE,
+    JobDir,
+    attempt_key,
+)
 from launcher.preflight.gate import read_verdicts
 from launcher.preflight.verdict import NodeVerdict
-from launcher.report.run_data import METRICS_FILE, StepRecord, parse_metrics_text
+from launcher.report.run_data import StepRecord, parse_metrics_text
 
 
 @dataclass(frozen=True)
@@ -143,7 +150,7 @@ class JobDirWatcher:
     def _run_dirs(self) -> list[Path]:
         """This job's attempts (<job id>-<restart>, in order), then other run directories
         (a `gantry train` run dir named after the job) that hold metrics."""
-        runs = self.job_dir.path / "runs"
+        runs = self.job_dir.runs
         if not runs.is_dir():
             return []
         mine = [p for p in runs.iterdir() if p.is_dir() and attempt_key(p.name) is not None
@@ -155,15 +162,15 @@ class JobDirWatcher:
     def _attempt_events(self, attempt: _Attempt, over: bool) -> list[Event]:
         events: list[Event] = []
         path = attempt.path
-        launch = _node_file(path / "launch_nodes")
-        chosen = _node_file(path / "nodes")
+        launch = _node_file(path / LAUNCH_NODES_FILE)
+        chosen = _node_file(path / CHOSEN_NODES_FILE)
         metrics = path / METRICS_FILE
         ready = launch or over or metrics.exists()
         if attempt.is_attempt and not attempt.preflight_reported and ready:
             attempt.preflight_reported = True
             verdicts: dict[str, NodeVerdict] = {}
             problems: dict[str, str] = {}
-            report = path / "preflight.jsonl"
+            report = path / PREFLIGHT_REPORT_FILE
             if report.is_file():
                 text = report.read_text(errors="replace")
                 names = self.known_nodes or tuple(set(re.findall(r'"node":\s*"([^"]+)"', text)))

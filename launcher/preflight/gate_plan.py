@@ -1,25 +1,23 @@
 """The gate's node choice when the job was placed by plan: keep the planned rank nodes that
 passed preflight, fill the places of the others from healthy spares.
 
-``gantry submit`` writes the placement to ``<job dir>/placement.json`` (``rank_nodes`` in rank
-order, ``spare_nodes``). Fill nodes are taken from the planned spares first (plan order), then
-from any other healthy allocated node (allocation order: a requeued job may get nodes the plan
-never named). The chosen nodes are returned in allocation order, the order in which srun (and
-mpirun given that host order) numbers the ranks; the trainer's rank-order file then gives each
-fill node the place of a replaced planned node, pairing them in exactly that order (see
-``launcher.train.layout.order_from_nodes``), and so do :func:`places_taken` (which the live
-view uses too) and :func:`choose_nodes`.
+``gantry submit`` writes the placement to ``<job dir>/placement.json`` (its rank nodes in rank
+order, then its spares: launcher/placement_record.py). Fill nodes are taken from the planned
+spares first (plan order), then from any other healthy allocated node (allocation order: a
+requeued job may get nodes the plan never named). The chosen nodes are returned in allocation
+order, the order in which srun (and mpirun given that host order) numbers the ranks; the
+trainer's rank-order file then gives each fill node the place of a replaced planned node,
+pairing them in exactly that order (see ``launcher.train.layout.order_from_nodes``), and so
+do :func:`places_taken` (which the live view uses too) and :func:`choose_nodes`.
 """
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from launcher.errors import UserInputError
+from launcher.placement_record import read_placement_record
 
 
 @dataclass(frozen=True)
@@ -42,37 +40,11 @@ class PlannedChoice:
     """(planned rank node that does not run, node that takes its place), in rank order."""
 
 
-def _names(data: dict[str, Any], key: str, where: str, required: bool) -> tuple[str, ...]:
-    value = data.get(key)
-    if value is None and not required:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(n, str) and n for n in value):
-        raise UserInputError(f"{where}: {key}: {value!r} is not allowed (expected a list of "
-                             "node names)")
-    if len(set(value)) != len(value):
-        raise UserInputError(f"{where}: {key}: {value!r} is not allowed (a node is named twice)")
-    return tuple(value)
-
-
 def read_node_plan(path: Path) -> NodePlan | None:
-    """The plan in placement.json ``path``; None when the placement planned no nodes
-    (Slurm chose them: mode "slurm" or "none")."""
-    try:
-        data: Any = json.loads(path.read_text(encoding="utf-8"))
-    except OSError as err:
-        raise UserInputError(f"{path}: cannot read the placement ({err.strerror})") from None
-    except ValueError as err:
-        raise UserInputError(f"{path}: not valid JSON ({err})") from None
-    if not isinstance(data, dict):
-        raise UserInputError(f"{path}: expected a JSON object (gantry's placement.json)")
-    where = str(path)
-    ranks = _names(data, "rank_nodes", where, required=True)
-    spares = _names(data, "spare_nodes", where, required=False)
-    both = sorted(set(ranks) & set(spares))
-    if both:
-        raise UserInputError(f"{where}: spare_nodes: {both} are rank_nodes too (expected "
-                             "each node in one list)")
-    return NodePlan(ranks, spares) if ranks else None
+    """The planned nodes in placement.json ``path`` (read by launcher.placement_record); None
+    when the placement planned no nodes (Slurm chose them: mode "slurm" or "none")."""
+    record = read_placement_record(path)
+    return NodePlan(record.rank_nodes, record.spare_nodes) if record.rank_nodes else None
 
 
 def choose_nodes(allocated: Sequence[str], healthy: Sequence[str], need: int,

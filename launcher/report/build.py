@@ -14,6 +14,7 @@ from typing import Any
 
 from launcher.atomic_write import FileSet, is_temp_name, made_directories
 from launcher.errors import GantryError, UserInputError
+from launcher.job_dir import METRICS_FILE, TRACE_FILE
 from launcher.job_spec import load_job
 from launcher.report import html, plots
 from launcher.report.checkpoints import CheckpointRecord, read_checkpoints
@@ -132,9 +133,9 @@ def build_report(sources: RunSources, out_dir: Path | None = None,
     typical one)."""
     notes: list[str] = []
     records: list[StepRecord] = merge_attempts(
-        [read_metrics(d / "metrics.jsonl", d.name) for d in sources.run_dirs])
+        [read_metrics(d / METRICS_FILE, d.name) for d in sources.run_dirs])
     if not records:
-        raise GantryError(f"{sources.run_dirs[-1] / 'metrics.jsonl'}: no complete step yet")
+        raise GantryError(f"{sources.run_dirs[-1] / METRICS_FILE}: no complete step yet")
     events: list[TraceEvent] = read_trace(sources.trace) if sources.trace else []
     spec_name, theory = _theory(sources.spec, events, notes)
     name = _shown(sources.name if sources.job_dir is not None or spec_name is None
@@ -192,7 +193,7 @@ def _write(files: FileSet, sources: RunSources, name: str, records: list[StepRec
         with files.temp_path(timeline_png) as timeline_tmp:
             plots.timeline_figure(timeline, totals, title, timeline_tmp)
         assert sources.trace is not None
-        trace_copy = out / "trace.json"
+        trace_copy = out / TRACE_FILE
         with files.temp_path(trace_copy) as trace_tmp:
             shutil.copyfile(sources.trace, trace_tmp)
     summary = [

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-EVENTS_FILE = "events.jsonl"
+from launcher.job_dir import EVENTS_FILE
 
 
 @dataclass(frozen=True)

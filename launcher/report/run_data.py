@@ -18,8 +18,6 @@ from typing import Any
 from launcher.errors import UserInputError, brief
 from topology.user_files import require_regular_file
 
-METRICS_FILE = "metrics.jsonl"
-TRACE_FILE = "trace.json"
 TIMING_KEYS = ("compute_s", "send_s", "recv_s", "bubble_s", "sync_s", "total_s")
 
 

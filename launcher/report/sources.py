@@ -7,8 +7,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.errors import GantryError, UserInputError
-from launcher.job_dir import find_job_dir, jobs_root
-from launcher.report.run_data import METRICS_FILE, TRACE_FILE
+from launcher.job_dir import (
+    METRICS_FILE,
+    RUNS_DIR,
+    SPEC_FILE,
+    TRACE_FILE,
+    find_job_dir,
+    jobs_root,
+)
 from topology.whole_numbers import read_whole
 
 
@@ -39,7 +45,7 @@ def _attempt_key(path: Path) -> tuple[list[int], str]:
 
 def attempts_of(job_dir: Path) -> list[Path]:
     """Run directories of a job with metrics, oldest attempt first."""
-    runs = job_dir / "runs"
+    runs = job_dir / RUNS_DIR
     if not runs.is_dir():
         return []
     found = [p for p in runs.iterdir() if p.is_dir() and (p / METRICS_FILE).is_file()]
@@ -61,9 +67,9 @@ def resolve_sources(ref: str, jobs_dir: Path | None = None,
     candidate = Path(ref)
     if candidate.is_dir() and (candidate / METRICS_FILE).is_file():
         run_dir = candidate.resolve()
-        job_dir = run_dir.parent.parent if run_dir.parent.name == "runs" else None
-        if spec is None and job_dir is not None and (job_dir / "spec.yaml").is_file():
-            spec = job_dir / "spec.yaml"
+        job_dir = run_dir.parent.parent if run_dir.parent.name == RUNS_DIR else None
+        if spec is None and job_dir is not None and (job_dir / SPEC_FILE).is_file():
+            spec = job_dir / SPEC_FILE
         return RunSources(run_dir.name, (run_dir,), _newest_trace((run_dir,)), spec,
                           job_dir, run_dir / "report")
     job = find_job_dir(jobs_root(jobs_dir), ref)
@@ -71,7 +77,7 @@ def resolve_sources(ref: str, jobs_dir: Path | None = None,
     if not run_dirs:
         raise GantryError(f"{job.path}: no {METRICS_FILE} under runs/ yet (has the job "
                           f"started training? see `gantry status {ref}`)")
-    if spec is None and (job.path / "spec.yaml").is_file():
-        spec = job.path / "spec.yaml"
+    if spec is None and job.spec.is_file():
+        spec = job.spec
     return RunSources(job.name, run_dirs, _newest_trace(run_dirs), spec, job.path,
                       job.path / "report")

@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from launcher.placement_record import read_placement_record
 from launcher.preflight.gate import read_verdicts
 from tests.embedded_cluster import REPO_ROOT, EmbeddedCluster, start_embedded_cluster
 from tests.integration.pipeline_helpers import ODD_MODEL, reference_losses
@@ -102,9 +103,9 @@ def test_a_gpu_job_gates_and_trains_two_ranks_per_node(gpu_cluster: EmbeddedClus
     script = (job_dir / "job.sbatch").read_text()
     assert "#SBATCH --ntasks-per-node=2" in script
     assert "#SBATCH --gpus-per-node=2" in script
-    placement = json.loads((job_dir / "placement.json").read_text())
-    assert len(placement["rank_nodes"]) == 2 and len(placement["spare_nodes"]) == 1
-    allocated = [*placement["rank_nodes"], *placement["spare_nodes"]]
+    placement = read_placement_record(job_dir / "placement.json")
+    assert len(placement.rank_nodes) == 2 and len(placement.spare_nodes) == 1
+    allocated = [*placement.rank_nodes, *placement.spare_nodes]
     text = next(job_dir.glob("runs/*-0/preflight.jsonl")).read_text()
     verdicts, problems = read_verdicts(text, allocated)  # srun's labelled output, as the gate
     assert not problems and sorted(verdicts) == sorted(allocated)

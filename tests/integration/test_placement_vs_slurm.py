@@ -27,6 +27,7 @@ from typing import Any
 import pytest
 import yaml
 
+from launcher.placement_record import read_placement_record
 from launcher.site_config import load_site
 from launcher.site_topology import site_topology
 from tests.embedded_cluster import EmbeddedCluster
@@ -177,7 +178,8 @@ def test_placement_spans_no_more_switches_than_slurm(cluster: EmbeddedCluster, t
         placement = json.loads((Path(submitted["job_dir"]) / "placement.json").read_text())
         assert placement["mode"] == "planned"
         assert placement["pin"] == ("domain" if requeue else "exact")
-        assert placement["rank_nodes"] + placement["spare_nodes"] == chosen
+        record = read_placement_record(Path(submitted["job_dir"]) / "placement.json")
+        assert [*record.rank_nodes, *record.spare_nodes] == chosen
         options = placement["sbatch_options"]
         assert f"--switches={len(planned['spanned'])}@10:00" in options
         script = (Path(submitted["job_dir"]) / "job.sbatch").read_text()
@@ -211,7 +213,8 @@ def test_busy_cluster_leaves_the_choice_to_slurm(cluster: EmbeddedCluster,
     assert "note: placement:" in result.stderr
     submitted = json.loads(result.stdout)
     placement = json.loads((Path(submitted["job_dir"]) / "placement.json").read_text())
-    assert placement["mode"] == "slurm" and placement["rank_nodes"] == []
+    assert placement["mode"] == "slurm"
+    assert read_placement_record(Path(submitted["job_dir"]) / "placement.json").roles == ()
     assert placement["sbatch_options"] == ["--switches=2@10:00", "--exclude=n6"]
     script = (Path(submitted["job_dir"]) / "job.sbatch").read_text()
     assert "#SBATCH --exclude=n6\n" in script and "--nodelist=" not in script.split("set -u")[0]

@@ -98,8 +98,10 @@ def test_gate_excludes_and_drains_faulty_node_keeps_operator_reason(
     env = fault_env(tmp_path, {"n3": "remap-pending", "n4": "nvlink-down"})
     out, go = tmp_path / "job1", tmp_path / "go"
     placement = tmp_path / "placement.json"  # what gantry submit writes, in rank order
-    placement.write_text(json.dumps({"mode": "planned", "rank_nodes": ["n1", "n3"],
-                                     "spare_nodes": ["n4", "n5"]}))
+    roles = [{"node": n, "leaf": "leaf", "ranks": [{"replica": 0, "stage": i}]}
+             for i, n in enumerate(("n1", "n3"))] + [{"node": n, "leaf": "leaf", "ranks": []}
+                                                     for n in ("n4", "n5")]
+    placement.write_text(json.dumps({"mode": "planned", "plan": {"roles": roles}}))
     extra = f"--spares 3 --placement {shlex.quote(str(placement))}"
     try:
         job = c.run(

@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
+from launcher.placement_record import read_placement_record
 from tests.embedded_cluster import EmbeddedCluster
 from tests.integration.pipeline_helpers import ODD_MODEL, reference_losses
 from tests.integration.sbatch_train_run import SEED, SETTINGS, STEPS, TRAIN
@@ -94,8 +95,9 @@ def test_submit_follow_trains_like_pytorch(cluster: EmbeddedCluster, tmp_path: P
 
     placement = json.loads((job_dir / "placement.json").read_text())
     assert placement["mode"] == "planned"
-    planned = placement["rank_nodes"]
-    assert len(planned) == pp * dp and len(placement["spare_nodes"]) == 1
+    record = read_placement_record(job_dir / "placement.json")
+    planned = list(record.rank_nodes)
+    assert len(planned) == pp * dp and len(record.spare_nodes) == 1
     assert json.loads((job_dir / "rank_order.json").read_text()) == planned
     attempt = job_dir / "runs" / f"{job_id}-0"
     assert (attempt / "launch_nodes").read_text().strip() == ",".join(planned)

@@ -20,7 +20,7 @@ from launcher.job_dir import JobDir
 from launcher.live.follow import StepClock, format_eta
 from launcher.live.log_markers import attempt_marks, parse_line
 from launcher.live.placement_view import placement_tree
-from launcher.live.preflight_rows import PlacementInfo, PlannedRole, read_placement
+from launcher.live.preflight_rows import PlannedRole, read_placement
 from launcher.live.summary import FollowState, summarize, summary_lines
 from launcher.live.watcher import (
     AttemptStarted,
@@ -30,6 +30,7 @@ from launcher.live.watcher import (
     PreflightDone,
     StepDone,
 )
+from launcher.placement_record import PlacementRecord
 from launcher.report.run_data import RankTiming, StepRecord
 from launcher.site_config import DEFAULT_SITE, load_site
 from launcher.site_topology import site_topology
@@ -200,7 +201,7 @@ def test_loss_that_did_not_go_down_is_said_so() -> None:
     state = FollowState()
     for step, loss in ((1, 3.0), (2, 3.2)):
         state.records[step] = StepRecord(step, loss, 10.0, 1.0, 1.0, ())
-    summary = summarize(state, "9", None, PlacementInfo("Slurm chooses", ()), {}, None)
+    summary = summarize(state, "9", None, PlacementRecord("Slurm chooses", ()), {}, None)
     assert not summary.loss_went_down and summary.state == "UNKNOWN"
     assert summary_lines(summary)[1].startswith("loss did NOT go down: 3.0000 → 3.2000")
 

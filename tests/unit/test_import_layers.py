@@ -41,7 +41,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("job, gate", (
         "launcher/job_spec.py", "launcher/job_request.py", "launcher/job_placement.py",
         "launcher/job_script.py", "launcher/sbatch_render.py", "launcher/job_dir.py",
-        "launcher/job_exit_codes.py", "launcher/preflight/gate.py",
+        "launcher/job_exit_codes.py", "launcher/placement_record.py",
+        "launcher/preflight/gate.py", "launcher/preflight/gate_plan.py",
     )),
     ("train, report", ("launcher/train/", "launcher/report/")),
     ("live, site check", ("launcher/live/", "launcher/site_check/")),

@@ -15,7 +15,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from launcher.errors import UserInputError
-from launcher.live.preflight_rows import PlacementInfo, PlannedRole, preflight_rows
+from launcher.live.preflight_rows import PlannedRole, preflight_rows, read_placement
+from launcher.placement_record import PlacementRecord
 from launcher.preflight.gate import NodeOutcome, decide, outcomes_for
 from launcher.preflight.gate_plan import NodePlan, choose_nodes, read_node_plan
 from launcher.preflight.result import CheckResult
@@ -135,7 +136,7 @@ def test_choice_keeps_every_healthy_planned_node_and_agrees_with_the_trainer(
 def test_live_view_names_the_place_a_spare_took() -> None:
     roles = tuple(PlannedRole(n, "leaf", ((r, st_),)) for n, r, st_ in
                   (("n1", 0, 0), ("n2", 0, 1), ("n3", 1, 0), ("n4", 1, 1)))
-    placement = PlacementInfo("n[1-4] (spares n5)", (*roles, PlannedRole("n5", "leaf3", ())))
+    placement = PlacementRecord("n[1-4] (spares n5)", (*roles, PlannedRole("n5", "leaf3", ())))
     allocated = nodes_of(5)
     verdicts = {n: verdict(n, n == "n2") for n in allocated}
     go = decide(allocated, outcomes(allocated, {"n2"}), need=4, job_id="7",
@@ -146,13 +147,27 @@ def test_live_view_names_the_place_a_spare_took() -> None:
         "n5": "runs in n2's place (replica 0 · stage 1)"}
 
 
+def roles_json(ranks: list[str], spares: list[str]) -> list[dict[str, object]]:
+    """plan.roles as gantry submit writes them: rank nodes in rank order, then spares."""
+    return [*({"node": n, "leaf": "leaf1", "spare": False,
+               "ranks": [{"replica": 0, "stage": i}]} for i, n in enumerate(ranks)),
+            *({"node": n, "leaf": "leaf2", "spare": True, "ranks": []} for n in spares)]
+
+
 def test_read_node_plan(tmp_path: Path) -> None:
     path = tmp_path / "placement.json"
-    path.write_text(json.dumps({"mode": "planned", "rank_nodes": ["n2", "n1"],
-                                "spare_nodes": ["n5"], "summary": "x"}))
+    path.write_text(json.dumps({"mode": "planned", "summary": "x",
+                                "plan": {"domain": "core", "roles": roles_json(["n2", "n1"],
+                                                                               ["n5"])}}))
     assert read_node_plan(path) == NodePlan(("n2", "n1"), ("n5",))
-    path.write_text(json.dumps({"mode": "slurm", "rank_nodes": [], "spare_nodes": []}))
+    path.write_text(json.dumps({"mode": "slurm", "plan": {"roles": roles_json(["n1"], [])}}))
     assert read_node_plan(path) is None
+    path.write_text(json.dumps({"mode": "none", "plan": None}))
+    assert read_node_plan(path) is None
+
+
+def planned(roles: object) -> str:
+    return json.dumps({"mode": "planned", "plan": {"roles": roles}})
 
 
 @pytest.mark.parametrize(
@@ -160,10 +175,14 @@ def test_read_node_plan(tmp_path: Path) -> None:
     [
         ("{not json", "not valid JSON"),
         ("[1, 2]", "expected a JSON object"),
-        (json.dumps({"spare_nodes": []}), "rank_nodes: None is not allowed"),
-        (json.dumps({"rank_nodes": ["n1", 3]}), "rank_nodes: ['n1', 3] is not allowed"),
-        (json.dumps({"rank_nodes": ["n1", "n1"]}), "a node is named twice"),
-        (json.dumps({"rank_nodes": ["n1"], "spare_nodes": ["n1"]}), "are rank_nodes too"),
+        (json.dumps({"plan": None}), "mode: None is not allowed (expected planned or slurm"),
+        (json.dumps({"mode": "planned", "plan": []}), "plan: [] is not allowed"),
+        (planned(None), "plan.roles: None is not allowed"),
+        (planned([{"node": 3}]), "plan.roles[0].node: 3 is not allowed"),
+        (planned([{"node": "n1", "ranks": [{"replica": -1, "stage": 0}]}]),
+         "plan.roles[0].ranks.replica: -1 is not allowed"),
+        (planned(roles_json(["n1"], ["n1"])), "plan.roles: ['n1'] is not allowed (expected "
+                                               "each node named once)"),
     ],
 )
 def test_bad_placement_is_a_one_line_error(tmp_path: Path, text: str, message: str) -> None:
@@ -174,19 +193,32 @@ def test_bad_placement_is_a_one_line_error(tmp_path: Path, text: str, message: s
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
+def test_the_live_view_reads_the_record_the_gate_reads(tmp_path: Path) -> None:
+    path = tmp_path / "placement.json"
+    path.write_text(json.dumps({"mode": "planned", "summary": "n[1-2] (spares n3)",
+                                "plan": {"domain": "core",
+                                         "roles": roles_json(["n2", "n1"], ["n3"])}}))
+    shown = read_placement(path)
+    assert (shown.rank_nodes, shown.spare_nodes, shown.domain) == (("n2", "n1"), ("n3",), "core")
+    assert read_node_plan(path) == NodePlan(shown.rank_nodes, shown.spare_nodes)
+    path.write_text(planned([{"node": 3}]))  # the gate refuses it; the live view goes on
+    assert read_placement(path).roles == ()
+    assert read_placement(path).summary.startswith(f"unknown ({path}: plan.roles[0].node")
+
+
 def test_gate_cli_rejects_a_bad_placement_before_doing_anything(tmp_path: Path) -> None:
     site = tmp_path / "site.yaml"
     site.write_text(f'name: t\nnodes: {{names: "n[1-2]", cpus: 1, real_memory_mb: 1}}\n'
                     f"preflight: {{state_dir: {tmp_path / 'state'}}}\n")
     placement = tmp_path / "placement.json"
-    placement.write_text(json.dumps({"rank_nodes": "n1"}))
+    placement.write_text(planned("n1"))
     result = subprocess.run(
         [sys.executable, "-m", "launcher", "gate", "--nodes", "n[1-2]", "--site", str(site),
          "--placement", str(placement), "--need", "1"],
         capture_output=True, text=True, check=False)
     assert result.returncode == 2, result.stderr
     assert result.stderr.strip() == (
-        f"error: {placement}: rank_nodes: 'n1' is not allowed (expected a list of node names)")
+        f"error: {placement}: plan.roles: 'n1' is not allowed (expected a list of roles)")
     assert not (tmp_path / "state").exists()
 
 

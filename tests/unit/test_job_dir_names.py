@@ -1,0 +1,119 @@
+"""launcher/job_dir.py owns the names in a job, attempt and checkpoint directory.
+
+Three checks: the rendered batch scripts (tests/golden/*.sbatch) name only files the owner
+defines, under the environment names it defines; the modules that still keep a constant of
+their own (listed in PENDING) keep the owner's value; and no other Python module of
+launcher/ spells one of the names as a string literal.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+from launcher import job_dir
+
+REPO = Path(__file__).resolve().parents[2]
+GOLDEN = sorted((REPO / "tests" / "golden").glob("*.sbatch"))
+
+#: Files in an attempt directory the batch script reads or writes.
+ATTEMPT_FILES = {job_dir.PREFLIGHT_REPORT_FILE, job_dir.CHOSEN_NODES_FILE,
+                 job_dir.LAUNCH_NODES_FILE, job_dir.STOP_FILE}
+#: Everything the owner names that a module might spell.
+OWNED = {value for key, value in vars(job_dir).items()
+         if key.endswith(("_FILE", "_DIR")) and isinstance(value, str)}
+
+#: Modules that keep their own copy of an owned name for now, with the constant and the
+#: owner's name for it: (path, constant, owner constant).
+PENDING = (
+    ("launcher/job_script.py", "RANK_ORDER_FILE", "RANK_ORDER_FILE"),
+    ("launcher/job_script.py", "PLACEMENT_FILE", "PLACEMENT_FILE"),
+    ("launcher/train/metrics.py", "METRICS", "METRICS_FILE"),
+    ("launcher/train/metrics.py", "REPLAYED", "REPLAYED_METRICS_FILE"),
+    ("launcher/train/metrics.py", "EVENTS", "EVENTS_FILE"),
+    ("launcher/train/checkpoint.py", "MANIFEST", "CHECKPOINT_MANIFEST_FILE"),
+    ("launcher/train/trainer.py", "STOP_FILE", "STOP_FILE"),
+    ("launcher/train/schedule_cache.py", "CACHE_DIR", "SCHEDULES_DIR"),
+    ("launcher/recovery/node_faults.py", "FAULTS_FILE", "NODE_FAULTS_FILE"),
+    ("launcher/recovery/node_faults.py", "RECOVERIES_FILE", "RECOVERIES_FILE"),
+)
+#: Modules whose literals are not checked yet (they spell names outside a constant).
+UNCHECKED = {"launcher/job_dir.py", "launcher/job_script.py", "launcher/train/trainer.py",
+             "launcher/train/checkpoint.py", "launcher/train/metrics.py",
+             "launcher/train/schedule_cache.py", "launcher/recovery/recover.py",
+             "launcher/recovery/node_faults.py", "launcher/commands/recover.py"}
+#: Owned names that are ordinary words elsewhere ("nodes" is a Slurm JSON key, "runs" an
+#: outcome, "logs" and "schedules" command names).
+COMMON_WORDS = {job_dir.CHOSEN_NODES_FILE, job_dir.RUNS_DIR, job_dir.LOGS_DIR,
+                job_dir.SCHEDULES_DIR}
+
+
+def test_the_golden_scripts_use_the_owners_names() -> None:
+    assert GOLDEN
+    for path in GOLDEN:
+        text = path.read_text(encoding="utf-8")
+        in_attempt = set(re.findall(r'\$attempt_dir/([A-Za-z0-9_.-]+)', text))
+        in_job = set(re.findall(r'\$GANTRY_JOB_DIR/([A-Za-z0-9_.-]+)', text))
+        exported = set(re.findall(r'^\s*export (GANTRY_[A-Z_]*DIR)=', text, re.MULTILINE))
+        assert in_attempt <= ATTEMPT_FILES, (path.name, in_attempt - ATTEMPT_FILES)
+        assert in_job <= {job_dir.RUNS_DIR}, (path.name, in_job)
+        assert f'"${job_dir.JOB_DIR_ENV}/{job_dir.RUNS_DIR}/$SLURM_JOB_ID-$restarts"' in text
+        assert {job_dir.JOB_DIR_ENV, job_dir.ATTEMPT_DIR_ENV} <= exported, (path.name, exported)
+        if "--nodes-out" in text:  # a script with the gate step
+            assert in_attempt == ATTEMPT_FILES, path.name
+
+
+def module_constant(path: str, name: str) -> object:
+    """The value of module-level ``name = <literal>`` in ``path`` (read, not imported)."""
+    tree = ast.parse((REPO / path).read_text(encoding="utf-8"))
+    for node in tree.body:
+        if (isinstance(node, ast.Assign) and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name):
+            return ast.literal_eval(node.value)
+    raise AssertionError(f"{path}: no constant {name}")
+
+
+def test_modules_with_their_own_constant_keep_the_owners_value() -> None:
+    differ = [(path, name, module_constant(path, name), getattr(job_dir, owned))
+              for path, name, owned in PENDING
+              if module_constant(path, name) != getattr(job_dir, owned)]
+    assert not differ, differ
+
+
+def spelled_names(path: Path) -> list[str]:
+    """``line: literal`` for each string literal in ``path`` that is an owned name, or a
+    checkpoint step directory's f-string."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) \
+                and node.value in OWNED - COMMON_WORDS:
+            found.append(f"{node.lineno}: {node.value!r}")
+        elif isinstance(node, ast.JoinedStr) and node.values \
+                and isinstance(node.values[0], ast.Constant) \
+                and str(node.values[0].value).startswith("step_"):
+            found.append(f"{node.lineno}: f'step_...'")
+    return found
+
+
+def test_no_other_module_spells_an_owned_name() -> None:
+    spelled = {}
+    for path in sorted((REPO / "launcher").rglob("*.py")):
+        rel = path.relative_to(REPO).as_posix()
+        if rel not in UNCHECKED and (hits := spelled_names(path)):
+            spelled[rel] = hits
+    assert not spelled, f"use the constants of launcher/job_dir.py: {spelled}"
+
+
+def test_the_literal_check_finds_a_spelled_name(tmp_path: Path) -> None:
+    sample = tmp_path / "sample.py"
+    sample.write_text('x = run / "metrics.jsonl"\ny = root / f"step_{n:08d}"\nz = "nodes"\n')
+    assert spelled_names(sample) == ["1: 'metrics.jsonl'", "2: f'step_...'"]
+
+
+def test_checkpoint_step_directories() -> None:
+    step = job_dir.checkpoint_step_dir(Path("/ck"), 42)
+    assert step == Path("/ck/step_00000042")
+    assert job_dir.checkpoint_step_of(step.name) == 42
+    assert job_dir.checkpoint_step_of("step_4²") is None
+    assert job_dir.checkpoint_step_of("stage_1") is None
