@@ -13,6 +13,7 @@ as some rank cannot end by it (its clock plus its remaining compute is past it).
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import cast
 
 from launcher.schedules.table import COMPUTE_OPS, Op, ScheduleError, ScheduleTable
 
@@ -20,6 +21,8 @@ _WAIT = int(Op.WAIT)
 _SENDS = frozenset({int(Op.SEND_ACT), int(Op.SEND_GRAD)})
 _COMPUTE = frozenset(int(op) for op in COMPUTE_OPS)
 _KIND = {int(Op.SEND_ACT): 0, int(Op.RECV_ACT): 0, int(Op.SEND_GRAD): 1, int(Op.RECV_GRAD): 1}
+_ChannelEnd = tuple[int, int, int, bool]
+"""(source rank, destination rank, kind: 0 activations | 1 gradients, True for the send side)."""
 
 
 def makespan(table: ScheduleTable, costs: Mapping[Op, float],
@@ -32,10 +35,12 @@ def makespan(table: ScheduleTable, costs: Mapping[Op, float],
     ops: list[list[int]] = []
     steps: list[list[float | int]] = []  # per action: its cost (compute) or the WAIT target
     left: list[float] = []  # per rank: compute time not yet run
-    channels: dict[tuple[int, int, int, bool], list[tuple[int, int]]] = {}
+    channels: dict[_ChannelEnd, list[tuple[int, int]]] = {}
     for r, rows in enumerate(table.rows):
-        op_col = rows[:, 0].tolist()
-        peer_col = rows[:, 4].tolist()
+        # numpy's stubs type tolist() by the array's static shape, which a column slice
+        # does not keep: the columns are int lists
+        op_col = cast(list[int], rows[:, 0].tolist())
+        peer_col = cast(list[int], rows[:, 4].tolist())
         ops.append(op_col)
         step: list[float | int] = []
         total = 0.0
@@ -48,7 +53,7 @@ def makespan(table: ScheduleTable, costs: Mapping[Op, float],
             else:
                 is_send = op in _SENDS
                 src, dst = (r, peer_col[i]) if is_send else (peer_col[i], r)
-                key = (src, dst, _KIND[op], is_send)
+                key: _ChannelEnd = (src, dst, _KIND[op], is_send)
                 channels.setdefault(key, []).append((r, i))
                 step.append(0)
         steps.append(step)
