@@ -1,5 +1,8 @@
 """``gantry gate``: the launch gate used inside the generated sbatch script.
 
+``gantry preflight gate`` is an alias (the generated script calls it so): :func:`register_alias`
+adds it under ``gantry preflight`` with this module's options and handler.
+
 Runs preflight on all allocated nodes at once, drains failed nodes (owned reason), and
 decides: exit 0 "go" (prints the node list to run on, or writes it to --nodes-out /
 --nodelist-out; with --placement the planned nodes that passed, healthy spares in the places
@@ -33,12 +36,17 @@ EXIT_REQUEUED = 75
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "gate",
-        help="preflight all allocated nodes, drain bad ones, go on or requeue",
-        description=DESCRIPTION,
-    )
-    add_gate_arguments(parser)
+    _add_gate(subparsers, "preflight all allocated nodes, drain bad ones, go on or requeue")
+
+
+def register_alias(preflight_actions: Any) -> None:
+    """``gantry preflight gate``: an alias of ``gantry gate``, same options and handler."""
+    _add_gate(preflight_actions, "alias of `gantry gate`")
+
+
+def _add_gate(subparsers: Any, help_text: str) -> None:
+    parser = subparsers.add_parser("gate", help=help_text, description=DESCRIPTION)
+    _add_gate_arguments(parser)
     parser.set_defaults(func=run)
 
 
@@ -50,8 +58,8 @@ DESCRIPTION = (
 )
 
 
-def add_gate_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of `gantry gate` (also reachable as `gantry preflight gate`)."""
+def _add_gate_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of `gantry gate` (and of its alias `gantry preflight gate`)."""
     parser.add_argument("--site", type=Path, default=None, help="site config")
     parser.add_argument("--level", choices=LEVELS, default=None, help="preflight level")
     parser.add_argument(

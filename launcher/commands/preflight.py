@@ -53,11 +53,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--quiet", action="store_true", help="print nothing, only exit status")
     parser.set_defaults(func=run)
     actions = parser.add_subparsers(dest="preflight_action", metavar="ACTION", required=False)
-    gate_parser = actions.add_parser(
-        "gate", help="the launch gate (same as `gantry gate`)", description=gate.DESCRIPTION
-    )
-    gate.add_gate_arguments(gate_parser)
-    gate_parser.set_defaults(func=gate.run)
+    gate.register_alias(actions)
 
 
 def options_for(site: LoadedSite, level: str | None) -> RunOptions:

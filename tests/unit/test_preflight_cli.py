@@ -144,3 +144,29 @@ def test_gate_reports_with_labels_int_cannot_read(tmp_path: Path) -> None:
     assert "Traceback" not in result.stderr
     assert result.stdout == "n1\n"
     assert "gantry gate: go: 1 healthy nodes n1" in result.stderr
+
+
+def test_preflight_gate_is_an_alias_of_gate() -> None:
+    """One command, two names: the same handler, the same options, help naming the alias."""
+    import argparse
+
+    from launcher.cli import build_parser
+    from launcher.commands import gate
+
+    def subparsers_of(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        action = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        return dict(action.choices)
+
+    top = subparsers_of(build_parser())
+    main, alias = top["gate"], subparsers_of(top["preflight"])["gate"]
+
+    def options(parser: argparse.ArgumentParser) -> list[tuple[str, ...]]:
+        return [tuple(a.option_strings) for a in parser._actions]
+
+    assert options(main) == options(alias) and "--placement" in main.format_help()
+    argv = ["--nodes", "n1", "--need", "1", "--placement", "p.json"]
+    assert vars(main.parse_args(argv)) == vars(alias.parse_args(argv))
+    assert main.get_default("func") is alias.get_default("func") is gate.run
+    action = next(a for a in top["preflight"]._actions
+                  if isinstance(a, argparse._SubParsersAction))
+    assert [c.help for c in action._choices_actions] == ["alias of `gantry gate`"]
