@@ -7,6 +7,10 @@
 # clocks and power while busy (bench/gpu_clocks.py): the H200s run power-capped.
 #   bench/run_gpu_bench.sh STEP...    steps: build smoke nccltest parity
 #                                     single350 pp350 single15 pp15 table  (default: all)
+#                                     tests (every GPU test, $OUT/tests-gpu.log)
+#                                     switches (a bad GANTRY_ATTENTION / GANTRY_GEMM_CANDIDATES
+#                                     stops `gantry train` with one error line naming it, exit 2;
+#                                     a good run's start event lists every switch at its default)
 #                                     profile (per-op GPU times, GANTRY_PROFILE_OPS=1)
 #                                     ctas (PP=2 1f1b with NCCL's own p2p CTA count vs gantry's cap)
 #                                     graphs (single350 and pp350 zb-h1 with CUDA graphs off)
@@ -89,6 +93,46 @@ if has kernels; then
       --warmup "${KBENCH_WARMUP:-5}" | tee -a "$out/kernels.jsonl"
     stamp "gantry-kernel-bench --N $kn --C $kc: rc=${PIPESTATUS[0]}"
   done
+fi
+if has tests; then
+  stamp "tests/gpu"
+  timeout "${TESTS_TIMEOUT:-300}" python3 -m pytest -q -p no:cacheprovider tests/gpu 2>&1 \
+    | tee "$out/tests-gpu.log" | tail -25
+fi
+if has switches; then
+  sw="$work/switches"; mkdir -p "$sw"
+  cat > "$sw/job.yaml" <<'YAML'
+name: switches
+model: {n_layer: 2, n_head: 4, n_embd: 256, vocab_size: 512, seq_len: 256}
+parallelism: {pp: 1, dp: 1, schedule: 1f1b, micro_batches: 2, micro_batch_size: 2}
+train: {steps: 2, lr: 1.0e-4, seed: 0}
+YAML
+  for bad in GANTRY_ATTENTION=flash GANTRY_GEMM_CANDIDATES=64; do
+    name="${bad%%=*}"
+    env "$bad" timeout 120 python3 -m launcher train "$sw/job.yaml" --lib "$lib" \
+      --run-dir "$sw/run-$name" > "$sw/$name.log" 2>&1
+    rc=$?
+    errors=$(grep -c '^error: ' "$sw/$name.log"); naming=$(grep -c "^error: .*$name" "$sw/$name.log")
+    tracebacks=$(grep -c 'Traceback' "$sw/$name.log")
+    verdict=FAILED
+    [ "$rc" -eq 2 ] && [ "$errors" -eq 1 ] && [ "$naming" -eq 1 ] && [ "$tracebacks" -eq 0 ] && verdict=ok
+    stamp "bad switch $bad: exit $rc, $errors error line(s), $naming naming $name, $tracebacks tracebacks: $verdict"
+    grep '^error: ' "$sw/$name.log"
+  done
+  timeout 180 python3 -m launcher train "$sw/job.yaml" --lib "$lib" --run-dir "$sw/run-ok" \
+    > "$sw/ok.log" 2>&1
+  stamp "good run: exit $?"
+  python3 - "$sw/run-ok" <<'PY'
+import json, pathlib, sys
+from launcher.native.runtime_config import SWITCHES
+from launcher.train import metrics
+path = pathlib.Path(sys.argv[1]) / metrics.EVENTS
+start = next(e for e in map(json.loads, path.read_text().splitlines()) if e["event"] == "start")
+got = start.get("native_switches")
+want = {s.name: s.default for s in SWITCHES}
+print(f"start event native_switches: {len(got or {})} switches, "
+      f"{'ok' if got == want else 'FAILED'}: {json.dumps(got)}")
+PY
 fi
 if has nccltest; then
   stamp "tests/gpu: pipeline layouts, dp overlap, copy-engine edges"
