@@ -11,7 +11,7 @@ from rich.table import Table
 
 from launcher.console import make_console, print_json
 from launcher.errors import EXIT_OK, UserInputError
-from launcher.schedules import ScheduleError
+from launcher.schedules import SCHEDULES, ScheduleError
 from launcher.schedules.compare import (
     COST_KEYS,
     ScheduleRow,
@@ -26,11 +26,11 @@ from launcher.schedules.table import Op
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "schedules", help="compare the pipeline schedules for a layout, in theory",
-        description="Run every schedule's action table (gpipe, 1f1b, interleaved, zb-h1, "
-                    "zb-h2, zb-interleaved) on the abstract machine the executor's tables are "
-                    "proven on: bubble (idle share of all ranks), step length in cost units, "
-                    "the activations each rank holds at most (in micro-batches through all "
-                    "its layers; a chunk of an interleaved schedule counts 1/v). Costs default to "
+        description=f"Run every schedule's action table ({', '.join(SCHEDULES)}) on the "
+                    "abstract machine the executor's tables are proven on: bubble (idle share "
+                    "of all ranks), step length in cost units, the activations each rank holds "
+                    "at most (in micro-batches through all its layers; a chunk of an "
+                    "interleaved schedule counts 1/v). Costs default to "
                     "F = B = W = 1 (B: backward to the input; a full backward is B + W); give "
                     "measured ones with --costs (e.g. from `gantry report`).")
     parser.add_argument("--job", type=Path, default=None, metavar="YAML",

@@ -106,3 +106,16 @@ def test_parse_costs_returns_the_letters_given() -> None:
     assert parse_costs("B=2") == {Op.BACKWARD_INPUT: 2.0}
     assert parse_costs(" f=0.5 , w=3 ") == {Op.FORWARD: 0.5, Op.WEIGHT: 3.0}
     assert parse_costs("") == {}
+
+
+def test_the_job_spec_names_the_schedules_the_generators_have() -> None:
+    """job_spec.Schedule (for the type checker and the job-spec reference) spells the list
+    launcher.schedules owns, and every name on it generates."""
+    import typing
+
+    from launcher.job_spec import Schedule
+
+    assert typing.get_args(Schedule) == SCHEDULES
+    assert set(CHUNKED) < set(SCHEDULES)
+    for name in SCHEDULES:
+        assert generate(name, 2, 4, 2 if name in CHUNKED else 1).name == name
