@@ -3,8 +3,8 @@
 The key is a sha256 of the CMake configure options made from the site's build section
 (backend, CUDA archs, BLAS, cuDNN frontend, CMake args), the site constants that go into the
 generated ``gantry_site.h`` and every file under native/. A second call with the same key is a
-no-op. Tool paths can be overridden: GANTRY_CMAKE, CC, NVCC; the cache root: GANTRY_BUILD_CACHE
-(default ~/.cache/gantry/build).
+no-op. Tool paths can be overridden: GANTRY_CMAKE, CC, NVCC (launcher/cmake.py runs the
+steps); the cache root: GANTRY_BUILD_CACHE (default ~/.cache/gantry/build).
 
 A cuda site compiles for exactly its ``build.cuda_archs`` (``-gencode arch=compute_X,code=sm_X``
 each, e.g. sm_90a for H100/H200) with cuDNN flash attention when the cudnn-frontend headers are
@@ -18,11 +18,11 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from launcher.atomic_write import FileSet, WriteError, write_text
+from launcher.cmake import cmake_path, find_tool, run_cmake
 from launcher.errors import GantryError
 from launcher.site_config import LoadedSite
 
@@ -32,6 +32,9 @@ LIBRARY_NAME = "libgantry_native.so"
 EXECUTABLE_NAME = "gantry-native-check"
 CUDA_EXECUTABLE_NAME = "gantry-cuda-smoke"
 STAMP = "build.json"
+BUILD_TIMEOUT_S = 3600.0
+"""Most seconds one CMake step of a site build may take (a CUDA build compiles every kernel
+for each of the site's archs)."""
 
 
 @dataclass(frozen=True)
@@ -110,27 +113,6 @@ def build_key(site: LoadedSite) -> str:
     return digest.hexdigest()[:16]
 
 
-def _tool(env_name: str, default: str) -> str:
-    wanted = os.environ.get(env_name, default)
-    found = shutil.which(wanted)
-    if found is None:
-        raise GantryError(f"{wanted}: not found (install it or point {env_name} at it)")
-    return found
-
-
-def _run(cmd: list[str], what: str) -> None:
-    result = subprocess.run(cmd, capture_output=True, text=True, check=False)
-    if result.returncode != 0:
-        lines = [ln.strip() for ln in (result.stderr + result.stdout).splitlines() if ln.strip()]
-        cmake_errors = [i for i, ln in enumerate(lines) if ln.startswith("CMake Error")]
-        if cmake_errors and cmake_errors[0] + 1 < len(lines):  # the message follows the line
-            detail = lines[cmake_errors[0] + 1]
-        else:
-            errors = [ln for ln in lines if "error" in ln.lower() or "not found" in ln.lower()]
-            detail = (errors or lines or ["no output"])[0]
-        raise GantryError(f"{what} failed: {detail}")
-
-
 def build_site(site: LoadedSite, force: bool = False) -> BuildResult:
     cfg = site.config.build
     key = build_key(site)
@@ -139,10 +121,10 @@ def build_site(site: LoadedSite, force: bool = False) -> BuildResult:
     result = BuildResult(directory, directory / LIBRARY_NAME, directory / checker, cached=True)
     if not force and (directory / STAMP).is_file() and result.library.is_file():
         return result
-    cmake = _tool("GANTRY_CMAKE", "cmake")
-    compiler = _tool("CC", "cc")
+    cmake = cmake_path()
+    compiler = find_tool("CC", "cc")
     if cfg.backend == "cuda":
-        _tool("NVCC", "nvcc")
+        find_tool("NVCC", "nvcc")
     work = directory / "cmake-build"
     include = directory / "include"
     include.mkdir(parents=True, exist_ok=True)
@@ -153,8 +135,9 @@ def build_site(site: LoadedSite, force: bool = False) -> BuildResult:
     configure = [cmake, "-S", str(NATIVE_DIR), "-B", str(work), "-DCMAKE_BUILD_TYPE=Release",
                  f"-DCMAKE_C_COMPILER={compiler}", f"-DGANTRY_SITE_INCLUDE_DIR={include}",
                  *backend_options(site)]
-    _run(configure, "cmake configure")
-    _run([cmake, "--build", str(work), "-j", str(os.cpu_count() or 1)], "cmake build")
+    run_cmake(configure, "cmake configure", BUILD_TIMEOUT_S)
+    run_cmake([cmake, "--build", str(work), "-j", str(os.cpu_count() or 1)], "cmake build",
+              BUILD_TIMEOUT_S)
     stamp = {"key": key, "site": str(site.path), "build": asdict(cfg)}
     try:  # renamed into place (a running trainer keeps the old inode), the stamp with them
         with FileSet() as files:

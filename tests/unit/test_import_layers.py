@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("launcher base", (
         "launcher/__init__.py", "launcher/errors.py", "launcher/typed_config.py",
         "launcher/console.py", "launcher/atomic_write.py", "launcher/process_runner.py",
-        "launcher/environment.py",
+        "launcher/environment.py", "launcher/cmake.py",
     )),
     ("schedules, data", ("launcher/schedules/", "launcher/data/")),
     ("site config", (
