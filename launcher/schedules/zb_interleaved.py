@@ -35,7 +35,7 @@ zb-h2 but not always (pp = 3, m = 4: 194.07 vs 192.46 ms).
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Callable
 from functools import lru_cache
 from heapq import heappop, heappush
 
@@ -78,31 +78,29 @@ def zb_interleaved_orders(pp: int, m: int, v: int) -> list[list[ComputeStep]]:
 def _best_orders(pp: int, m: int, v: int) -> Orders:
     """The winning candidate: smallest makespan at SELECT_COSTS (rounded to 1e-6), then at
     unit costs, then the first made. Each candidate's makespan comes from
-    :func:`launcher.schedules.timing.makespan` (the simulator's, bit for bit), stopped early
-    once it cannot tie the best so far. The candidates planned about the measured ratios
-    are tried first (they usually win, so the bound is tight early); the order they were
-    made in still breaks ties, and the unit-cost candidates (made first) end the search at
-    the first one on both floors, which no other can beat. Every cap keeps a rank within
-    ``limit`` (the greedy holds at most ``cap``), so all candidates fit."""
+    :func:`launcher.schedules.timing.makespan` (the simulator's, bit for bit). The candidates
+    planned about the measured ratios are looked at first; the order they were made in
+    still breaks ties, and the unit-cost candidates (made first) end the search at the first
+    one on both floors, which no other can beat. Every cap keeps a rank within ``limit``
+    (the greedy holds at most ``cap``), so all candidates fit. :func:`_candidates` runs the
+    greedies and prices the tables that can win; this replays the choice over them."""
     limit = zb_interleaved_memory_cap(pp, v)
     floors = _floors(pp, m, v)
     caps = _caps(v, limit)
+    made, priced, ceiling = _candidates(pp, m, v, limit)
     seen: set[Orders] = set()
     best: float | None = None
     tied: list[tuple[int, Orders]] = []  # (order made, candidate) at ``best``
-    ceiling = _ceiling(pp, m, v, limit)
-    for phase, costs in ((1, _GREEDY_COSTS[1]), (0, _GREEDY_COSTS[0])):
+    for phase in (1, 0):
         for index, (backward_first, cap) in enumerate(caps, start=phase * len(caps)):
-            cut = best if best is not None else ceiling
-            bound = None if cut is None else cut + 1e-6 + _SLACK
-            orders = _greedy(pp, m, v, cap, costs, backward_first, bound)
+            orders = made[phase, backward_first, cap]
             if orders is None or orders in seen:
                 continue
             seen.add(orders)
-            table = _table(pp, m, v, orders)
-            found = makespan(table, SELECT_COSTS, None if cut is None else cut + 1e-6)
-            if found is None:
-                continue
+            table, found = priced[orders]
+            cut = best if best is not None else ceiling
+            if found is None or (cut is not None and found > cut + 1e-6):
+                continue  # what makespan(table, SELECT_COSTS, cut + 1e-6) answers
             rounded = round(found, 6)
             if best is None or rounded < best:
                 best, tied = rounded, [(index, orders)]
@@ -117,27 +115,61 @@ def _best_orders(pp: int, m: int, v: int) -> Orders:
         raise ScheduleError(f"zb-interleaved pp={pp} m={m} v={v}: no schedule fits in "
                             f"{limit} chunk-micro-batches per rank")
     tied.sort(key=lambda item: item[0])
-    units = [makespan(_table(pp, m, v, orders), UNIT_COSTS) for _, orders in tied]
+    units = [makespan(priced[orders][0], UNIT_COSTS) for _, orders in tied]
     return tied[units.index(min(u for u in units if u is not None))][1]
 
 
-def _ceiling(pp: int, m: int, v: int, limit: int) -> float | None:
-    """A makespan at SELECT_COSTS that the winner does not exceed: the best of a few
-    candidates of the kind that usually wins (planned about the measured ratios, backward
-    first, a cap near the limit), rounded as the search rounds. Each is a candidate the
-    search makes again, so the winner is no worse; it only lets the search drop the others
-    sooner."""
-    best: float | None = None
-    for cap in sorted({limit, max(v, limit * 7 // 8), max(v, limit * 3 // 4)}, reverse=True):
-        bound = None if best is None else best + 1e-6 + _SLACK
-        orders = _greedy(pp, m, v, cap, _GREEDY_COSTS[1], True, bound)
-        if orders is None:
-            continue
-        found = makespan(_table(pp, m, v, orders), SELECT_COSTS,
-                         None if best is None else best + 1e-6)
-        if found is not None and (best is None or round(found, 6) < best):
-            best = round(found, 6)
-    return best
+Made = dict[tuple[int, bool, int], "Orders | None"]
+"""(phase: 1 measured ratios | 0 unit costs, backward first, cap) -> the greedy's orders;
+None where it stalls or provably cannot tie the winner."""
+Priced = dict[Orders, tuple[ScheduleTable, "float | None"]]
+"""Orders -> their table and its makespan at SELECT_COSTS (None: provably past the ceiling
+plus _SLACK)."""
+
+
+def _candidates(pp: int, m: int, v: int, limit: int) -> tuple[Made, Priced, float | None]:
+    """Every candidate's orders (or None), the tables made of those not None, and the
+    ceiling: the smallest makespan at SELECT_COSTS among them (rounded), which the winner
+    does not exceed.
+
+    Candidates that differ only in cap run the same until a rank holding exactly the
+    smaller cap would take a forward: one run per (phase, backward first) at the largest
+    cap forks a copy at each such point for the caps that part there, so a shared start is
+    scheduled once. The candidate planned about the measured ratios, backward first, at the
+    largest cap goes first, unforked, to set the ceiling; every later greedy stops once it
+    cannot end by the ceiling (plus _SLACK) and every table's makespan is cut there too."""
+    made: Made = {}
+    priced: Priced = {}
+    ceiling: list[float] = []
+
+    def price(orders: Orders | None) -> float | None:
+        """Price a finished candidate; the bound the next greedies prune with."""
+        if orders is not None and orders not in priced:
+            table = _table(pp, m, v, orders)
+            found = makespan(table, SELECT_COSTS, ceiling[0] + _SLACK if ceiling else None)
+            priced[orders] = (table, found)
+            if found is not None and (not ceiling or round(found, 6) < ceiling[0]):
+                ceiling[:] = [round(found, 6)]
+        return ceiling[0] + 1e-6 + _SLACK if ceiling else None
+
+    def forker(phase: int, backward_first: bool) -> Fork:
+        def fork(state: _Greedy, parting: range, bound: float | None) -> float | None:
+            for cap in reversed(parting):
+                orders = _run(state.copy(), cap, _GREEDY_COSTS[phase], backward_first,
+                              bound, None)
+                made[phase, backward_first, cap] = orders
+                bound = price(orders)
+            return bound
+        return fork
+
+    price(_greedy(pp, m, v, limit, _GREEDY_COSTS[1], True))
+    for phase, backward_first in ((1, True), (1, False), (0, True), (0, False)):
+        trunk = _run(_Greedy(pp, m, v), limit, _GREEDY_COSTS[phase], backward_first,
+                     price(None), forker(phase, backward_first))
+        price(trunk)
+        for cap in range(v, limit + 1):  # never parted from the trunk: the trunk's orders
+            made.setdefault((phase, backward_first, cap), trunk)
+    return made, priced, ceiling[0] if ceiling else None
 
 
 def _caps(v: int, limit: int) -> list[tuple[bool, int]]:
@@ -165,7 +197,68 @@ def _greedy(pp: int, m: int, v: int, cap: int, cost: dict[Op, int],
             backward_first: bool, bound: float | None = None) -> Orders | None:
     """Per-rank orders of the list scheduler; None when the cap makes it stall, or (with a
     ``bound``) once the table of these orders provably ends after ``bound`` at
-    SELECT_COSTS.
+    SELECT_COSTS."""
+    return _run(_Greedy(pp, m, v), cap, cost, backward_first, bound, None)
+
+
+Message = tuple[int, int, int, float]
+"""(stage, micro-batch, ready time, earliest end of its producer at SELECT_COSTS)."""
+
+
+class _Greedy:
+    """The list scheduler's state at one decision: time ``t``, the ranks still to look at
+    then (``awake[pos:]``) and all they decide on; ``copy`` forks it."""
+
+    __slots__ = ("acts", "awake", "busy", "early", "events", "forward_end", "grads", "live",
+                 "m", "next_data", "next_loss", "orders", "pos", "pp", "remaining", "rest",
+                 "t", "v", "weights")
+
+    def __init__(self, pp: int, m: int, v: int) -> None:
+        self.pp, self.m, self.v = pp, m, v
+        self.t, self.awake, self.pos = 0, list(range(pp)), 0
+        # per rank: the messages on its input channels not yet consumed, in send order
+        self.acts: list[deque[Message]] = [deque() for _ in range(pp)]
+        self.grads: list[deque[Message]] = [deque() for _ in range(pp)]
+        self.next_data = 0  # stage 0's next micro-batch
+        self.next_loss = 0  # the last stage's next backward
+        self.forward_end: dict[int, int] = {}  # last stage: micro-batch -> end of its F
+        self.weights: list[deque[tuple[int, int]]] = [deque() for _ in range(pp)]
+        self.live, self.busy = [0] * pp, [0] * pp
+        self.early = [0.0] * pp  # earliest end of the rank's last op at SELECT_COSTS
+        work = sum(SELECT_COSTS[op] for op in (Op.FORWARD, Op.BACKWARD_INPUT, Op.WEIGHT))
+        self.rest = [m * work] * pp  # its compute still to come, same costs
+        self.orders: list[list[ComputeStep]] = [[] for _ in range(pp)]
+        self.events: list[tuple[int, int]] = []  # (end, rank) of each busy rank's op
+        self.remaining = 3 * pp * v * m
+
+    def copy(self) -> _Greedy:
+        other = _Greedy.__new__(_Greedy)
+        other.pp, other.m, other.v = self.pp, self.m, self.v
+        other.t, other.awake, other.pos = self.t, self.awake[:], self.pos
+        other.acts = [deque(q) for q in self.acts]
+        other.grads = [deque(q) for q in self.grads]
+        other.next_data, other.next_loss = self.next_data, self.next_loss
+        other.forward_end = dict(self.forward_end)
+        other.weights = [deque(w) for w in self.weights]
+        other.live, other.busy = self.live[:], self.busy[:]
+        other.early, other.rest = self.early[:], self.rest[:]
+        other.orders = [order[:] for order in self.orders]
+        other.events = self.events[:]
+        other.remaining = self.remaining
+        return other
+
+
+Fork = Callable[[_Greedy, range, "float | None"], "float | None"]
+"""Called at the state where the caps in ``range`` part from the run (the state is not to
+be changed); returns the bound to go on with."""
+
+
+def _run(g: _Greedy, cap: int, cost: dict[Op, int], backward_first: bool,
+         bound: float | None, fork: Fork | None) -> Orders | None:
+    """Run the list scheduler from ``g`` to the end: per-rank orders, or None when the cap
+    makes it stall, or (with a ``bound``) once the table of these orders provably ends after
+    ``bound`` at SELECT_COSTS. With ``fork``, each smaller cap (from v) is handed the state
+    where it would first decide otherwise: a rank holding that many takes a forward.
 
     Event-driven: at each time only the ranks that just finished an op and their two ring
     neighbours (the only ones whose inputs can have changed) look for work; ranks deciding at
@@ -175,51 +268,52 @@ def _greedy(pp: int, m: int, v: int, cap: int, cost: dict[Op, int],
     and its input's producer; the table's makespan is no less (its waits add to these
     dependencies, never remove one), so a rank whose earliest end plus its compute still to
     come is past ``bound`` proves the candidate cannot tie."""
+    pp, m, v = g.pp, g.m, g.v
     last = pp * v - 1
     fwd_op, bwd_op, w_op = Op.FORWARD, Op.BACKWARD_INPUT, Op.WEIGHT
     c_fwd, c_bwd, c_w = cost[fwd_op], cost[bwd_op], cost[w_op]
     s_fwd, s_bwd, s_w = (SELECT_COSTS[fwd_op] / v, SELECT_COSTS[bwd_op] / v,
                          SELECT_COSTS[w_op] / v)
     limit = float("inf") if bound is None else bound
-    # per rank r: messages on its input channels in send order, as (stage, mb, ready time,
-    # earliest end of the producer at SELECT_COSTS), and how many it has consumed
-    acts: list[list[tuple[int, int, int, float]]] = [[] for _ in range(pp)]
-    grads: list[list[tuple[int, int, int, float]]] = [[] for _ in range(pp)]
-    acts_taken, grads_taken = [0] * pp, [0] * pp
-    next_data = 0  # stage 0's next micro-batch
-    next_loss = 0  # the last stage's next backward
+    acts, grads, forward_end, weights = g.acts, g.grads, g.forward_end, g.weights
+    live, busy, early, rest, orders, events = g.live, g.busy, g.early, g.rest, g.orders, g.events
+    t, awake, pos = g.t, g.awake, g.pos
+    next_data, next_loss, remaining = g.next_data, g.next_loss, g.remaining
     loss_rank = last % pp
-    forward_end: dict[int, int] = {}  # last stage: micro-batch -> end of its forward
-    weights: list[deque[tuple[int, int]]] = [deque() for _ in range(pp)]  # pending W
-    live, busy = [0] * pp, [0] * pp
-    early = [0.0] * pp  # earliest end of the rank's last op at SELECT_COSTS
-    rest = [m * (s_fwd + s_bwd + s_w) * v] * pp  # its compute still to come, same costs
-    orders: list[list[ComputeStep]] = [[] for _ in range(pp)]
-    events: list[tuple[int, int]] = []  # (end, rank) of the op each busy rank runs
-    t, remaining = 0, 3 * (last + 1) * m
-    awake: Iterable[int] = range(pp)
+    parted = v if fork is not None else cap  # the smallest cap not yet handed over
     while True:
-        for r in awake:
+        for at in range(pos, len(awake)):
+            r = awake[at]
             if busy[r] > t:
                 continue
             # candidates: (stage, mb, earliest end of the input's producer, source)
             # source: 1 acts channel, 2 grads channel, 3 data, 4 loss
             back: tuple[int, int, float, int] | None = None
-            queue, index = grads[r], grads_taken[r]
-            if index < len(queue) and queue[index][2] <= t:
-                msg = queue[index]
+            queue = grads[r]
+            if queue and queue[0][2] <= t:
+                msg = queue[0]
                 back = (msg[0], msg[1], msg[3], 2)
             # of two ready B's the one further along (lower stage): the loss's comes last
-            if back is None and r == loss_rank and forward_end.get(next_loss, t + 1) <= t:
+            elif r == loss_rank and forward_end.get(next_loss, t + 1) <= t:
                 back = (last, next_loss, 0.0, 4)
             fwd: tuple[int, int, float, int] | None = None
-            if live[r] < cap:
-                queue, index = acts[r], acts_taken[r]
-                if index < len(queue) and queue[index][2] <= t:
-                    msg = queue[index]
-                    fwd = (msg[0], msg[1], msg[3], 1)
-                elif r == 0 and next_data < m:
-                    fwd = (0, next_data, 0.0, 3)
+            queue = acts[r]
+            if queue and queue[0][2] <= t:
+                msg = queue[0]
+                fwd = (msg[0], msg[1], msg[3], 1)
+            elif r == 0 and next_data < m:
+                fwd = (0, next_data, 0.0, 3)
+            if fwd is not None:
+                held = live[r]
+                if held >= cap:
+                    fwd = None
+                elif held >= parted and fork is not None and (back is None
+                                                               or not backward_first):
+                    g.t, g.awake, g.pos, g.remaining = t, awake, at, remaining
+                    g.next_data, g.next_loss = next_data, next_loss
+                    bound = fork(g, range(parted, held + 1), bound)
+                    limit = float("inf") if bound is None else bound
+                    parted = held + 1
             if backward_first:
                 op, choice = (bwd_op, back) if back is not None else (fwd_op, fwd)
             else:
@@ -232,9 +326,9 @@ def _greedy(pp: int, m: int, v: int, cap: int, cost: dict[Op, int],
             else:
                 stage, mb, ready, source = choice
             if source == 1:
-                acts_taken[r] += 1
+                acts[r].popleft()
             elif source == 2:
-                grads_taken[r] += 1
+                grads[r].popleft()
             if op is fwd_op:
                 busy[r] = end = t + c_fwd
                 done = max(early[r], ready) + s_fwd
@@ -275,4 +369,4 @@ def _greedy(pp: int, m: int, v: int, cap: int, cost: dict[Op, int],
         while events and events[0][0] == t:
             r = heappop(events)[1]
             woken.update((r, (r + 1) % pp, (r - 1) % pp))
-        awake = sorted(woken)
+        awake, pos = sorted(woken), 0
