@@ -262,8 +262,9 @@ def _run(g: _Greedy, cap: int, cost: dict[Op, int], backward_first: bool,
 
     Event-driven: at each time only the ranks that just finished an op and their two ring
     neighbours (the only ones whose inputs can have changed) look for work; ranks deciding at
-    the same time never see each other's new messages (those are ready later), so this runs
-    the same decisions as visiting every rank at every time, in a time linear in the ops.
+    the same time never see each other's new messages (those are ready later), so in any
+    order this runs the same decisions as visiting every rank at every time, in a time
+    linear in the ops.
     The bound: alongside, each op's earliest end at SELECT_COSTS given its rank's previous op
     and its input's producer; the table's makespan is no less (its waits add to these
     dependencies, never remove one), so a rank whose earliest end plus its compute still to
@@ -365,8 +366,7 @@ def _run(g: _Greedy, cap: int, cost: dict[Op, int], backward_first: bool,
         if not events:
             return None  # nothing runs and nothing will finish: the cap stalls it
         t = events[0][0]
-        woken: set[int] = set()
+        awake, pos = [], 0  # a rank twice: the second look finds it busy or finds nothing
         while events and events[0][0] == t:
             r = heappop(events)[1]
-            woken.update((r, (r + 1) % pp, (r - 1) % pp))
-        awake, pos = sorted(woken), 0
+            awake += (r, (r + 1) % pp, (r - 1) % pp)
