@@ -14,8 +14,9 @@ from launcher.site_topology import site_topology
 from topology import hostlists
 from topology.document import TopologyDoc
 from topology.model import Topology
-from topology.placement.request import BLOCK_PLUGIN_SINCE, SlurmVersion
+from topology.placement.request import BLOCK_PLUGIN_SINCE
 from topology.scontrol_format import parse_scontrol_topology
+from topology.slurm_version import SlurmVersion
 
 #: Slurm's TopologyPlugin values for each topology.plugin of a site (the first is shown).
 PLUGIN_NAMES: dict[str, tuple[str, ...]] = {

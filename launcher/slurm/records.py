@@ -22,7 +22,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from launcher.errors import GantryError, brief
-from topology.whole_numbers import is_whole, read_whole
+from topology.errors import TopologyInputError
+from topology.slurm_version import SlurmVersion
+from topology.whole_numbers import read_whole
 
 #: Job states after which the job will not run again (unless requeued by someone).
 TERMINAL_STATES = frozenset({
@@ -382,13 +384,13 @@ def meta_version(text: str) -> tuple[int, int, int] | None:
 
 
 def parse_version(text: str, what: str | None = None) -> tuple[int, int, int]:
-    """(major, minor, micro) from ``sbatch --version`` output ("slurm 22.05.8"); ``what``
-    (the command) names it in errors."""
-    words = text.strip().split()
-    if len(words) >= 2:
-        parts = words[-1].split("-")[0].split(".")
-        if len(parts) >= 2 and all(is_whole(p, 9) for p in parts[:3]):
-            padded = [*parts[:3], "0", "0"][:3]
-            return int(padded[0]), int(padded[1]), int(padded[2])
-    prefix = f"{what}: " if what else ""
-    raise SlurmParseError(f"{prefix}cannot read a Slurm version from {brief(text.strip())}")
+    """(major, minor, micro) from a tool's version output ("slurm 22.05.8"), read by the one
+    version reader, :meth:`topology.placement.request.SlurmVersion.parse`; ``what`` (the
+    command) names it in errors."""
+    try:
+        version = SlurmVersion.parse(text)
+    except TopologyInputError:
+        prefix = f"{what}: " if what else ""
+        raise SlurmParseError(
+            f"{prefix}cannot read a Slurm version from {brief(text.strip())}") from None
+    return version.major, version.minor, version.micro

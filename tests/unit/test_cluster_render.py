@@ -15,10 +15,12 @@ import yaml
 
 from launcher.cluster.layout import RunLayout
 from launcher.cluster.render import check_supported, node_ports, render_all
-from launcher.cluster.versions import SlurmVersion, features_for
+from launcher.cluster.versions import features_for
 from launcher.errors import UserInputError
 from launcher.site_config import DEFAULT_SITE, SiteConfig
 from launcher.typed_config import from_mapping
+from topology.errors import TopologyInputError
+from topology.slurm_version import SlurmVersion
 
 GOLDEN = Path(__file__).parent / "golden" / "cluster"
 LAYOUT = RunLayout(Path("/run/gantry-test"))
@@ -160,7 +162,7 @@ def test_version_parsing(text: str, expected: SlurmVersion) -> None:
 
 
 def test_version_parsing_rejects_garbage() -> None:
-    with pytest.raises(ValueError, match="no Slurm version"):
+    with pytest.raises(TopologyInputError, match="'slurmd: command not found' is not allowed"):
         SlurmVersion.parse("slurmd: command not found")
 
 

@@ -12,14 +12,10 @@ from typing import Any
 from topology.errors import TopologyError
 from topology.model import Topology
 from topology.placement.ranks import NodeRole, assign_ranks
-from topology.placement.request import (
-    SEGMENT_SINCE,
-    ClusterState,
-    PlacementRequest,
-    SlurmVersion,
-)
+from topology.placement.request import SEGMENT_SINCE, ClusterState, PlacementRequest
 from topology.placement.select import Selection, select_block, select_tree
 from topology.placement.slurm_options import check_version, slurm_options
+from topology.slurm_version import SlurmVersion
 
 __all__ = [
     "ClusterState",

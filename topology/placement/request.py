@@ -16,6 +16,7 @@ import numpy.typing as npt
 
 from topology.errors import FieldError, TopologyInputError, shown
 from topology.model import Topology
+from topology.slurm_version import SlurmVersion
 
 
 @dataclass(frozen=True)
@@ -113,34 +114,6 @@ class ClusterState:
             mask[[ids[n] for n in self.unhealthy]] = False
         mask &= topology.node_leaf >= 0
         return mask
-
-
-@dataclass(frozen=True, order=True)
-class SlurmVersion:
-    """A Slurm release, e.g. 22.05.8 (what `slurmd -V` / `sinfo -V` print)."""
-
-    major: int
-    """Year part, e.g. 24."""
-    minor: int
-    """Month part, e.g. 11."""
-    micro: int = 0
-    """Maintenance release."""
-
-    @staticmethod
-    def parse(text: str, where: str = "slurm version", exact: bool = False) -> SlurmVersion:
-        """The first X.Y[.Z] in ``text`` (e.g. `sinfo -V` output); ``where`` names its origin.
-        ``exact``: ``text`` must be the version alone (a flag's value: "-1.2" is no version)."""
-        pattern = r"(\d+)\.(\d+)(?:\.(\d+))?"
-        match = (re.fullmatch(pattern, text.strip(), re.ASCII) if exact
-                 else re.search(pattern, text, re.ASCII))
-        if match is None:
-            raise TopologyInputError(
-                f"{where}: {text!r} is not allowed (expected e.g. 22.05.8 or 24.11)"
-            )
-        return SlurmVersion(int(match[1]), int(match[2]), int(match[3] or 0))
-
-    def __str__(self) -> str:
-        return f"{self.major}.{self.minor:02d}.{self.micro}"
 
 
 BLOCK_PLUGIN_SINCE = SlurmVersion(23, 11)

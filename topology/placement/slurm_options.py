@@ -14,13 +14,9 @@ from collections.abc import Iterable
 from topology import hostlists
 from topology.errors import TopologyError
 from topology.model import Topology
-from topology.placement.request import (
-    BLOCK_PLUGIN_SINCE,
-    SEGMENT_SINCE,
-    PlacementRequest,
-    SlurmVersion,
-)
+from topology.placement.request import BLOCK_PLUGIN_SINCE, SEGMENT_SINCE, PlacementRequest
 from topology.placement.select import Selection
+from topology.slurm_version import SlurmVersion
 
 
 def check_version(topology: Topology, version: SlurmVersion) -> None:
