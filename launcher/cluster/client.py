@@ -1,16 +1,18 @@
 """Running Slurm's client commands (scontrol, sinfo, squeue, scancel, sbatch) against an
-embedded cluster: SLURM_CONF points at its generated slurm.conf; never through a shell."""
+embedded cluster: SLURM_CONF points at its generated slurm.conf; through the one Slurm
+runner (:func:`launcher.slurm.runner.run_slurm`), never through a shell."""
 
 from __future__ import annotations
 
 import os
 import shlex
-import subprocess
 from collections.abc import Mapping, Sequence
 
-from launcher.cluster import tools
 from launcher.cluster.layout import RunLayout
 from launcher.errors import GantryError
+from launcher.process_runner import ToolOutput
+from launcher.slurm.runner import run_slurm
+from launcher.slurm.tools import require_tool
 
 
 def slurm_env(layout: RunLayout, base: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -20,24 +22,18 @@ def slurm_env(layout: RunLayout, base: Mapping[str, str] | None = None) -> dict[
     return env
 
 
-def run(
-    layout: RunLayout, tool: str, args: Sequence[str], timeout: float = 30.0
-) -> subprocess.CompletedProcess[str]:
-    """Run a Slurm client tool; the result is returned whatever its exit status."""
-    argv = [tools.path_of(tool), *args]
-    try:
-        return subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            env=slurm_env(layout),
-            timeout=timeout,
-            check=False,
-        )
-    except subprocess.TimeoutExpired:
-        raise GantryError(f"{tool} {' '.join(args)}: no answer within {timeout:.0f} s") from None
-    except OSError as err:
-        raise GantryError(f"cannot run {argv[0]} ({err.strerror})") from None
+def run(layout: RunLayout, tool: str, args: Sequence[str], timeout: float = 30.0) -> ToolOutput:
+    """Run a Slurm client tool; the result is returned whatever its exit status (a hung or
+    runaway tool, or one that cannot start, is a GantryError)."""
+    argv = [require_tool(tool), *args]
+    result = run_slurm(argv, timeout, slurm_env(layout))
+    if result.timed_out:
+        raise GantryError(f"{tool} {' '.join(args)}: no answer within {timeout:.0f} s")
+    if result.start_error is not None:
+        raise GantryError(f"cannot run {argv[0]} ({result.start_error})")
+    if result.returncode is None:
+        raise GantryError(f"{tool} {' '.join(args)}: {result.describe_failure()}")
+    return result
 
 
 def controller_answers(layout: RunLayout) -> bool:

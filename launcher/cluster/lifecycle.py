@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.atomic_write import write_text
-from launcher.cluster import client, munge, processes, tools
+from launcher.cluster import client, munge, processes
 from launcher.cluster.layout import RunLayout
 from launcher.cluster.ports import busy_ports
 from launcher.cluster.render import RenderedConfig, check_supported, node_ports, render_all
@@ -24,6 +24,7 @@ from launcher.cluster.versions import SlurmFeatures, detect_version, features_fo
 from launcher.errors import GantryError, UserInputError
 from launcher.plugins import install as plugin_install
 from launcher.site_config import RUN_DIR_ENV, LoadedSite
+from launcher.slurm.tools import require_tool
 
 _BROKEN_STATES = ("drain", "inval", "fail")
 """Node states that will not turn idle by waiting (a config/host mismatch)."""
@@ -255,7 +256,7 @@ def _start_all(plan: ClusterPlan, timeout: float) -> None:
 
     conf = str(layout.slurm_conf)
     procs["slurmctld"] = processes.start_daemon(
-        layout, "slurmctld", [tools.path_of("slurmctld"), "-D", "-c", "-f", conf], env
+        layout, "slurmctld", [require_tool("slurmctld"), "-D", "-c", "-f", conf], env
     )
     _wait(
         lambda: client.controller_answers(layout),
@@ -266,7 +267,7 @@ def _start_all(plan: ClusterPlan, timeout: float) -> None:
         f"(see {layout.slurmctld_log})",
     )
 
-    slurmd = tools.path_of("slurmd")
+    slurmd = require_tool("slurmd")
     for node in plan.nodes:
         procs[f"slurmd-{node}"] = processes.start_daemon(
             layout, f"slurmd-{node}", [slurmd, "-D", "-c", "-N", node, "-f", conf], env

@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.atomic_write import write_bytes
-from launcher.cluster import tools
 from launcher.cluster.layout import RunLayout
+from launcher.slurm.tools import require_tool
 
 MUNGE_KEY_BYTES = 1024
 """Size of the generated key (munge accepts 32..1024 bytes; mungekey's default is 128)."""
@@ -55,7 +55,7 @@ def prepare(layout: RunLayout, who: MungeIdentity) -> None:
 def munged_argv(layout: RunLayout) -> list[str]:
     """munged in the foreground with every path inside the run dir."""
     return [
-        tools.path_of("munged"),
+        require_tool("munged"),
         "--foreground",
         f"--socket={layout.munge_socket}",
         f"--key-file={layout.munge_key}",

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from launcher.atomic_write import write_text
 from launcher.cluster.layout import RunLayout
+from launcher.slurm.runner import spawn_daemon
 
 
 @dataclass(frozen=True)
@@ -125,22 +126,9 @@ def start_daemon(
     user: str | None = None,
     group: int | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start ``argv`` in the foreground as its own session leader, output to
-    ``log/<daemon>.out``, and write its pid record."""
-    out_path = layout.output_log(daemon)
-    with out_path.open("ab") as out:
-        proc = subprocess.Popen(
-            list(argv),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            cwd=layout.root,
-            env=dict(env),
-            start_new_session=True,
-            user=user,
-            group=group,
-            extra_groups=[] if user is not None else None,
-        )
+    """Start ``argv`` in the foreground as its own session leader (through the one Slurm
+    runner), output to ``log/<daemon>.out``, and write its pid record."""
+    proc = spawn_daemon(argv, layout.output_log(daemon), env, layout.root, user, group)
     # Popen returns mid-exec; wait until the new program's argv is visible.
     deadline = time.monotonic() + 2.0
     while not read_cmdline(proc.pid) and proc.poll() is None and time.monotonic() < deadline:

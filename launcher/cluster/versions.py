@@ -7,11 +7,11 @@ version is read by the one reader, :meth:`topology.slurm_version.SlurmVersion.pa
 
 from __future__ import annotations
 
-import subprocess
 from dataclasses import dataclass
 
-from launcher.cluster import tools
 from launcher.errors import GantryError
+from launcher.slurm.runner import run_slurm
+from launcher.slurm.tools import require_tool
 from topology.errors import TopologyInputError
 from topology.placement.request import BLOCK_PLUGIN_SINCE
 from topology.slurm_version import SlurmVersion
@@ -37,16 +37,14 @@ def features_for(version: SlurmVersion) -> SlurmFeatures:
 
 
 def detect_version() -> SlurmVersion:
-    """Run `slurmd -V` (path overridable, see `tools`) and parse its version."""
-    slurmd = tools.path_of("slurmd")
-    try:
-        result = subprocess.run(
-            [slurmd, "-V"], capture_output=True, text=True, check=False, timeout=30
-        )
-    except OSError as err:
-        raise GantryError(
-            f"cannot run {slurmd} -V ({err.strerror}); is slurm-wlm installed?"
-        ) from None
+    """Run `slurmd -V` (path by the one tool rule) and parse its version."""
+    slurmd = require_tool("slurmd")
+    result = run_slurm([slurmd, "-V"], 30.0)
+    if result.start_error is not None:
+        raise GantryError(f"cannot run {slurmd} -V ({result.start_error}); is slurm-wlm "
+                          "installed?")
+    if result.returncode is None:
+        raise GantryError(f"{slurmd} -V: {result.describe_failure()}")
     try:
         return SlurmVersion.parse(result.stdout + result.stderr, f"{slurmd} -V")
     except TopologyInputError as err:

@@ -20,8 +20,8 @@ from typing import Any
 
 from launcher.preflight.result import CheckResult, skipped, token
 from launcher.preflight.thresholds import Thresholds
-from launcher.preflight.tools import tool_path
 from launcher.process_runner import ToolOutput, run_tool
+from launcher.slurm.tools import tool_path
 
 ACTIVE_MODULE = "launcher.preflight.active"
 

@@ -35,10 +35,10 @@ from launcher.preflight.policy_apply import apply_policy
 from launcher.preflight.slurm_nodes import Scontrol
 from launcher.preflight.state import state_dir
 from launcher.preflight.state_access import StateAccess, state_access
-from launcher.preflight.tools import tool_path
 from launcher.preflight.verdict import NodeVerdict, verdict_from_json
-from launcher.process_runner import run_tool
 from launcher.site_config import LoadedSite
+from launcher.slurm.runner import run_slurm
+from launcher.slurm.tools import how_to_point_at, tool_path
 from topology import hostlists
 from topology.whole_numbers import MAX_DIGITS, read_whole
 
@@ -85,7 +85,7 @@ def srun_argv(nodes: Sequence[str], site_path: Path, level: str) -> list[str]:
     """The srun command that runs one preflight task per node."""
     srun = tool_path("srun")
     if srun is None:
-        raise UserInputError("srun not found on PATH (set GANTRY_SRUN)")
+        raise UserInputError(f"srun not found on PATH ({how_to_point_at('srun')})")
     compact = hostlists.collect(list(nodes)) if nodes else ""
     return [
         srun,
@@ -321,7 +321,7 @@ def run_gate(
         env["PYTHONPATH"] = package_root + (
             os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
         )
-        out = run_tool(srun_argv(nodes, site.path, level), timeout_s, env)
+        out = run_slurm(srun_argv(nodes, site.path, level), timeout_s, env)
         text = out.stdout
         if out.timed_out or out.returncode not in (0, 1):
             problems["srun"] = out.describe_failure()

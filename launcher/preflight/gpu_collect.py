@@ -22,8 +22,8 @@ from launcher.preflight.nvsmi_parse import (
     parse_nvlink,
     parse_xml,
 )
-from launcher.preflight.tools import tool_overridden, tool_path
 from launcher.process_runner import run_tool
+from launcher.slurm.tools import tool_overridden, tool_path
 
 
 def choose_source(env: Mapping[str, str] | None = None) -> str:

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 
 from launcher.preflight.facts import KernelLog, XidEvent
 from launcher.preflight.host_info import read_boot_id, read_uptime
-from launcher.preflight.tools import tool_path
 from launcher.process_runner import run_tool
+from launcher.slurm.tools import tool_path
 
 _XID = re.compile(r"NVRM: Xid \((?:PCI:)?([0-9A-Fa-f:.]+)\):\s*(\d+)")
 _STAMP = re.compile(r"^\[\s*(\d+(?:\.\d+)?)\]")

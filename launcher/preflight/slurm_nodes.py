@@ -7,24 +7,25 @@ record whose reason cannot be told apart from a ``Comment=``/``Extra=`` text, or
 name seen twice (a reason with a line break can forge a line), has an unreadable reason,
 which counts as an operator's. Every ``scontrol update`` of a node is preceded by a fresh
 read of that node and happens only when its reason is still gantry's own or none
-(:mod:`launcher.preflight.drain_reason`). Tools through GANTRY_SCONTROL / GANTRY_SINFO;
+(:mod:`launcher.preflight.drain_reason`). Tools found by the one tool rule
+(:mod:`launcher.slurm.tools`: GANTRY_SCONTROL / GANTRY_SINFO / GANTRY_SQUEUE, else
+GANTRY_SLURM_BIN_DIR, else PATH) and run by :func:`launcher.slurm.runner.run_slurm`;
 arguments as an argv list (no shell), so a reason with spaces stays one argument.
 """
 
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from launcher.errors import GantryError
 from launcher.preflight.drain_policy import NodeState
 from launcher.preflight.drain_reason import is_gantry_reason
-from launcher.preflight.tools import tool_overridden, tool_path
-from launcher.process_runner import ToolOutput, run_tool
+from launcher.process_runner import ToolOutput
 from launcher.slurm.records import SlurmParseError, number, parse_nodes, parse_version
+from launcher.slurm.runner import run_slurm
+from launcher.slurm.tools import how_to_point_at, tool_path
 from topology import hostlists
 
 UNREADABLE_REASON = "(reason not readable from scontrol's text; left to the operator)"
@@ -188,19 +189,14 @@ class Scontrol:
     _version: tuple[int, int, int] | None = field(default=None, init=False, repr=False)
 
     def _tool(self, tool: str) -> str | None:
-        """``tool``'s override, else the one beside an overridden scontrol, else PATH's."""
-        if tool != "scontrol" and not tool_overridden(tool, self.env) and tool_overridden(
-                "scontrol", self.env):
-            beside = Path(tool_path("scontrol", self.env) or "").parent / tool
-            if os.access(beside, os.X_OK):
-                return str(beside)
+        """Where ``tool`` is, by the one tool rule; None when not found."""
         return tool_path(tool, self.env)
 
     def _run(self, args: Sequence[str], check: bool = True, tool: str = "scontrol") -> ToolOutput:
         exe = self._tool(tool)
         if exe is None:
-            raise GantryError(f"{tool} not found on PATH (set GANTRY_{tool.upper()})")
-        out = run_tool([exe, *args], self.timeout_s, self.env)
+            raise GantryError(f"{tool} not found on PATH ({how_to_point_at(tool)})")
+        out = run_slurm([exe, *args], self.timeout_s, self.env)
         if check and not out.ok:
             raise GantryError(f"{tool} {' '.join(args)}: {out.describe_failure()}")
         return out

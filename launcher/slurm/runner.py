@@ -1,13 +1,20 @@
-"""The one place gantry runs Slurm commands: argv lists only, timeouts, backoff on transient errors.
+"""The one place gantry runs Slurm's and munge's programs: argv lists only, tool paths by the
+one tool rule, the bounded process runner underneath.
 
-Every Slurm client call goes through :class:`CommandRunner.run`, so tests and benchmarks can
-swap or observe it (submitit's pattern). Tool paths can be redirected with
-``GANTRY_SLURM_BIN_DIR`` (a directory holding ``sbatch``, ``squeue``, ...); ``SLURM_CONF`` and
-the rest of the environment are inherited unless an explicit ``env`` is given.
+:func:`run_slurm` runs one command through :func:`launcher.process_runner.run_tool` (no
+shell, a watchdog that kills the command's whole process group, an output cap);
+:class:`CommandRunner` adds retries with backoff on transient controller errors and is what
+the Slurm client calls, so tests and benchmarks can swap or observe it (submitit's pattern);
+:func:`spawn_daemon` starts the embedded cluster's daemons in sessions of their own. Tool
+paths follow :mod:`launcher.slurm.tools` (``GANTRY_<TOOL>``, else ``GANTRY_SLURM_BIN_DIR``,
+else PATH); ``SLURM_CONF`` and the rest of the environment are inherited unless an explicit
+``env`` is given. tests/unit/test_slurm_calls.py fails on a Slurm program started anywhere
+else.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import subprocess
 import time
@@ -16,6 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.errors import GantryError
+from launcher.process_runner import MAX_TOOL_OUTPUT, ToolOutput, run_tool
+from launcher.slurm.tools import how_to_point_at, tool_path
 
 #: Substrings of Slurm error output that mean "try again": the controller is busy or restarting.
 TRANSIENT_ERRORS: tuple[str, ...] = (
@@ -70,10 +79,46 @@ def is_transient(stderr: str) -> bool:
 
 
 def resolve_tool(name: str, env: Mapping[str, str] | None = None) -> str:
-    """The path to run for Slurm tool ``name`` ($GANTRY_SLURM_BIN_DIR/name, else PATH)."""
-    source = os.environ if env is None else env
-    bin_dir = source.get("GANTRY_SLURM_BIN_DIR")
-    return str(Path(bin_dir) / name) if bin_dir else name
+    """The path to run for tool ``name`` (the tool rule); ``name`` itself when nothing is
+    found, so that running it reports it missing. A path (with ``/``) stays as it is."""
+    if "/" in name:
+        return name
+    return tool_path(name, env) or name
+
+
+def run_slurm(argv: Sequence[str], timeout_s: float,
+              env: Mapping[str, str] | None = None) -> ToolOutput:
+    """Run ``argv`` once: argv[0] a tool name (found by the tool rule) or a path. No shell;
+    on timeout or too much output its whole process group is killed; a tool that cannot
+    start is reported in the result, never raised."""
+    if isinstance(argv, str):
+        raise TypeError("run_slurm takes an argv list, never a string")
+    if not argv:
+        raise ValueError("run_slurm: empty argv")
+    return run_tool((resolve_tool(argv[0], env), *argv[1:]), timeout_s, env)
+
+
+def spawn_daemon(argv: Sequence[str], output: Path, env: Mapping[str, str], cwd: Path,
+                 user: str | None = None, group: int | None = None) -> subprocess.Popen[bytes]:
+    """Start daemon ``argv`` exactly as given (argv[0] as :func:`launcher.slurm.tools.
+    require_tool` found it: the daemon's pid record keeps this argv to recognise it) in a
+    session of its own, so that stopping it can kill the whole group; stdout and stderr
+    appended to ``output``."""
+    if isinstance(argv, str):
+        raise TypeError("spawn_daemon takes an argv list, never a string")
+    with output.open("ab") as out:
+        return subprocess.Popen(
+            list(argv),
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
+            user=user,
+            group=group,
+            extra_groups=[] if user is not None else None,
+        )
 
 
 @dataclass
@@ -95,44 +140,41 @@ class CommandRunner:
     log: list[CommandResult] = field(default_factory=list, repr=False)
     """Every finished command, in order (for debugging and benchmarks)."""
 
-    def run(self, argv: Sequence[str], *, check: bool = True, stdin: str | None = None,
+    def run(self, argv: Sequence[str], *, check: bool = True,
             timeout_s: float | None = None) -> CommandResult:
         """Run ``argv`` (argv[0] a Slurm tool name); retry on transient errors; raise on failure."""
         if isinstance(argv, str):
             raise TypeError("CommandRunner.run takes an argv list, never a string")
         full = (resolve_tool(argv[0], self.env), *argv[1:])
+        limit = timeout_s or self.timeout_s
         delay = self.backoff_s
         attempt = 0
         while True:
             attempt += 1
-            try:
-                proc = subprocess.run(
-                    full, input=stdin, capture_output=True, text=True, encoding="utf-8",
-                    errors="replace", check=False,
-                    timeout=timeout_s or self.timeout_s,
-                    env=None if self.env is None else dict(self.env),
-                )
-            except FileNotFoundError:
-                raise SlurmCommandError(full, f"{full[0]} not found (is Slurm installed? "
-                                        "GANTRY_SLURM_BIN_DIR overrides the tool directory)"
-                                        ) from None
-            except subprocess.TimeoutExpired:
+            out = run_slurm(full, limit, self.env)
+            if out.start_error is not None:
+                if out.start_error == os.strerror(errno.ENOENT):
+                    raise SlurmCommandError(full, f"{full[0]} not found (is Slurm installed? "
+                                            f"{how_to_point_at(Path(argv[0]).name)})")
+                raise SlurmCommandError(full, f"cannot run {full[0]}: {out.start_error}")
+            if out.too_much:
+                raise SlurmCommandError(full, f"printed more than {MAX_TOOL_OUTPUT} bytes "
+                                        "(killed)")
+            if out.timed_out:
                 if attempt <= self.retries:
                     self.sleep(delay)
                     delay = min(delay * 2, self.max_backoff_s)
                     continue
-                raise SlurmCommandError(
-                    full, f"timed out after {timeout_s or self.timeout_s:g}s "
-                    f"({attempt} attempts)") from None
-            result = CommandResult(full, proc.returncode, proc.stdout, proc.stderr, attempt)
-            if proc.returncode != 0 and is_transient(proc.stderr) and attempt <= self.retries:
+                raise SlurmCommandError(full, f"timed out after {limit:g}s ({attempt} attempts)")
+            returncode = out.returncode if out.returncode is not None else -1
+            result = CommandResult(full, returncode, out.stdout, out.stderr, attempt)
+            if returncode != 0 and is_transient(out.stderr) and attempt <= self.retries:
                 self.sleep(delay)
                 delay = min(delay * 2, self.max_backoff_s)
                 continue
             self.log.append(result)
-            if check and proc.returncode != 0:
-                detail = first_line(proc.stderr) or first_line(proc.stdout) or "no output"
-                raise SlurmCommandError(
-                    full, f"exit {proc.returncode}: {detail}", proc.returncode, proc.stderr
-                )
+            if check and returncode != 0:
+                detail = first_line(out.stderr) or first_line(out.stdout) or "no output"
+                raise SlurmCommandError(full, f"exit {returncode}: {detail}", returncode,
+                                        out.stderr)
             return result

@@ -207,7 +207,8 @@ esac
     result = gantry(["gate", "--nodes", "n[1-2]", "--need", "1", "--site", str(site),
                      "--job-id", "7", "--reports", "preflight.jsonl",
                      "--nodes-out", str(nodes_out), "--nodelist-out", str(nodelist_out)],
-                    tmp_path, env={**gpu_env(HEALTHY), "GANTRY_SCONTROL": str(fake)})
+                    tmp_path, env={**gpu_env(HEALTHY), "GANTRY_SCONTROL": str(fake),
+                                   "GANTRY_SINFO": str(sinfo)})
     line = one_error(result, status=1)
     assert line == (f"error: --nodes-out: cannot write {nodes_out} (Is a directory); the gate "
                     "had decided go on n1 and drained n2 (gantry:gpu.row_remap:gpu1-pending), "
