@@ -12,6 +12,8 @@ answers (idle/mixed usable nodes; nodes gantry drained are unhealthy); ``--free`
 from __future__ import annotations
 
 import argparse
+import shutil
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,10 +24,9 @@ from launcher.console import make_console, print_json
 from launcher.errors import UserInputError
 from launcher.job_placement import LiveState, probe_live_state
 from launcher.job_request import check_ranks_per_node, resolve_request
+from launcher.live.placement_view import switch_tree
 from launcher.site_config import LoadedSite, load_site
 from launcher.site_topology import site_topology
-from launcher.slurm.runner import run_slurm
-from launcher.slurm.tools import tool_path
 from launcher.typed_config import from_mapping
 from topology import hostlists
 from topology.model import Topology
@@ -73,14 +74,16 @@ def register(subparsers: Any) -> None:
 
 def detect_slurm_version() -> tuple[SlurmVersion, str]:
     """The local Slurm's version, or the assumed one; with a note saying which."""
-    sinfo = tool_path("sinfo")
+    sinfo = shutil.which("sinfo")
     if sinfo:
-        result = run_slurm([sinfo, "-V"], 10.0)
-        if result.ok:
-            try:
-                return SlurmVersion.parse(result.stdout, "sinfo -V"), "from `sinfo -V`"
-            except UserInputError:
-                pass
+        try:
+            result = subprocess.run(
+                [sinfo, "-V"], capture_output=True, text=True, timeout=10, check=False
+            )
+            if result.returncode == 0:
+                return SlurmVersion.parse(result.stdout), "from `sinfo -V`"
+        except (OSError, subprocess.TimeoutExpired, UserInputError):
+            pass
     return SlurmVersion.parse(ASSUMED_SLURM), "assumed (no sinfo here; pass --slurm-version)"
 
 
@@ -164,41 +167,20 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _role_label(placement: Placement, index: int) -> str:
-    role = placement.roles[index]
-    if role.spare:
-        return f"{role.node}  spare"
-    if len(role.slots) == 1:
-        replica, stage = role.slots[0]
-        return f"{role.node}  replica {replica} · stage {stage}"
-    return f"{role.node}  " + " ".join(f"r{rep}/s{st}" for rep, st in role.slots)
-
-
 def build_tree(topology: Topology, placement: Placement) -> Tree:
-    """The chosen nodes under their switches, from the domain switch down."""
+    """The chosen nodes under their switches, from the domain switch down (each leaf with
+    how many of its nodes were chosen), drawn as the live view draws them."""
     unit = placement.unit or "nodes"
     root = Tree(f"{placement.domain}  ({len(placement.spanned)} {unit})")
-    branches: dict[str, Tree] = {placement.domain: root}
-    index_of = {role.node: i for i, role in enumerate(placement.roles)}
-    for leaf_name in placement.spanned:
-        leaf = topology.switch_ids[leaf_name]
-        chain = [topology.switch_names[s] for s in topology.ancestors(leaf)]
-        if placement.domain in chain:
-            chain = chain[: chain.index(placement.domain)]
-        parent = root
-        for name in reversed(chain):
-            if name not in branches:
-                switch = topology.switch_ids[name]
-                label = name
-                if topology.is_leaf(switch):
-                    chosen = sum(1 for r in placement.roles if r.leaf == name)
-                    label = f"{name}  ({chosen} of {len(topology.leaf_nodes[switch])} nodes)"
-                branches[name] = parent.add(label)
-            parent = branches[name]
-        members = [topology.node_names[n] for n in topology.leaf_nodes[leaf]]
-        for node in members:
-            if node in index_of:
-                parent.add(_role_label(placement, index_of[node]))
+
+    def switch_label(name: str) -> str:
+        switch = topology.switch_ids[name]
+        if not topology.is_leaf(switch):
+            return name
+        chosen = sum(1 for r in placement.roles if r.leaf == name)
+        return f"{name}  ({chosen} of {len(topology.leaf_nodes[switch])} nodes)"
+
+    switch_tree(root, topology, placement.domain, placement.roles, switch_label=switch_label)
     return root
 
 

@@ -44,10 +44,14 @@ class NodeRole:
         return tuple(sorted({s for _, s in self.slots}))
 
     def label(self) -> str:
-        """"spare", or the (replica, stage) of each rank, e.g. "replica 0 · stage 1"."""
+        """"spare", the one rank's "replica 0 · stage 1", or each rank's "r0/s1" (a node with
+        several ranks): the one wording of `gantry plan`, the live view and its table."""
         if self.spare:
             return "spare"
-        return " ".join(f"replica {r} · stage {s}" for r, s in self.slots)
+        if len(self.slots) == 1:
+            replica, stage = self.slots[0]
+            return f"replica {replica} · stage {stage}"
+        return " ".join(f"r{r}/s{s}" for r, s in self.slots)
 
 
 def assign_ranks(
