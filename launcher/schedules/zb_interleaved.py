@@ -287,70 +287,67 @@ def _run(g: _Greedy, cap: int, cost: dict[Op, int], backward_first: bool,
             r = awake[at]
             if busy[r] > t:
                 continue
-            # candidates: (stage, mb, earliest end of the input's producer, source)
-            # source: 1 acts channel, 2 grads channel, 3 data, 4 loss
-            back: tuple[int, int, float, int] | None = None
-            queue = grads[r]
-            if queue and queue[0][2] <= t:
-                msg = queue[0]
-                back = (msg[0], msg[1], msg[3], 2)
-            # of two ready B's the one further along (lower stage): the loss's comes last
+            # the ready B (2: a gradient arrived, 4: the loss's; of two the lower stage, so
+            # the loss's last) and the ready F (1: an activation arrived, 3: data; of two the
+            # higher stage): 0 where none
+            grads_in, acts_in = grads[r], acts[r]
+            if grads_in and grads_in[0][2] <= t:
+                back = 2
             elif r == loss_rank and forward_end.get(next_loss, t + 1) <= t:
-                back = (last, next_loss, 0.0, 4)
-            fwd: tuple[int, int, float, int] | None = None
-            queue = acts[r]
-            if queue and queue[0][2] <= t:
-                msg = queue[0]
-                fwd = (msg[0], msg[1], msg[3], 1)
+                back = 4
+            else:
+                back = 0
+            if acts_in and acts_in[0][2] <= t:
+                fwd = 1
             elif r == 0 and next_data < m:
-                fwd = (0, next_data, 0.0, 3)
-            if fwd is not None:
+                fwd = 3
+            else:
+                fwd = 0
+            if fwd:
                 held = live[r]
                 if held >= cap:
-                    fwd = None
-                elif held >= parted and fork is not None and (back is None
-                                                               or not backward_first):
+                    fwd = 0
+                elif held >= parted and fork is not None and not (back and backward_first):
                     g.t, g.awake, g.pos, g.remaining = t, awake, at, remaining
                     g.next_data, g.next_loss = next_data, next_loss
                     bound = fork(g, range(parted, held + 1), bound)
                     limit = float("inf") if bound is None else bound
                     parted = held + 1
-            if backward_first:
-                op, choice = (bwd_op, back) if back is not None else (fwd_op, fwd)
-            else:
-                op, choice = (fwd_op, fwd) if fwd is not None else (bwd_op, back)
-            if choice is None:
-                if not weights[r]:
-                    continue
-                stage, mb = weights[r].popleft()
-                op, ready, source = w_op, 0.0, 0
-            else:
-                stage, mb, ready, source = choice
+            source = (back or fwd) if backward_first else (fwd or back)
             if source == 1:
-                acts[r].popleft()
+                stage, mb, _, ready = acts_in.popleft()
             elif source == 2:
-                grads[r].popleft()
-            if op is fwd_op:
+                stage, mb, _, ready = grads_in.popleft()
+            elif source == 3:
+                stage, mb, ready = 0, next_data, 0.0
+                next_data += 1
+            elif source == 4:
+                stage, mb, ready = last, next_loss, 0.0
+                next_loss += 1
+            elif weights[r]:
+                stage, mb = weights[r].popleft()
+            else:
+                continue
+            if source & 1:  # a forward
+                op = fwd_op
                 busy[r] = end = t + c_fwd
-                done = max(early[r], ready) + s_fwd
+                done = (early[r] if early[r] > ready else ready) + s_fwd
                 rest[r] -= s_fwd
                 live[r] += 1
-                if source == 3:
-                    next_data += 1
                 if stage == last:
                     forward_end[mb] = end
                 else:
                     acts[(r + 1) % pp].append((stage + 1, mb, end, done))
-            elif op is bwd_op:
+            elif source:  # a backward to the input
+                op = bwd_op
                 busy[r] = end = t + c_bwd
-                done = max(early[r], ready) + s_bwd
+                done = (early[r] if early[r] > ready else ready) + s_bwd
                 rest[r] -= s_bwd
                 weights[r].append((stage, mb))
-                if source == 4:
-                    next_loss += 1
                 if stage > 0:
                     grads[(r - 1) % pp].append((stage - 1, mb, end, done))
             else:
+                op = w_op
                 busy[r] = end = t + c_w
                 done = early[r] + s_w
                 rest[r] -= s_w
