@@ -29,8 +29,13 @@ SET_BY_GANTRY = "Set by gantry"
 FAULTS = "Fault injection (tests)"
 
 GROUPS: tuple[tuple[str, str], ...] = (
-    (TOOLS, "Where gantry finds the programs it runs; an empty value counts as unset. Tests "
-            "inject faults through the same overrides (a recorded nvidia-smi, say)."),
+    (TOOLS, "Where gantry finds the programs it runs, by one rule for every tool "
+            "(launcher/slurm/tools.py): `GANTRY_<TOOL>` (upper case, `-` as `_`), else, for "
+            "Slurm's programs, `$GANTRY_SLURM_BIN_DIR/<tool>`, else PATH (for Slurm's and "
+            "munge's programs then /usr/sbin, /usr/bin, /usr/local/sbin, /usr/local/bin). An "
+            "empty value counts as unset. Every Slurm and munge program runs through the one "
+            "runner, launcher/slurm/runner.py. Tests inject faults through the same overrides "
+            "(a recorded nvidia-smi, say)."),
     (ROOTS, "Where gantry keeps or finds its files."),
     (SET_BY_GANTRY, "Set by gantry in the environment of what it starts; read by gantry's "
                     "own processes there (a user may read them too)."),
@@ -40,7 +45,8 @@ GROUPS: tuple[tuple[str, str], ...] = (
 )
 """(group, what its variables have in common), in page order."""
 
-_EMBEDDED = "the embedded cluster (launcher/cluster/tools.py)"
+_RULE = "the tool rule (launcher/slurm/tools.py)"
+_SLURM = "$GANTRY_SLURM_BIN_DIR/{0}, else {0} on PATH or in /usr/sbin, /usr/bin, ..."
 _PREFLIGHT = "preflight (launcher/preflight/tools.py)"
 _FAULT_HOOKS = "every rank (launcher/train/faults.py)"
 
@@ -48,37 +54,41 @@ VARIABLES: dict[str, tuple[Variable, ...]] = {
     TOOLS: (
         Variable("GANTRY_NVIDIA_SMI", "nvidia-smi on PATH",
                  "nvidia-smi to run; when set, preflight reads GPUs through it, not NVML",
-                 "preflight (launcher/preflight/tools.py, gpu_collect.py); the SPANK "
+                 f"preflight (launcher/preflight/gpu_collect.py) by {_RULE}; the SPANK "
                  "plugin's preflight_env file may set it"),
         Variable("GANTRY_GPU_SOURCE", "`auto`",
                  "GPU facts from `nvml`, `nvidia-smi` or `auto` (NVML where it loads, else "
                  "nvidia-smi on PATH)", "preflight (launcher/preflight/gpu_collect.py)"),
         Variable("GANTRY_DMESG", "dmesg on PATH", "dmesg to run for the kernel log's Xid events",
-                 _PREFLIGHT),
-        Variable("GANTRY_SCONTROL", "scontrol on PATH",
-                 "scontrol to run (preflight's drain and node reads; the embedded cluster)",
-                 f"{_PREFLIGHT}; {_EMBEDDED}"),
-        Variable("GANTRY_SINFO", "sinfo beside an overridden scontrol, else on PATH",
-                 "sinfo to run", f"{_PREFLIGHT}; {_EMBEDDED}"),
-        Variable("GANTRY_SQUEUE", "squeue beside an overridden scontrol, else on PATH",
-                 "squeue to run", f"{_PREFLIGHT}; {_EMBEDDED}"),
-        Variable("GANTRY_SRUN", "srun on PATH", "srun the preflight gate runs on every node",
-                 "the gate (launcher/preflight/gate.py)"),
+                 f"preflight (launcher/preflight/kernel_log.py) by {_RULE}"),
+        Variable("GANTRY_SCONTROL", _SLURM.format("scontrol"),
+                 "scontrol to run (preflight's drain and node reads, the Slurm client, the "
+                 "embedded cluster, `gantry site check`)", _RULE),
+        Variable("GANTRY_SINFO", _SLURM.format("sinfo"),
+                 "sinfo to run (node reads of Slurm 22.05, the embedded cluster, `gantry "
+                 "plan`)", _RULE),
+        Variable("GANTRY_SQUEUE", _SLURM.format("squeue"),
+                 "squeue to run (the Slurm client, the embedded cluster)", _RULE),
+        Variable("GANTRY_SRUN", _SLURM.format("srun"),
+                 "srun the preflight gate runs on every node",
+                 f"the gate (launcher/preflight/gate.py) by {_RULE}"),
         Variable("GANTRY_MPIRUN", "mpirun on PATH",
                  "mpirun of the active preflight check `mpi.ping`",
-                 "preflight (launcher/preflight/active_checks.py)"),
-        Variable("GANTRY_SCANCEL", "scancel on PATH or in /usr/sbin, /usr/bin, ...",
-                 "scancel the embedded cluster runs when it stops", _EMBEDDED),
-        Variable("GANTRY_SLURMCTLD", "slurmctld on PATH or in /usr/sbin, /usr/bin, ...",
-                 "slurmctld the embedded cluster starts", _EMBEDDED),
-        Variable("GANTRY_SLURMD", "slurmd on PATH or in /usr/sbin, /usr/bin, ...",
+                 f"preflight (launcher/preflight/active_checks.py) by {_RULE}"),
+        Variable("GANTRY_SCANCEL", _SLURM.format("scancel"),
+                 "scancel to run (the Slurm client; the embedded cluster when it stops)",
+                 _RULE),
+        Variable("GANTRY_SLURMCTLD", _SLURM.format("slurmctld"),
+                 "slurmctld the embedded cluster starts", _RULE),
+        Variable("GANTRY_SLURMD", _SLURM.format("slurmd"),
                  "slurmd the embedded cluster starts (and asks for the Slurm version)",
-                 _EMBEDDED),
+                 _RULE),
         Variable("GANTRY_MUNGED", "munged on PATH or in /usr/sbin, /usr/bin, ...",
-                 "munged the embedded cluster starts", _EMBEDDED),
+                 "munged the embedded cluster starts", _RULE),
         Variable("GANTRY_SLURM_BIN_DIR", "PATH",
-                 "directory holding the Slurm client tools (sbatch, squeue, ...) that "
-                 "`gantry submit`, `status` and `cancel` run", "launcher/slurm/runner.py"),
+                 "directory holding Slurm's programs (sbatch, squeue, scontrol, srun, "
+                 "slurmd, ...): each one without a `GANTRY_<TOOL>` of its own is taken from "
+                 "there, as it is (a program missing there is missing)", _RULE),
         Variable("GANTRY_CMAKE", "cmake on PATH", "cmake of `gantry build` (CC and NVCC "
                  "choose the compilers)", "launcher/build.py"),
     ),
