@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 import time
+import typing
 from pathlib import Path
 from typing import IO, Any
 
@@ -31,35 +32,23 @@ def add_request_args(parser: argparse.ArgumentParser) -> None:
                              "site_configs/local.yaml)")
     add_jobs_dir_arg(parser)
     group = parser.add_argument_group("overrides (win over the job YAML)")
-    group.add_argument("--name", help="job name")
-    group.add_argument("--nodes", type=int, help="nodes that run ranks")
-    group.add_argument("--spares", type=int, help="extra nodes for preflight replacements")
-    group.add_argument("--gpus-per-node", type=int, help="ranks (GPUs) per node")
-    group.add_argument("--cpus-per-task", type=int, help="CPUs per rank")
-    group.add_argument("--time", dest="time_limit", help="time limit ([D-]HH:MM[:SS] or minutes)")
-    group.add_argument("--partition", help="partition")
-    group.add_argument("--account", help="account")
-    group.add_argument("--qos", help="QOS")
-    group.add_argument("--container-image", help="pyxis container image for the training step")
-    group.add_argument("--dependency", action="append", default=[], metavar="DEP",
-                       help="Slurm dependency, e.g. afterok:123 (repeatable)")
-    group.add_argument("--env", action="append", default=[], metavar="KEY=VALUE",
-                       help="environment for every rank (repeatable; carried literally)")
-    group.add_argument("--preflight", dest="preflight_level",
-                       choices=["off", "quick", "standard", "deep"], help="preflight level")
+    types = typing.get_type_hints(CliOverrides)
+    for name, flag in CliOverrides.flags():
+        if types[name] == tuple[str, ...]:
+            group.add_argument(flag.flag, dest=name, action="append", default=[],
+                               metavar=flag.metavar, help=flag.help)
+        else:
+            group.add_argument(flag.flag, dest=name, help=flag.help,
+                               type=int if types[name] == int | None else str,
+                               choices=list(flag.choices) or None, metavar=flag.metavar)
     parser.set_defaults(passthrough=[])
     parser.epilog = ("Arguments after `--` are a command every rank runs instead of "
                      "`gantry train` (each argument carried literally).")
 
 
 def overrides_from_args(args: argparse.Namespace) -> CliOverrides:
-    return CliOverrides(
-        name=args.name, nodes=args.nodes, spares=args.spares, gpus_per_node=args.gpus_per_node,
-        cpus_per_task=args.cpus_per_task, time_limit=args.time_limit, partition=args.partition,
-        account=args.account, qos=args.qos, container_image=args.container_image,
-        dependencies=tuple(args.dependency), env=tuple(args.env),
-        preflight_level=args.preflight_level, command=tuple(args.passthrough),
-    )
+    """The overrides add_request_args parsed, and the command after `--`."""
+    return CliOverrides.from_values(vars(args), args.passthrough)
 
 
 def client_for_job(job_dir: JobDir | None) -> SlurmClient:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -20,50 +20,94 @@ from launcher.typed_config import FieldError, from_mapping, load_yaml_file
 
 
 @dataclass(frozen=True)
-class CliOverrides:
-    """Job fields given on the command line; None means "not given" (the YAML decides)."""
+class Flag:
+    """How one CliOverrides field is given on the command line and where it lands."""
 
-    name: str | None = None
-    """--name: job name."""
-    nodes: int | None = None
-    """--nodes: nodes that run ranks."""
-    spares: int | None = None
-    """--spares: extra nodes for preflight replacements."""
-    gpus_per_node: int | None = None
-    """--gpus-per-node: ranks (GPUs) per node."""
-    cpus_per_task: int | None = None
-    """--cpus-per-task: CPUs per rank."""
-    time_limit: str | None = None
-    """--time: Slurm time limit."""
-    partition: str | None = None
-    """--partition."""
-    account: str | None = None
-    """--account."""
-    qos: str | None = None
-    """--qos."""
-    container_image: str | None = None
-    """--container-image (pyxis)."""
-    dependencies: tuple[str, ...] = ()
-    """--dependency (repeatable): added to the YAML's dependencies."""
-    env: tuple[str, ...] = ()
-    """--env KEY=VALUE (repeatable): added to / replacing the YAML's env."""
-    preflight_level: str | None = None
-    """--preflight: preflight level (off, quick, standard, deep)."""
+    flag: str
+    """The option, e.g. "--gpus-per-node"."""
+    help: str
+    """Its --help text."""
+    section: str | None
+    """The job mapping's section it sets (None: top level)."""
+    key: str
+    """The key in that section."""
+    choices: tuple[str, ...] = ()
+    """The values allowed (argparse checks them)."""
+    metavar: str | None = None
+
+
+def _flag(flag: str, help: str, section: str | None, key: str, default: Any = None,
+          choices: tuple[str, ...] = (), metavar: str | None = None) -> Any:
+    return field(default=default, metadata={"flag": Flag(flag, help, section, key, choices,
+                                                          metavar)})
+
+
+@dataclass(frozen=True)
+class CliOverrides:
+    """Job fields given on the command line; None means "not given" (the YAML decides).
+
+    The one table of the overrides: each field's :class:`Flag` (in ``metadata["flag"]``)
+    gives its option, help, and the job field it sets; the argument parser
+    (launcher/job_cli.py), :meth:`from_values`, :meth:`check_text` and :meth:`apply` all
+    read it. A tuple field is repeatable and adds to the YAML's list or mapping."""
+
+    name: str | None = _flag("--name", "job name", None, "name")
+    nodes: int | None = _flag("--nodes", "nodes that run ranks", "resources", "nodes")
+    spares: int | None = _flag("--spares", "extra nodes for preflight replacements",
+                               "resources", "spares")
+    gpus_per_node: int | None = _flag("--gpus-per-node", "ranks (GPUs) per node",
+                                      "resources", "gpus_per_node")
+    cpus_per_task: int | None = _flag("--cpus-per-task", "CPUs per rank", "resources",
+                                      "cpus_per_task")
+    time_limit: str | None = _flag("--time", "time limit ([D-]HH:MM[:SS] or minutes)",
+                                   "resources", "time_limit")
+    partition: str | None = _flag("--partition", "partition", "resources", "partition")
+    account: str | None = _flag("--account", "account", "resources", "account")
+    qos: str | None = _flag("--qos", "QOS", "resources", "qos")
+    container_image: str | None = _flag(
+        "--container-image", "pyxis container image for the training step", "resources",
+        "container_image")
+    dependencies: tuple[str, ...] = _flag(
+        "--dependency", "Slurm dependency, e.g. afterok:123 (repeatable)", "resources",
+        "dependencies", default=(), metavar="DEP")
+    env: tuple[str, ...] = _flag(
+        "--env", "environment for every rank (repeatable; carried literally)", None, "env",
+        default=(), metavar="KEY=VALUE")
+    preflight_level: str | None = _flag("--preflight", "preflight level", "policy",
+                                        "preflight_level",
+                                        choices=("off", "quick", "standard", "deep"))
     command: tuple[str, ...] = ()
     """Arguments after `--`: run this argv on every rank instead of `gantry train`."""
+
+    @staticmethod
+    def flags() -> list[tuple[str, Flag]]:
+        """(field name, its Flag) of every override given by an option, in --help order."""
+        return [(f.name, f.metadata["flag"]) for f in fields(CliOverrides)
+                if "flag" in f.metadata]
+
+    @classmethod
+    def from_values(cls, values: dict[str, Any], command: Sequence[str] = ()) -> CliOverrides:
+        """The overrides from parsed options (field name -> value; lists for repeatables)."""
+        repeatable = {f.name for f in fields(cls) if f.default == ()}
+        given: dict[str, Any] = {
+            name: tuple(values[name] or ()) if name in repeatable else values[name]
+            for name, _ in cls.flags()}
+        return cls(**given, command=tuple(command))
+
+    def _given(self) -> list[tuple[Flag, Any]]:
+        """(Flag, value) of each option set: single values first, then repeatable ones (the
+        order of the flags-used record)."""
+        pairs = [(flag, getattr(self, name)) for name, flag in self.flags()]
+        return ([(f, v) for f, v in pairs if not isinstance(v, tuple) and v is not None]
+                + [(f, v) for f, v in pairs if isinstance(v, tuple) and v])
 
     def check_text(self) -> None:
         """Every text flag is UTF-8: argv bytes that are not reach Python as lone surrogates,
         which no batch script can hold; UserInputError naming the flag otherwise."""
-        flags: list[tuple[str, str | None]] = [
-            ("--name", self.name), ("--time", self.time_limit), ("--partition", self.partition),
-            ("--account", self.account), ("--qos", self.qos),
-            ("--container-image", self.container_image),
-            ("--preflight", self.preflight_level),
-            *(("--dependency", d) for d in self.dependencies),
-            *(("--env", e) for e in self.env), *(("-- COMMAND", c) for c in self.command)]
-        for flag, value in flags:
-            if value is not None and not is_utf8(value):
+        values = [(flag.flag, v) for flag, value in self._given()
+                  for v in (value if isinstance(value, tuple) else (value,))]
+        for flag, value in [*values, *(("-- COMMAND", c) for c in self.command)]:
+            if isinstance(value, str) and not is_utf8(value):
                 raise UserInputError(f"{flag}: {brief(value)} is not allowed ({NOT_UTF8})")
 
     def apply(self, raw: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
@@ -71,43 +115,32 @@ class CliOverrides:
         self.check_text()
         data = copy.deepcopy(raw)
         used: list[str] = []
-
-        def put(section: str | None, key: str, value: Any, flag: str) -> None:
-            if value is None:
-                return
-            target = data if section is None else data.setdefault(section, {})
+        for flag, value in self._given():
+            target = data if flag.section is None else data.setdefault(flag.section, {})
             if not isinstance(target, dict):
-                raise UserInputError(f"{flag}: cannot override {section}.{key} "
-                                     f"({section} in the job file is not a mapping)")
-            target[key] = value
-            used.append(flag)
-
-        put(None, "name", self.name, "--name")
-        for key, flag in (("nodes", "--nodes"), ("spares", "--spares"),
-                          ("gpus_per_node", "--gpus-per-node"),
-                          ("cpus_per_task", "--cpus-per-task"), ("time_limit", "--time"),
-                          ("partition", "--partition"), ("account", "--account"),
-                          ("qos", "--qos"), ("container_image", "--container-image")):
-            put("resources", key, getattr(self, key), flag)
-        put("policy", "preflight_level", self.preflight_level, "--preflight")
-        if self.dependencies:
-            resources = data.setdefault("resources", {})
-            resources["dependencies"] = [*(resources.get("dependencies") or []),
-                                         *self.dependencies]
-            used.append("--dependency")
-        if self.env:
-            env = dict(data.get("env") or {})
-            for item in self.env:
-                key, sep, value = item.partition("=")
-                if not sep or not key:
-                    raise UserInputError(f"--env: {item!r} is not allowed (expected KEY=VALUE)")
-                env[key] = value
-            data["env"] = env
-            used.append("--env")
+                raise UserInputError(f"{flag.flag}: cannot override {flag.section}.{flag.key} "
+                                     f"({flag.section} in the job file is not a mapping)")
+            if flag.key == "env":
+                target[flag.key] = {**dict(target.get(flag.key) or {}), **_env_pairs(value)}
+            elif isinstance(value, tuple):
+                target[flag.key] = [*(target.get(flag.key) or []), *value]
+            else:
+                target[flag.key] = value
+            used.append(flag.flag)
         if self.command:
             data["command"] = list(self.command)
             used.append("-- COMMAND")
         return data, used
+
+
+def _env_pairs(items: Sequence[str]) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise UserInputError(f"--env: {item!r} is not allowed (expected KEY=VALUE)")
+        env[key] = value
+    return env
 
 
 @dataclass(frozen=True)

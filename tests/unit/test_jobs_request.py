@@ -205,3 +205,33 @@ def test_yaml_escapes_of_lone_surrogates_are_refused_naming_the_field(
     with pytest.raises(UserInputError) as info:
         resolve_request(job)
     assert str(info.value) == f"{job}: {field}: {shown} {NOT_UTF8_TAIL}"
+
+
+def test_one_table_gives_the_options_the_record_and_the_fields() -> None:
+    """CliOverrides' Flag table is the only list: every option `gantry submit` accepts in its
+    overrides group comes from it, and giving each one sets exactly its job field."""
+    import argparse
+
+    from launcher.job_cli import add_request_args, overrides_from_args
+
+    parser = argparse.ArgumentParser()
+    add_request_args(parser)
+    group = next(g for g in parser._action_groups if g.title and "overrides" in g.title)
+    table = CliOverrides.flags()
+    assert [a.option_strings[0] for a in group._group_actions] == [f.flag for _, f in table]
+    argv = ["job.yaml"]
+    for _, flag in table:
+        value = {"--nodes": "3", "--spares": "1", "--gpus-per-node": "2",
+                 "--cpus-per-task": "4", "--preflight": "deep", "--env": "K=V"}.get(flag.flag,
+                                                                                 "v")
+        argv += [flag.flag, value]
+    args = parser.parse_args(argv)
+    args.passthrough = ["echo"]
+    merged, used = overrides_from_args(args).apply({"resources": {"dependencies": ["d0"]}})
+    assert used == [f.flag for _, f in table if f.flag not in ("--dependency", "--env")] + [
+        "--dependency", "--env", "-- COMMAND"]
+    for _, flag in table:
+        where = merged if flag.section is None else merged[flag.section]
+        assert flag.key in where, flag
+    assert merged["resources"]["dependencies"] == ["d0", "v"] and merged["env"] == {"K": "V"}
+    assert merged["resources"]["nodes"] == 3 and merged["command"] == ["echo"]
