@@ -55,12 +55,8 @@ _SLACK = 1e-3
 simulator's (the same costs, added in another order), far less than any two makespans at
 SELECT_COSTS differ by, so it prunes only candidates the simulator would also drop."""
 
-Channel = tuple[int, int, Op]
-"""(source rank, destination rank, FORWARD for activations | BACKWARD_INPUT for gradients)."""
 Orders = tuple[tuple[ComputeStep, ...], ...]
 """Per-rank compute orders, hashable."""
-Candidate = tuple[Op, int, int, Channel | None]
-"""(op, stage, micro-batch, the channel its input comes from; None: data, loss or local)."""
 
 
 def zb_interleaved_memory_cap(pp: int, v: int) -> int:
