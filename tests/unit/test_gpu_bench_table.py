@@ -19,7 +19,7 @@ import gpu_bench_table  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
 FINAL = RESULTS / "gpu-bench-h200x2-2026-11-30-s3-call4.jsonl"
-ONE_GPU = RESULTS / "gpu-bench-h200x1-2026-12-02-s15-call1.jsonl"
+ONE_GPU = RESULTS / "gpu-bench-h200x1-2026-12-03-5bc7aee.jsonl"
 CURRENT = {("350M", "1 GPU"): ONE_GPU,
            ("350M", "PP=2"): RESULTS / "gpu-bench-h200x2-2026-11-30-s4-call4.jsonl",
            ("1.5B", "1 GPU"): ONE_GPU,
