@@ -30,7 +30,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from launcher.preflight.nvsmi_parse import CLOCK_EVENT_BITS, to_float, to_int
-from launcher.preflight.tools import tool_path
+from launcher.slurm.tools import tool_path
 
 QUERY = "index,utilization.gpu,clocks.sm,power.draw,clocks_event_reasons.active"
 """The nvidia-smi fields of one sample, in this order."""
