@@ -9,7 +9,13 @@ from typing import Any
 
 import launcher
 from launcher.errors import EXIT_OK
-from launcher.preflight.slurm_scripts import KINDS, ScriptSpec, write_scripts
+from launcher.plugins.scripts import (
+    ScriptKind,
+    ScriptSpec,
+    script_name,
+    slurm_conf_for,
+    write_scripts,
+)
 from launcher.preflight.verdict import LEVELS
 from launcher.site_config import load_site
 from topology.user_files import require_output_dir
@@ -44,16 +50,19 @@ def run(args: argparse.Namespace) -> int:
     site = load_site(args.site)
     root = str(Path(launcher.__file__).resolve().parent.parent)
     level = args.level or site.config.preflight.level
+    kinds: tuple[ScriptKind, ...] = ("healthcheck", "prolog", "epilog")
     specs = [
         ScriptSpec(
             kind,
-            sys.executable,
+            (sys.executable, "-m", "launcher"),
             str(site.path),
-            level if kind == "prolog" else "quick",
+            level,
+            "gantry preflight-scripts",
             pythonpath=root,
             fail_job=args.prolog_fails_job and kind == "prolog",
+            slurm_conf=tuple(slurm_conf_for(kind, (args.out_dir / script_name(kind)).resolve())),
         )
-        for kind in KINDS
+        for kind in kinds
     ]
     for path in write_scripts(args.out_dir, specs):
         sys.stdout.write(f"{path}\n")

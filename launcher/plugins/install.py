@@ -20,7 +20,7 @@ from launcher.errors import UserInputError, brief
 from launcher.plugins import render
 from launcher.plugins.build import build_spank
 from launcher.plugins.layout import InstallLayout
-from launcher.plugins.scripts import SCRIPT_KINDS, render_script
+from launcher.plugins.scripts import SCRIPT_KINDS, ScriptSpec, render_script, slurm_conf_for
 from launcher.site_config import LoadedSite, check_env_mapping
 from launcher.typed_config import FieldError
 
@@ -142,8 +142,11 @@ def plan_install(site: LoadedSite, prefix: Path | None = None) -> InstallPlan:
               "healthcheck": choice.health_check}
     for kind in SCRIPT_KINDS:
         if wanted[kind]:
-            files.append(PlannedFile(layout.script(kind), render_script(
-                kind, gantry, site_path, level, plugins.preflight_env), 0o755))
+            files.append(PlannedFile(layout.script(kind), render_script(ScriptSpec(
+                kind, (gantry,), site_path, level, "gantry site install-plugins",
+                tuple(plugins.preflight_env.items()),
+                slurm_conf=tuple(slurm_conf_for(kind, layout.script(kind),
+                                                choice.health_check_interval_s)))), 0o755))
     lines = render.slurm_conf_lines(layout, choice)
     files.append(PlannedFile(layout.slurm_conf_lines, (
         f"# slurm.conf lines that load gantry's plugin suite for site {cfg.name!r}\n"

@@ -16,6 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from launcher.plugins.scripts import ScriptKind, script_name
+
 SPANK_MODULE = "gantry_spank.so"
 
 
@@ -61,8 +63,8 @@ class InstallLayout:
     def libexec_dir(self) -> Path:
         return self.prefix / "libexec"
 
-    def script(self, kind: str) -> Path:
-        return self.libexec_dir / f"gantry-{kind}.sh"
+    def script(self, kind: ScriptKind) -> Path:
+        return self.libexec_dir / script_name(kind)
 
     @property
     def spank_build_dir(self) -> Path:

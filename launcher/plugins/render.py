@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from launcher.plugins.layout import InstallLayout
+from launcher.plugins.scripts import slurm_conf_for
 
 PLUGIN_LEVELS = ("quick", "standard")
 """Levels the SPANK plugin runs per node (deep needs the whole allocation: the gate)."""
@@ -95,13 +96,10 @@ def slurm_conf_lines(layout: InstallLayout, choice: SuiteChoice) -> list[str]:
     if choice.spank:
         lines.append(f"PlugStackConfig={layout.plugstack_conf}")
     if choice.prolog:
-        lines.append(f"Prolog={layout.script('prolog')}")
+        lines += slurm_conf_for("prolog", layout.script("prolog"))
     if choice.epilog:
-        lines.append(f"Epilog={layout.script('epilog')}")
+        lines += slurm_conf_for("epilog", layout.script("epilog"))
     if choice.health_check:
-        lines += [
-            f"HealthCheckProgram={layout.script('healthcheck')}",
-            f"HealthCheckInterval={choice.health_check_interval_s}",
-            "HealthCheckNodeState=ANY",
-        ]
+        lines += slurm_conf_for("healthcheck", layout.script("healthcheck"),
+                                choice.health_check_interval_s)
     return lines

@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from launcher.plugins.install import plan_install
-from launcher.plugins.scripts import render_script
+from launcher.plugins.scripts import SCRIPT_KINDS, ScriptSpec, render_script, slurm_conf_for
 from launcher.site_config import DEFAULT_SITE, load_site
 
 REPO = Path(__file__).resolve().parent.parent.parent
@@ -96,8 +96,9 @@ def test_script_passes_env_and_paths_literally(tmp_path: Path) -> None:
     fake.chmod(0o755)
     hostile = "/opt/a b/$(touch pwned);`id`"
     script = tmp_path / "prolog.sh"
-    script.write_text(render_script("prolog", str(fake), "/s p/site.yaml", "standard",
-                                    {"GANTRY_NVIDIA_SMI": hostile}))
+    script.write_text(render_script(ScriptSpec(
+        "prolog", (str(fake),), "/s p/site.yaml", "standard", "test",
+        (("GANTRY_NVIDIA_SMI", hostile),), pythonpath="/p $(touch pwned)")))
     script.chmod(0o755)
     env = {"PATH": os.environ["PATH"], "SLURMD_NODENAME": "n7"}
     result = subprocess.run([str(script)], env=env, cwd=tmp_path, capture_output=True,
@@ -111,9 +112,27 @@ def test_script_passes_env_and_paths_literally(tmp_path: Path) -> None:
 
 
 def test_epilog_and_healthcheck_run_quick() -> None:
-    for kind in ("epilog", "healthcheck"):
-        text = render_script(kind, "/g", "/s.yaml", "standard", {})  # type: ignore[arg-type]
-        assert "--level quick --drain" in text
+    for kind in SCRIPT_KINDS:
+        text = render_script(ScriptSpec(kind, ("/g",), "/s.yaml", "standard", "test"))
+        level = "standard" if kind == "prolog" else "quick"
+        assert f"/g preflight --site /s.yaml --level {level} --drain --quiet || true\nexit 0\n" \
+            in text
+
+
+def test_both_writers_use_one_generator(tmp_path: Path) -> None:
+    """`gantry preflight-scripts` and `gantry site install-plugins` write the same scripts
+    but for the command that runs gantry, the writer and the exports."""
+    out = tmp_path / "scripts"
+    result = gantry("preflight-scripts", str(out), "--site", str(DEFAULT_SITE))
+    assert result.returncode == 0, result.stderr
+    level = load_site(DEFAULT_SITE).config.preflight.level
+    for kind in SCRIPT_KINDS:
+        written = (out / f"gantry-{kind}.sh").read_text()
+        spec = ScriptSpec(kind, (sys.executable, "-m", "launcher"), str(DEFAULT_SITE.resolve()),
+                          level, "gantry preflight-scripts", pythonpath=str(REPO),
+                          slurm_conf=tuple(slurm_conf_for(kind, (out / f"gantry-{kind}.sh"))))
+        assert written == render_script(spec)
+        assert f"--level {level if kind == 'prolog' else 'quick'} --drain --quiet" in written
 
 
 def test_install_writes_files_and_builds_plugin(tmp_path: Path) -> None:
