@@ -14,7 +14,7 @@ import pytest
 
 from launcher import process_runner
 from launcher.errors import GantryError
-from launcher.slurm import CommandRunner, SlurmCommandError
+from launcher.slurm import CommandRunner, SlurmCommandError, tools
 from launcher.slurm.tools import require_tool, tool_env_var, tool_path
 
 
@@ -40,16 +40,21 @@ def test_the_rule_override_then_bin_dir_then_path(tmp_path: Path) -> None:
     assert tool_env_var("slurmctld") == "GANTRY_SLURMCTLD"
 
 
-def test_a_missing_tool_says_how_to_point_gantry_at_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("PATH", "/nonexistent")
+def test_after_path_the_sbin_dirs_then_a_message_saying_how_to_point_gantry(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    sbin = tmp_path / "sbin"
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    monkeypatch.setattr(tools, "SEARCH_DIRS", (str(sbin),))
     monkeypatch.delenv("GANTRY_SQUEUE", raising=False)
     monkeypatch.delenv("GANTRY_SLURM_BIN_DIR", raising=False)
-    found = tool_path("squeue")
-    if found is not None:  # in one of the sbin/bin dirs searched after PATH
-        assert found.endswith("/squeue")
-        return
-    with pytest.raises(GantryError, match="set GANTRY_SQUEUE, or GANTRY_SLURM_BIN_DIR"):
+    with pytest.raises(GantryError, match=r"squeue not found on PATH or .*sbin \(install "
+                       "slurm-wlm and munge, or set GANTRY_SQUEUE, or GANTRY_SLURM_BIN_DIR"):
         require_tool("squeue")
+    assert tool_path("nvidia-smi") is None
+    daemon = make_tool(sbin, "slurmd", "exit 0\n")
+    make_tool(sbin, "nvidia-smi", "exit 0\n")
+    assert require_tool("slurmd") == str(daemon)
+    assert tool_path("nvidia-smi") is None  # not Slurm's nor munge's: PATH only
 
 
 def test_the_runner_kills_what_a_hung_tool_left_running(tmp_path: Path) -> None:
@@ -59,8 +64,8 @@ def test_the_runner_kills_what_a_hung_tool_left_running(tmp_path: Path) -> None:
     make_tool(tmp_path / "bin", "sinfo",
               f"(exec >/dev/null 2>&1; sleep 600) &\necho $! > {child}\nsleep 600\n")
     runner = CommandRunner(env={**os.environ, "GANTRY_SLURM_BIN_DIR": str(tmp_path / "bin")},
-                           timeout_s=0.5, retries=0)
-    with pytest.raises(SlurmCommandError, match=r"timed out after 0.5s \(1 attempts\)"):
+                           timeout_s=3.0, retries=0)
+    with pytest.raises(SlurmCommandError, match=r"timed out after 3s \(1 attempts\)"):
         runner.run(["sinfo", "--json"])
     assert killed(int(child.read_text()))
 
