@@ -11,7 +11,9 @@ from collections.abc import Mapping, Sequence
 from launcher.cluster.layout import RunLayout
 from launcher.errors import GantryError
 from launcher.process_runner import ToolOutput
-from launcher.slurm.runner import run_slurm
+from launcher.slurm.cli_backend import CliSlurmClient
+from launcher.slurm.records import NodeInfo, sinfo_state
+from launcher.slurm.runner import CommandRunner, run_slurm
 from launcher.slurm.tools import require_tool
 
 
@@ -42,17 +44,16 @@ def controller_answers(layout: RunLayout) -> bool:
     return result.returncode == 0 and "is UP" in result.stdout
 
 
+def node_records(layout: RunLayout) -> dict[str, NodeInfo]:
+    """Every node as Slurm's JSON holds it, read by the Slurm client (the one node parser,
+    :func:`launcher.slurm.records.parse_nodes`)."""
+    client = CliSlurmClient(runner=CommandRunner(env=slurm_env(layout)))
+    return {node.name: node for node in client.node_states()}
+
+
 def node_states(layout: RunLayout) -> dict[str, str]:
-    """State of every node as sinfo reports it ("idle", "allocated", "down*", ...)."""
-    result = run(layout, "sinfo", ["-h", "-N", "-o", "%N %T"])
-    if result.returncode != 0:
-        raise GantryError(f"sinfo failed: {result.stderr.strip() or result.stdout.strip()}")
-    states: dict[str, str] = {}
-    for line in result.stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 2:
-            states[parts[0]] = parts[1]
-    return states
+    """State of every node in sinfo's words ("idle", "allocated", "down*", ...)."""
+    return {name: sinfo_state(node) for name, node in node_records(layout).items()}
 
 
 def active_job_ids(layout: RunLayout) -> list[str]:
@@ -74,8 +75,10 @@ def parse_key_values(text: str) -> dict[str, str]:
 
 
 def node_reason(layout: RunLayout, node: str) -> str:
-    """The Reason= of a node (why it is drained/down), "" when none or unknown."""
-    result = run(layout, "sinfo", ["-h", "-N", "-n", node, "-o", "%E"])
-    lines = result.stdout.strip().splitlines()
-    reason = lines[0].strip() if lines else ""
-    return "" if reason in ("", "(null)", "none") else reason
+    """The reason of a node (why it is drained/down), "" when none or unknown (Slurm not
+    answering included: this names a failure, it must not become one)."""
+    try:
+        found = node_records(layout).get(node)
+    except GantryError:
+        return ""
+    return found.reason if found is not None and found.reason not in ("(null)", "none") else ""

@@ -133,6 +133,37 @@ class NodeInfo:
                 "drained": self.drained, "usable": self.usable}
 
 
+_STATE_MARKS = (("MAINTENANCE", "$"), ("REBOOT_REQUESTED", "@"), ("REBOOT_ISSUED", "^"),
+                ("POWERING_UP", "#"), ("POWERING_DOWN", "%"), ("POWERED_DOWN", "~"),
+                ("POWER_DOWN", "!"), ("NOT_RESPONDING", "*"))
+"""State flag -> the mark sinfo puts after a state word; the first flag present wins."""
+
+
+def sinfo_state(node: NodeInfo) -> str:
+    """The node's state in the words ``sinfo -o %T`` uses ("idle", "mixed", "allocated",
+    "drained", "draining", "down*", "inval", ...), from its JSON record: drain and fail
+    name the state, a busy node is draining/failing, one mark for maintenance, reboot,
+    power or no response."""
+    flags = set(node.flags)
+    if "INVALID_REG" in flags:
+        return "inval"
+    mark = next((sign for flag, sign in _STATE_MARKS if flag in flags), "")
+    completing = "COMPLETING" in flags
+    if node.drained:
+        word = "draining" if completing or node.state in ("ALLOCATED", "MIXED") else "drained"
+    elif "FAIL" in flags:
+        word = "failing" if completing or node.state == "ALLOCATED" else "fail"
+    elif "MAINTENANCE" in flags and node.state not in ("ALLOCATED", "MIXED", "DOWN"):
+        return "maint*" if "NOT_RESPONDING" in flags else "maint"
+    elif completing and node.state == "ALLOCATED":
+        word = "allocated" if mark else "allocated+"
+    elif completing and node.state != "DOWN":
+        word = "completing"
+    else:
+        word = node.state.lower()
+    return word + mark
+
+
 def number(value: Any) -> int | None:
     """An integer from a 22.05 int/null or a 23.02+ ``{"set","infinite","number"}`` object;
     None for unset, unlimited, or anything that is not a whole number (NaN, infinity, a list,
@@ -385,7 +416,7 @@ def meta_version(text: str) -> tuple[int, int, int] | None:
 
 def parse_version(text: str, what: str | None = None) -> tuple[int, int, int]:
     """(major, minor, micro) from a tool's version output ("slurm 22.05.8"), read by the one
-    version reader, :meth:`topology.placement.request.SlurmVersion.parse`; ``what`` (the
+    version reader, :meth:`topology.slurm_version.SlurmVersion.parse`; ``what`` (the
     command) names it in errors."""
     try:
         version = SlurmVersion.parse(text)

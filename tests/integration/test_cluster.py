@@ -49,6 +49,28 @@ def test_comes_up_with_all_nodes_idle(embedded_cluster: EmbeddedCluster) -> None
     assert sorted(line for line in sinfo if line) == sorted(f"n{i} idle" for i in range(1, 9))
 
 
+def test_status_names_node_states_as_sinfo_does(embedded_cluster: EmbeddedCluster) -> None:
+    """`gantry cluster status` reads nodes from Slurm's JSON (the one node parser) and names
+    their states in sinfo's words: an idle drained node, a busy draining one, the rest."""
+    c = embedded_cluster
+    job = c.sbatch("-N1", "-w", "n7", "--wrap=sleep 300")
+    try:
+        c.wait_job(job, states=("RUNNING",), timeout=30)
+        for node in ("n7", "n8"):
+            c.run("scontrol", "update", f"NodeName={node}", "State=DRAIN", "Reason=test")
+        status = c.gantry("cluster", "status", "--site", str(c.site_path), "--json")
+        assert status.returncode == 0, status.stderr
+        ours = {n["name"]: n["state"] for n in json.loads(status.stdout)["nodes"]}
+        sinfo = c.run("sinfo", "-h", "-N", "-o", "%N %T").stdout.split()
+        assert ours == dict(zip(sinfo[::2], sinfo[1::2], strict=True))
+        assert (ours["n7"], ours["n8"], ours["n1"]) == ("draining", "drained", "idle")
+    finally:
+        c.scancel(job)
+        for node in ("n7", "n8"):
+            c.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+        c.cancel_all()
+
+
 def test_slurm_sees_the_switch_tree(embedded_cluster: EmbeddedCluster) -> None:
     topology = embedded_cluster.run("scontrol", "show", "topology").stdout
     assert "SwitchName=leaf1 Level=0" in topology

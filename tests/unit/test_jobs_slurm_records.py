@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from launcher.slurm.records import (
+    NodeInfo,
     SlurmParseError,
     exit_status,
     meta_version,
@@ -17,6 +18,7 @@ from launcher.slurm.records import (
     parse_sacct,
     parse_squeue,
     parse_version,
+    sinfo_state,
     states,
 )
 
@@ -215,3 +217,18 @@ def test_odd_exit_codes_states_and_versions_do_not_raise() -> None:
     for text in ("slurm \u00b2\u00b2.05.8", "slurm " + "9" * 5000 + ".05.8"):
         with pytest.raises(SlurmParseError, match="sbatch --version: cannot read a Slurm "):
             parse_version(text, "sbatch --version")
+
+
+@pytest.mark.parametrize(("state", "flags", "word"), [
+    ("IDLE", (), "idle"), ("MIXED", (), "mixed"), ("ALLOCATED", (), "allocated"),
+    ("IDLE", ("NOT_RESPONDING",), "idle*"), ("DOWN", ("NOT_RESPONDING",), "down*"),
+    ("IDLE", ("DRAIN",), "drained"), ("MIXED", ("DRAIN",), "draining"),
+    ("ALLOCATED", ("DRAIN",), "draining"), ("IDLE", ("DRAIN", "COMPLETING"), "draining"),
+    ("IDLE", ("COMPLETING",), "completing"), ("ALLOCATED", ("COMPLETING",), "allocated+"),
+    ("IDLE", ("FAIL",), "fail"), ("ALLOCATED", ("FAIL",), "failing"),
+    ("IDLE", ("INVALID_REG", "NOT_RESPONDING"), "inval"), ("FUTURE", (), "future"),
+    ("UNKNOWN", ("NOT_RESPONDING",), "unknown*"), ("IDLE", ("POWERED_DOWN",), "idle~"),
+])
+def test_node_states_in_sinfos_words(state: str, flags: tuple[str, ...], word: str) -> None:
+    """What `gantry cluster status` shows: sinfo's %T word for Slurm's JSON record."""
+    assert sinfo_state(NodeInfo("n1", state, flags)) == word
