@@ -12,7 +12,7 @@ from typing import Any
 
 from launcher.console import make_console, print_json
 from launcher.plugins.install import perform_install, plan_install
-from launcher.site_check.results import SiteCheck, worst
+from launcher.preflight.result import CheckResult, worst
 from launcher.site_check.run import check_site
 from launcher.site_check.slurm_topology import (
     check_out_path,
@@ -119,43 +119,43 @@ def _print_written(out: Path, topology: Topology, site_path: Path) -> None:
                   f"{out.resolve()}}}", markup=False)
 
 
-def print_checks(site_name: str, checks: list[SiteCheck]) -> None:
+def print_checks(site_name: str, checks: list[CheckResult]) -> None:
     """A table on a terminal; one line per check when piped."""
     from rich.table import Table
     from rich.text import Text
 
     console = make_console()
-    title = f"site {site_name}: {worst(checks).upper()}"
+    title = f"site {site_name}: {worst(c.status for c in checks)}"
     if console.is_terminal:
         table = Table(title=title)
         for column in ("check", "status", "observed", "expected", "action"):
             table.add_column(column)
         for c in checks:
-            hint = c.hint if c.status in ("warn", "fail") else ""
-            table.add_row(*(Text(cell) for cell in (c.name, c.status.upper(), c.observed,
-                                                     c.expected, hint)))
+            action = c.action if c.status in ("WARN", "FAIL") else ""
+            table.add_row(*(Text(cell) for cell in (c.id, c.status, c.observed, c.expected,
+                                                     action)))
         console.print(table)
         return
     console.print(title, markup=False)
     for c in checks:
-        line = f"  {c.status.upper()} {c.name}: {c.observed}"
-        if c.expected and c.status != "ok":
+        line = f"  {c.status} {c.id}: {c.observed}"
+        if c.expected and c.status != "PASS":
             line += f" (expected {c.expected})"
-        if c.hint and c.status in ("warn", "fail"):
-            line += f" -> {c.hint}"
+        if c.action and c.status in ("WARN", "FAIL"):
+            line += f" -> {c.action}"
         console.print(line, markup=False)
 
 
 def run_check(args: argparse.Namespace) -> int:
     site = load_site(args.site)
     checks = check_site(site)
-    verdict = worst(checks)
+    verdict = worst(c.status for c in checks)
     if args.json:
         print_json({"site": site.config.name, "site_file": str(site.path), "status": verdict,
                     "checks": [c.to_json() for c in checks]})
     else:
         print_checks(site.config.name, checks)
-    return 1 if verdict == "fail" else 0
+    return 1 if verdict == "FAIL" else 0
 
 
 def run_install(args: argparse.Namespace) -> int:

@@ -37,10 +37,10 @@ from launcher.job_dir import JobDir
 from launcher.live.follow import follow_job
 from launcher.live.summary import RunSummary
 from launcher.preflight.drain_reason import is_gantry_reason
+from launcher.preflight.result import STATUSES, worst
 from launcher.report.build import ReportResult, build_report
 from launcher.report.checkpoints import describe as describe_checkpoints
 from launcher.report.sources import resolve_sources
-from launcher.site_check.results import worst
 from launcher.site_check.run import check_site
 from launcher.site_config import LoadedSite, load_site
 from launcher.slurm import CommandRunner, SlurmClient, make_client
@@ -88,7 +88,7 @@ class DemoResult:
     seconds: dict[str, float] = field(default_factory=dict)
     """Wall time per demo step."""
     site_check: str = ""
-    """`gantry site check`'s verdict on the demo's site: ok, warn or fail."""
+    """`gantry site check`'s verdict on the demo's site: PASS, WARN or FAIL."""
 
     def to_json(self) -> dict[str, Any]:
         return {"job_id": self.job_id, "job_dir": self.job_dir, "faulty_node": self.faulty,
@@ -237,15 +237,14 @@ def run_demo(opts: DemoOptions, console: Console) -> DemoResult:
 def _site_check(site: LoadedSite, console: Console) -> str:
     """`gantry site check` in one line (and a line per warning or failure); its verdict."""
     checks = check_site(site)
-    verdict = worst(checks)
+    verdict = worst(c.status for c in checks)
     counts = Counter(c.status for c in checks)
-    console.print(f"site check: {verdict.upper()} ("
-                  + ", ".join(f"{counts[s]} {s}" for s in ("ok", "warn", "fail", "skip")
-                              if counts[s]) + ")", markup=False)
+    console.print(f"site check: {verdict} ("
+                  + ", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s]) + ")",
+                  markup=False)
     for check in checks:
-        if check.status in ("warn", "fail"):
-            console.print(f"  {check.status.upper()} {check.name}: {check.observed}",
-                          markup=False)
+        if check.status in ("WARN", "FAIL"):
+            console.print(f"  {check.status} {check.id}: {check.observed}", markup=False)
     return verdict
 
 

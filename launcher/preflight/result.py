@@ -1,10 +1,12 @@
-"""The typed result every check returns, and how results roll up into a node status."""
+"""The typed result every check returns (preflight's on a node, `gantry site check`'s against
+the live cluster: one vocabulary, PASS / WARN / FAIL / SKIP with an action), and how results
+roll up into a status."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
-from typing import Literal
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
 
 Status = Literal["PASS", "WARN", "FAIL", "SKIP"]
 STATUSES: tuple[Status, ...] = ("PASS", "WARN", "FAIL", "SKIP")
@@ -20,8 +22,9 @@ class CheckResult:
     """PASS, WARN (allowed to run), FAIL (node must not run the job) or SKIP (not applicable)."""
     observed: str
     """What was measured, e.g. "GPU1: pending=Yes"."""
-    expected: str
-    """What was required, e.g. "no pending remaps"."""
+    expected: str = ""
+    """What was required, e.g. "no pending remaps" ("" when the observation speaks for
+    itself)."""
     evidence: str = ""
     """Where the observation came from (command, file, counter)."""
     action: str = ""
@@ -32,6 +35,10 @@ class CheckResult:
     """Why a check was skipped."""
     duration_s: float = 0.0
     """Time the check (and any active test behind it) took."""
+
+    def to_json(self) -> dict[str, Any]:
+        """A plain dict for ``--json`` (the keys are the field names)."""
+        return asdict(self)
 
 
 def passed(check_id: str, observed: str, expected: str, evidence: str = "") -> CheckResult:

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from launcher.errors import UserInputError
 from launcher.preflight.drain_policy import NodeState
 from launcher.preflight.drain_reason import is_gantry_reason
+from launcher.preflight.result import CheckResult, Status
 from launcher.site_check.live_facts import LiveFacts
-from launcher.site_check.results import SiteCheck, Status
 from launcher.site_config import LoadedSite
 from launcher.slurm.records import NodeInfo
 from topology import hostlists
@@ -63,33 +63,33 @@ def _grouped(values: dict[str, str]) -> str:
     return ", ".join(parts[:_LISTED]) + more
 
 
-def check_known_nodes(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
+def check_known_nodes(site: LoadedSite, facts: LiveFacts) -> CheckResult:
     """Every node of nodes.names exists in Slurm."""
     names = site.config.nodes.node_list()
     unknown = [n for n in names if n not in facts.nodes]
     expected = f"every node of nodes.names ({site.config.nodes.names}) defined in Slurm"
     if unknown:
-        return SiteCheck("nodes", "fail",
-                         f"{hostlists.collect(unknown)} unknown to Slurm "
-                         f"({len(unknown)} of {len(names)})", expected,
-                         "fix nodes.names, or add the nodes to slurm.conf (a powered-down "
-                         "CLOUD node is listed only where PrivateData allows cloud)")
-    return SiteCheck("nodes", "ok", f"all {len(names)} nodes defined in Slurm", expected)
+        return CheckResult("nodes", "FAIL",
+                           f"{hostlists.collect(unknown)} unknown to Slurm "
+                           f"({len(unknown)} of {len(names)})", expected,
+                           action="fix nodes.names, or add the nodes to slurm.conf (a powered-down "
+                           "CLOUD node is listed only where PrivateData allows cloud)")
+    return CheckResult("nodes", "PASS", f"all {len(names)} nodes defined in Slurm", expected)
 
 
-def check_partition(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
+def check_partition(site: LoadedSite, facts: LiveFacts) -> CheckResult:
     """slurm.partition exists, is UP, holds every site node; its other nodes are named."""
     name = site.config.slurm.partition
     expected = f"partition {name!r} (slurm.partition), UP, holding {site.config.nodes.names}"
     part = facts.partitions.get(name)
     if part is None:
         known = ", ".join(sorted(facts.partitions)) or "none"
-        return SiteCheck("partition", "fail", f"no partition {name!r} (Slurm has: {known})",
-                         expected, "set slurm.partition to one of Slurm's partitions")
+        return CheckResult("partition", "FAIL", f"no partition {name!r} (Slurm has: {known})",
+                           expected, action="set slurm.partition to one of Slurm's partitions")
     try:
         members = set(_partition_nodes(part, facts))
     except UserInputError as err:
-        return SiteCheck("partition", "fail", f"partition {name!r}: {err}", expected)
+        return CheckResult("partition", "FAIL", f"partition {name!r}: {err}", expected)
     site_nodes = site.config.nodes.node_list()
     missing = [n for n in site_nodes if n not in members]
     extra = sorted(members - set(site_nodes))
@@ -100,17 +100,17 @@ def check_partition(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
     if missing:
         problems.append(f"{hostlists.collect(missing)} not in it")
     if problems:
-        return SiteCheck("partition", "fail", f"partition {name!r}: " + "; ".join(problems),
-                         expected, "jobs in this partition cannot run on the planned nodes: "
-                         "fix slurm.partition or nodes.names")
+        return CheckResult("partition", "FAIL", f"partition {name!r}: " + "; ".join(problems),
+                           expected, action="jobs in this partition cannot run on the planned "
+                           "nodes: fix slurm.partition or nodes.names")
     if extra:
-        return SiteCheck("partition", "warn",
-                         f"partition {name!r} is UP and also holds {hostlists.collect(extra)}, "
-                         "which nodes.names does not list", expected,
-                         "gantry never plans those nodes; list them in nodes.names (and the "
-                         "topology) to use them")
-    return SiteCheck("partition", "ok", f"partition {name!r} is UP with the site's "
-                     f"{len(site_nodes)} nodes", expected)
+        return CheckResult("partition", "WARN",
+                           f"partition {name!r} is UP and also holds {hostlists.collect(extra)}, "
+                           "which nodes.names does not list", expected,
+                           action="gantry never plans those nodes; list them in nodes.names "
+                           "(and the topology) to use them")
+    return CheckResult("partition", "PASS", f"partition {name!r} is UP with the site's "
+                       f"{len(site_nodes)} nodes", expected)
 
 
 def _partition_nodes(part: dict[str, str], facts: LiveFacts) -> list[str]:
@@ -144,18 +144,18 @@ class ResourceSpec:
 
 
 def _resource_check(spec: ResourceSpec, wanted: int, site: LoadedSite,
-                    facts: LiveFacts) -> SiteCheck:
+                    facts: LiveFacts) -> CheckResult:
     """Every site node's ``spec.field`` equals ``wanted``; differing nodes grouped by value."""
     seen = {n: spec.read(facts.nodes[n].get(spec.field, "")) for n in
             site.config.nodes.node_list() if n in facts.nodes}
     if not seen:
-        return SiteCheck(spec.name, "skip", "no site node is defined in Slurm", spec.expected)
+        return CheckResult(spec.name, "SKIP", "no site node is defined in Slurm", spec.expected)
     differing = {n: str(v) for n, v in seen.items() if v != wanted}
     if differing:
-        return SiteCheck(spec.name, spec.bad, f"{spec.label} per node: {_grouped(differing)}",
-                         spec.expected, spec.hint)
-    return SiteCheck(spec.name, "ok", f"{wanted} {spec.label} on all {len(seen)} nodes",
-                     spec.expected)
+        return CheckResult(spec.name, spec.bad, f"{spec.label} per node: {_grouped(differing)}",
+                           spec.expected, action=spec.hint)
+    return CheckResult(spec.name, "PASS", f"{wanted} {spec.label} on all {len(seen)} nodes",
+                       spec.expected)
 
 
 def _int_or_zero(text: str) -> int:
@@ -163,46 +163,46 @@ def _int_or_zero(text: str) -> int:
     return int(text) if text.isdigit() else 0
 
 
-def check_gpus(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
+def check_gpus(site: LoadedSite, facts: LiveFacts) -> CheckResult:
     """Each node's GPUs in Slurm (Gres=gpu:...) = nodes.gpus_per_node (ranks per node)."""
     wanted = site.config.nodes.gpus_per_node
     return _resource_check(ResourceSpec(
         "gpus", "Gres", gres_gpus, "GPUs (Gres=)",
         f"{wanted} GPUs per node in Gres= (nodes.gpus_per_node; gantry starts that many ranks "
-        "per node and asks --gpus-per-node)", "fail",
+        "per node and asks --gpus-per-node)", "FAIL",
         "set nodes.gpus_per_node, or the nodes' Gres= in slurm.conf / gres.conf"),
         wanted, site, facts)
 
 
-def check_cpus(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
+def check_cpus(site: LoadedSite, facts: LiveFacts) -> CheckResult:
     """Each node's CPUTot = nodes.cpus."""
     wanted = site.config.nodes.cpus
     return _resource_check(ResourceSpec(
         "cpus", "CPUTot", _int_or_zero, "CPUs (CPUTot=)", f"{wanted} CPUs per node (nodes.cpus)",
-        "warn", "set nodes.cpus to what Slurm reports (preflight expects it)"),
+        "WARN", "set nodes.cpus to what Slurm reports (preflight expects it)"),
         wanted, site, facts)
 
 
-def check_memory(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
+def check_memory(site: LoadedSite, facts: LiveFacts) -> CheckResult:
     """Each node's RealMemory = nodes.real_memory_mb."""
     wanted = site.config.nodes.real_memory_mb
     return _resource_check(ResourceSpec(
         "memory", "RealMemory", _int_or_zero, "MB (RealMemory=)",
-        f"RealMemory={wanted} MB per node (nodes.real_memory_mb)", "warn",
+        f"RealMemory={wanted} MB per node (nodes.real_memory_mb)", "WARN",
         "set nodes.real_memory_mb to Slurm's RealMemory (preflight expects at least that "
         "much)"), wanted, site, facts)
 
 
-def check_node_states(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
+def check_node_states(site: LoadedSite, facts: LiveFacts) -> CheckResult:
     """Which site nodes take no new jobs now, and why (gantry's own drains told apart)."""
     names = [n for n in site.config.nodes.node_list() if n in facts.node_states]
     if not names:
-        return SiteCheck("node-states", "skip", "no site node is defined in Slurm")
+        return CheckResult("node-states", "SKIP", "no site node is defined in Slurm")
     out = [facts.node_states[n] for n in names if not node_info(facts.node_states[n]).usable]
     expected = "every node schedulable"
     if not out:
-        return SiteCheck("node-states", "ok", f"{len(names)} of {len(names)} nodes schedulable",
-                         expected)
+        return CheckResult("node-states", "PASS", f"{len(names)} of {len(names)} nodes schedulable",
+                           expected)
     ours = [s.name for s in out if is_gantry_reason(s.reason)]
     others = {s.name: f"{s.state} ({s.reason})" if s.reason else s.state for s in out
               if s.name not in ours}
@@ -211,14 +211,14 @@ def check_node_states(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
         parts.append(_grouped(others))
     if ours:
         parts.append(f"{hostlists.collect(ours)} drained by gantry's preflight")
-    return SiteCheck("node-states", "warn",
-                     f"{len(names) - len(out)} of {len(names)} nodes schedulable; "
-                     + "; ".join(parts), expected,
-                     "gantry plans around these nodes; `gantry preflight` on a node shows "
-                     "why it failed, clean passes resume gantry's own drains")
+    return CheckResult("node-states", "WARN",
+                       f"{len(names) - len(out)} of {len(names)} nodes schedulable; "
+                       + "; ".join(parts), expected,
+                       action="gantry plans around these nodes; `gantry preflight` on a node shows "
+                       "why it failed, clean passes resume gantry's own drains")
 
 
-def node_checks(site: LoadedSite, facts: LiveFacts) -> Sequence[SiteCheck]:
+def node_checks(site: LoadedSite, facts: LiveFacts) -> Sequence[CheckResult]:
     """Every node-level check, in display order."""
     return [check(site, facts) for check in (check_partition, check_known_nodes, check_gpus,
                                              check_cpus, check_memory, check_node_states)]

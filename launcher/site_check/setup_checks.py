@@ -13,8 +13,8 @@ from launcher.plugins.install import (
     default_prefix,
     plan_install,
 )
+from launcher.preflight.result import CheckResult
 from launcher.site_check.live_facts import LiveFacts
-from launcher.site_check.results import SiteCheck
 from launcher.site_config import LoadedSite
 
 
@@ -74,18 +74,20 @@ def plugin_plan(site: LoadedSite) -> InstallPlan | str | None:
         return str(err)
 
 
-def check_plugins(site: LoadedSite, facts: LiveFacts, plan: InstallPlan | str | None) -> SiteCheck:
+def check_plugins(site: LoadedSite, facts: LiveFacts,
+                  plan: InstallPlan | str | None) -> CheckResult:
     """With plugins.enabled: the suite's files are installed and Slurm runs with its lines
     (``plan`` from :func:`plugin_plan`)."""
     if not site.config.plugins.enabled:
-        return SiteCheck("plugins", "skip", "plugins.enabled is false")
+        return CheckResult("plugins", "SKIP", "plugins.enabled is false")
     if plan is None:
-        return SiteCheck("plugins", "fail", "plugins.prefix is not set and the site is not "
-                         "embedded", "an install location for the suite",
-                         "set plugins.prefix to where `gantry site install-plugins` put the suite")
+        return CheckResult("plugins", "FAIL", "plugins.prefix is not set and the site is not "
+                           "embedded", "an install location for the suite",
+                           action="set plugins.prefix to where `gantry site install-plugins` "
+                           "put the suite")
     if isinstance(plan, str):
-        return SiteCheck("plugins", "fail", plan, "an install location for the suite",
-                         "fix the path named")
+        return CheckResult("plugins", "FAIL", plan, "an install location for the suite",
+                           action="fix the path named")
     expected = f"the suite installed under {plan.layout.prefix} and loaded by slurm.conf"
     paths = [f.path for f in plan.files]
     if plan.choice.spank:
@@ -103,21 +105,21 @@ def check_plugins(site: LoadedSite, facts: LiveFacts, plan: InstallPlan | str | 
     if differing:
         problems.append("Slurm runs " + ", ".join(differing))
     if problems:
-        return SiteCheck("plugins", "fail", "; ".join(problems), expected,
-                         f"run `gantry site install-plugins --site {site.path}`, add the lines "
-                         "it prints to slurm.conf, then `scontrol reconfigure`")
-    return SiteCheck("plugins", "ok", f"{len(paths)} files installed, "
-                     f"{len(plan.slurm_conf_lines)} slurm.conf settings in effect", expected)
+        return CheckResult("plugins", "FAIL", "; ".join(problems), expected,
+                           action=f"run `gantry site install-plugins --site {site.path}`, add "
+                           "the lines it prints to slurm.conf, then `scontrol reconfigure`")
+    return CheckResult("plugins", "PASS", f"{len(paths)} files installed, "
+                       f"{len(plan.slurm_conf_lines)} slurm.conf settings in effect", expected)
 
 
-def check_build(site: LoadedSite) -> SiteCheck:
+def check_build(site: LoadedSite) -> CheckResult:
     """The native trainer is built for this site and source tree (`gantry build`)."""
     expected = f"`gantry build` done for site {site.config.name!r} " \
                f"({site.config.build.backend} backend)"
     try:
         library = built_library(site)
     except GantryError:
-        return SiteCheck("build", "warn", "no build for this site and source tree", expected,
-                         f"run `gantry build --site {site.path}` (gantry submit builds it "
-                         "otherwise, before the job starts)")
-    return SiteCheck("build", "ok", f"built: {library}", expected)
+        return CheckResult("build", "WARN", "no build for this site and source tree", expected,
+                           action=f"run `gantry build --site {site.path}` (gantry submit builds it "
+                           "otherwise, before the job starts)")
+    return CheckResult("build", "PASS", f"built: {library}", expected)

@@ -7,8 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from launcher.errors import UserInputError
+from launcher.preflight.result import CheckResult
 from launcher.site_check.live_facts import LiveFacts
-from launcher.site_check.results import SiteCheck
 from launcher.site_config import LoadedSite
 from launcher.site_topology import site_topology
 from topology import hostlists
@@ -40,7 +40,7 @@ def _slurm_doc(facts: LiveFacts) -> TopologyDoc | None:
         return None
 
 
-def check_topology_plugin(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
+def check_topology_plugin(site: LoadedSite, facts: LiveFacts) -> CheckResult:
     """Slurm places jobs by the kind of topology topology.plugin names (its TopologyPlugin,
     or on Slurm 25.05+ a topology.yaml that `scontrol show topology` reports while
     TopologyPlugin= is unset), and Slurm is new enough for it."""
@@ -50,21 +50,21 @@ def check_topology_plugin(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
     if wanted == "block" and facts.version:
         version = SlurmVersion.parse(facts.version, "SLURM_VERSION")
         if version < BLOCK_PLUGIN_SINCE:
-            return SiteCheck("topology-plugin", "fail",
-                             f"Slurm {version} has no topology/block", expected,
-                             f"a block topology needs Slurm {BLOCK_PLUGIN_SINCE.major}."
-                             f"{BLOCK_PLUGIN_SINCE.minor:02d} or later")
+            return CheckResult("topology-plugin", "FAIL",
+                               f"Slurm {version} has no topology/block", expected,
+                               action=f"a block topology needs Slurm {BLOCK_PLUGIN_SINCE.major}."
+                               f"{BLOCK_PLUGIN_SINCE.minor:02d} or later")
     shown = f"TopologyPlugin={running or '(unset)'}"
     if running in PLUGIN_NAMES[wanted]:
-        return SiteCheck("topology-plugin", "ok", shown, expected)
+        return CheckResult("topology-plugin", "PASS", shown, expected)
     doc = _slurm_doc(facts)  # read only for non-flat sites, or a tree/block plugin
     if wanted != "flat" and running in PLUGIN_NAMES["flat"] and doc is not None \
             and doc.kind == wanted:
-        return SiteCheck("topology-plugin", "ok", f"{shown}; Slurm reports a {wanted} "
-                         "topology (topology.yaml)", expected)
-    return SiteCheck("topology-plugin", "fail", shown, expected,
-                     "Slurm and gantry would place jobs by different topologies: set "
-                     "topology.plugin, or TopologyPlugin= in slurm.conf")
+        return CheckResult("topology-plugin", "PASS", f"{shown}; Slurm reports a {wanted} "
+                           "topology (topology.yaml)", expected)
+    return CheckResult("topology-plugin", "FAIL", shown, expected,
+                       action="Slurm and gantry would place jobs by different topologies: set "
+                       "topology.plugin, or TopologyPlugin= in slurm.conf")
 
 
 def site_groups(topology: Topology) -> dict[frozenset[str], str]:
@@ -130,48 +130,48 @@ def _describe(only: dict[frozenset[str], str], who: str) -> str:
     return f"only {who}: {text}{more}"
 
 
-def check_topology_layout(site: LoadedSite, facts: LiveFacts) -> SiteCheck:
+def check_topology_layout(site: LoadedSite, facts: LiveFacts) -> CheckResult:
     """Slurm's switches/blocks group the site's nodes as the site's topology does (and, for
     blocks, with the same aggregated block sizes where Slurm prints them)."""
     wanted = site.config.topology.plugin
     if wanted == "flat":
-        return SiteCheck("topology", "skip", "flat site: no switches or blocks to compare")
+        return CheckResult("topology", "SKIP", "flat site: no switches or blocks to compare")
     mine = site_topology(site)
     kind = "switches" if wanted == "tree" else "blocks"
     expected = f"the same {kind} over the site's nodes as {mine.source}"
     if facts.topology_error:
-        return SiteCheck("topology", "fail",
-                         f"scontrol show topology failed: {facts.topology_error}", expected,
-                         "check that slurmctld loaded its topology (slurmctld.log)")
+        return CheckResult("topology", "FAIL",
+                           f"scontrol show topology failed: {facts.topology_error}", expected,
+                           action="check that slurmctld loaded its topology (slurmctld.log)")
     if not facts.topology_text.strip():
-        return SiteCheck("topology", "skip", "Slurm reports no topology to compare", expected)
+        return CheckResult("topology", "SKIP", "Slurm reports no topology to compare", expected)
     try:
         theirs = parse_scontrol_topology(facts.topology_text)
         ours = site_groups(mine)
         slurm = slurm_groups(theirs, frozenset(site.config.nodes.node_list()))
     except UserInputError as err:
-        return SiteCheck("topology", "fail", f"Slurm's topology does not parse: {err}",
-                         expected, "report it with the output of `scontrol show topology`")
+        return CheckResult("topology", "FAIL", f"Slurm's topology does not parse: {err}",
+                           expected, action="report it with the output of `scontrol show topology`")
     if theirs.kind != mine.kind:
-        return SiteCheck("topology", "fail", f"Slurm reports a {theirs.kind} topology",
-                         expected, _REGENERATE)
+        return CheckResult("topology", "FAIL", f"Slurm reports a {theirs.kind} topology",
+                           expected, action=_REGENERATE)
     only_site = {k: v for k, v in ours.items() if k not in slurm}
     only_slurm = {k: v for k, v in slurm.items() if k not in ours}
     if only_site or only_slurm:
         parts = [_describe(d, who) for d, who in ((only_site, "in the site"),
                                                    (only_slurm, "in Slurm")) if d]
-        return SiteCheck("topology", "fail", "; ".join(parts), expected,
-                         f"placement would count other {kind} than Slurm: {_REGENERATE}")
+        return CheckResult("topology", "FAIL", "; ".join(parts), expected,
+                           action=f"placement would count other {kind} than Slurm: {_REGENERATE}")
     sizes = [s for s in theirs.block_sizes if s <= len(site.config.nodes.node_list())]
     if mine.kind == "block" and sizes and sizes != list(mine.block_sizes)[:len(sizes)]:
-        return SiteCheck("topology", "warn",
-                         f"{len(ours)} blocks as in the site, but Slurm's block sizes are "
-                         f"{sizes}, the site's {list(mine.block_sizes)}",
-                         expected, "set topology.block_sizes to Slurm's BlockSizes")
-    return SiteCheck("topology", "ok", f"{len(ours)} {kind}, the same node groups in "
-                     "Slurm and the site", expected)
+        return CheckResult("topology", "WARN",
+                           f"{len(ours)} blocks as in the site, but Slurm's block sizes are "
+                           f"{sizes}, the site's {list(mine.block_sizes)}",
+                           expected, action="set topology.block_sizes to Slurm's BlockSizes")
+    return CheckResult("topology", "PASS", f"{len(ours)} {kind}, the same node groups in "
+                       "Slurm and the site", expected)
 
 
-def topology_checks(site: LoadedSite, facts: LiveFacts) -> Sequence[SiteCheck]:
+def topology_checks(site: LoadedSite, facts: LiveFacts) -> Sequence[CheckResult]:
     """Every topology check, in display order."""
     return [check_topology_plugin(site, facts), check_topology_layout(site, facts)]

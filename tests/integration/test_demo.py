@@ -54,7 +54,7 @@ def test_demo_end_to_end(embedded_cluster: EmbeddedCluster, tmp_path: Path) -> N
             assert Path(report[key]).is_file(), key
         assert [c["step"] for c in report["checkpoints"]] == [15, 30]  # interval steps // 2
         assert demo["restored"] is True
-        assert demo["site_check"] == "ok"  # the build exists by then: nothing to warn about
+        assert demo["site_check"] == "PASS"  # the build exists by then: nothing to warn about
         state = parse_show_node(c.run("scontrol", "show", "node", "-o", faulty).stdout)[faulty]
         assert "DRAIN" not in state.state and state.reason is None
         # The view: each step announced with its command, the table, the steps, the summary.
@@ -62,7 +62,7 @@ def test_demo_end_to_end(embedded_cluster: EmbeddedCluster, tmp_path: Path) -> N
                      "$ gantry submit", "step 30/30", "summary:", "loss went down",
                      f"{faulty} excluded, drained", "$ gantry report",
                      "checkpoints 2 (steps 15, 30)", "demo done in", "$ gantry site check",
-                     "site check: OK ("):
+                     "site check: PASS ("):
             assert text in view, text
     finally:
         c.cancel_all()

@@ -52,8 +52,8 @@ def gantry(cluster: EmbeddedCluster, cwd: Path, *args: str,
 def test_site_check_sees_two_gpus_per_node(gpu_cluster: EmbeddedCluster) -> None:
     result = gantry(gpu_cluster, REPO_ROOT, "site", "check", "--site",
                     str(gpu_cluster.site_path), "--json")
-    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
-    assert checks["gpus"]["status"] == "ok", checks["gpus"]
+    checks = {c["id"]: c for c in json.loads(result.stdout)["checks"]}
+    assert checks["gpus"]["status"] == "PASS", checks["gpus"]
     assert checks["gpus"]["observed"] == "2 GPUs (Gres=) on all 8 nodes"
     assert result.returncode == 0, result.stdout
 

@@ -29,7 +29,7 @@ def site_check(cluster: EmbeddedCluster, site: Path,
 
 def checks_of(result: subprocess.CompletedProcess[str]) -> dict[str, dict[str, Any]]:
     data = json.loads(result.stdout)
-    return {c["name"]: c for c in data["checks"]}
+    return {c["id"]: c for c in data["checks"]}
 
 
 def variant(cluster: EmbeddedCluster, tmp_path: Path, **sections: Any) -> Path:
@@ -48,17 +48,17 @@ def test_the_clusters_own_site_passes(embedded_cluster: EmbeddedCluster) -> None
     checks = checks_of(result)
     for name in ("slurm", "partition", "nodes", "gpus", "cpus", "memory", "node-states",
                  "topology-plugin", "topology"):
-        assert checks[name]["status"] == "ok", checks[name]
+        assert checks[name]["status"] == "PASS", checks[name]
     assert re.match(r"Slurm \d+\.\d+\.\d+, cluster gantry-test-", checks["slurm"]["observed"])
     assert checks["topology"]["observed"].startswith("7 switches")
-    assert checks["plugins"]["status"] == "skip"
-    assert checks["build"]["status"] in ("ok", "warn")
+    assert checks["plugins"]["status"] == "SKIP"
+    assert checks["build"]["status"] in ("PASS", "WARN")
     plain = site_check(embedded_cluster, embedded_cluster.site_path)
     assert plain.returncode == 0
-    # OK, or WARN where this source tree has no cached build (the only check that may warn)
-    verdict = "WARN" if checks["build"]["status"] == "warn" else "OK"
+    # PASS, or WARN where this source tree has no cached build (the only check that may warn)
+    verdict = "WARN" if checks["build"]["status"] == "WARN" else "PASS"
     assert plain.stdout.splitlines()[0] == f"site test: {verdict}"
-    assert "  OK topology: 7 switches" in plain.stdout
+    assert "  PASS topology: 7 switches" in plain.stdout
 
 
 def test_a_site_that_disagrees_fails_naming_what(embedded_cluster: EmbeddedCluster,
@@ -71,17 +71,17 @@ def test_a_site_that_disagrees_fails_naming_what(embedded_cluster: EmbeddedClust
     result = site_check(embedded_cluster, site, "--json")
     assert result.returncode == 1, result.stdout + result.stderr
     checks = checks_of(result)
-    assert checks["partition"]["status"] == "fail"
+    assert checks["partition"]["status"] == "FAIL"
     assert "n9 not in it" in checks["partition"]["observed"]
-    assert checks["nodes"]["status"] == "fail"
+    assert checks["nodes"]["status"] == "FAIL"
     assert checks["nodes"]["observed"].startswith("n9 unknown to Slurm")
-    assert checks["gpus"]["status"] == "fail"
+    assert checks["gpus"]["status"] == "FAIL"
     assert checks["gpus"]["observed"] == "GPUs (Gres=) per node: n[1-8]: 0"
     assert "4 GPUs per node" in checks["gpus"]["expected"]
-    assert checks["cpus"]["status"] == "warn"
+    assert checks["cpus"]["status"] == "WARN"
     assert checks["cpus"]["observed"] == "CPUs (CPUTot=) per node: n[1-8]: 2"
-    assert checks["memory"]["status"] == "ok"
-    assert checks["topology"]["status"] == "fail"
+    assert checks["memory"]["status"] == "PASS"
+    assert checks["topology"]["status"] == "FAIL"
     observed = checks["topology"]["observed"]
     assert "only in the site: a = n[1-3], b = n[4-9]" in observed
     assert "only in Slurm: leaf1 = n[1-2]" in observed
@@ -97,12 +97,12 @@ def test_a_missing_partition_and_a_topology_plugin_mismatch(
     site = variant(embedded_cluster, tmp_path, slurm={"partition": "gpu"},
                    topology={"plugin": "flat", "switches": []})
     checks = checks_of(site_check(embedded_cluster, site, "--json"))
-    assert checks["partition"]["status"] == "fail"
+    assert checks["partition"]["status"] == "FAIL"
     assert checks["partition"]["observed"] == \
         f"no partition 'gpu' (Slurm has: {embedded_cluster.partition})"
-    assert checks["topology-plugin"]["status"] == "fail"
+    assert checks["topology-plugin"]["status"] == "FAIL"
     assert checks["topology-plugin"]["observed"] == "TopologyPlugin=topology/tree"
-    assert checks["topology"]["status"] == "skip"
+    assert checks["topology"]["status"] == "SKIP"
 
 
 @pytest.fixture
@@ -122,7 +122,7 @@ def test_drained_nodes_warn_and_gantrys_drains_are_told_apart(
     result = site_check(embedded_cluster, embedded_cluster.site_path, "--json")
     assert result.returncode == 0, result.stdout + result.stderr
     state = checks_of(result)["node-states"]
-    assert state["status"] == "warn"
+    assert state["status"] == "WARN"
     assert state["observed"].startswith("6 of 8 nodes schedulable; ")
     assert "n8: IDLE+DRAIN (cable swap)" in state["observed"]
     assert "n7 drained by gantry's preflight" in state["observed"]
@@ -133,10 +133,10 @@ def test_plugins_enabled_but_not_loaded_fail(embedded_cluster: EmbeddedCluster,
     site = variant(embedded_cluster, tmp_path,
                    plugins={"enabled": True, "prefix": str(tmp_path / "suite")})
     check = checks_of(site_check(embedded_cluster, site, "--json"))["plugins"]
-    assert check["status"] == "fail"
+    assert check["status"] == "FAIL"
     assert f"missing 8 file(s), e.g. {tmp_path / 'suite'}" in check["observed"]
     assert "Slurm runs PlugStackConfig=(null)" in check["observed"]
-    assert "gantry site install-plugins" in check["hint"]
+    assert "gantry site install-plugins" in check["action"]
 
 
 def test_an_unreachable_slurm_fails(embedded_cluster: EmbeddedCluster, tmp_path: Path) -> None:
@@ -148,10 +148,10 @@ def test_an_unreachable_slurm_fails(embedded_cluster: EmbeddedCluster, tmp_path:
     assert result.returncode == 1, result.stdout + result.stderr
     checks = checks_of(result)
     assert list(checks) == ["slurm", "build"]
-    assert checks["slurm"]["status"] == "fail"
+    assert checks["slurm"]["status"] == "FAIL"
     # no config where the site's run dir says (or, where /etc/slurm has one, no controller)
     assert re.match(r"no Slurm config at |Slurm not reachable", checks["slurm"]["observed"])
-    assert "gantry cluster up" in checks["slurm"]["hint"]
+    assert "gantry cluster up" in checks["slurm"]["action"]
 
 
 def test_a_bad_site_file_is_one_line(embedded_cluster: EmbeddedCluster, tmp_path: Path) -> None:
@@ -186,7 +186,7 @@ def test_slurms_topology_written_for_the_site_round_trips(embedded_cluster: Embe
     site = variant(embedded_cluster, tmp_path, topology={"plugin": "tree", "switches": [],
                                                          "file": str(out)})
     checks = checks_of(site_check(embedded_cluster, site, "--json"))
-    assert checks["topology"]["status"] == "ok", checks["topology"]
+    assert checks["topology"]["status"] == "PASS", checks["topology"]
     assert checks["topology"]["expected"].endswith(f"as {out}")
     # an existing file is kept
     before = out.read_text()

@@ -89,11 +89,11 @@ def test_site_check_sees_the_suite_loaded(spank_cluster: EmbeddedCluster) -> Non
     result = subprocess.run([sys.executable, "-m", "launcher", "site", "check", "--site",
                              str(spank_cluster.site_path), "--json"], capture_output=True,
                             text=True, env=spank_cluster.env, timeout=120, check=False)
-    checks = {c["name"]: c for c in json.loads(result.stdout)["checks"]}
-    assert checks["plugins"]["status"] == "ok", checks["plugins"]
+    checks = {c["id"]: c for c in json.loads(result.stdout)["checks"]}
+    assert checks["plugins"]["status"] == "PASS", checks["plugins"]
     assert checks["plugins"]["observed"].endswith("1 slurm.conf settings in effect")
     # nodes.gpus_per_node 2: the embedded cluster gives each node two emulated GPUs
-    assert checks["gpus"]["status"] == "ok", checks["gpus"]
+    assert checks["gpus"]["status"] == "PASS", checks["gpus"]
     assert checks["gpus"]["observed"] == "2 GPUs (Gres=) on all 8 nodes"
 
 

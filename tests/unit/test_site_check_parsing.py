@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 
 from launcher.errors import UserInputError
 from launcher.preflight.drain_policy import NodeState
+from launcher.preflight.result import worst
 from launcher.site_check.live_facts import LiveFacts, parse_one_line_records, parse_show_config
 from launcher.site_check.node_checks import gres_gpus, node_info
-from launcher.site_check.results import SiteCheck, worst
 from launcher.site_check.run import check_site
 from launcher.site_check.setup_checks import check_plugins, plugin_plan, setting_in_effect
 from launcher.site_check.slurm_topology import render_topology, topology_format, write_new_file
@@ -83,10 +83,10 @@ def test_node_states_in_the_planners_terms(state: str, usable: bool) -> None:
 
 
 def test_worst_status() -> None:
-    assert worst([]) == "ok"
-    assert worst([SiteCheck("a", "skip", ""), SiteCheck("b", "ok", "")]) == "ok"
-    assert worst([SiteCheck("a", "warn", ""), SiteCheck("b", "skip", "")]) == "warn"
-    assert worst([SiteCheck("a", "fail", ""), SiteCheck("b", "warn", "")]) == "fail"
+    assert worst([]) == "PASS"
+    assert worst(["SKIP", "PASS"]) == "PASS"
+    assert worst(["WARN", "SKIP"]) == "WARN"
+    assert worst(["FAIL", "WARN"]) == "FAIL"
 
 
 def block_site(tmp_path: Path, blocks: list[dict[str, str]]) -> LoadedSite:
@@ -112,16 +112,16 @@ def test_block_topology_same_groups_other_names(tmp_path: Path) -> None:
     site = block_site(tmp_path, [{"name": "rack1", "nodes": "g[1-4]"},
                                  {"name": "rack2", "nodes": "g[5-8]"}])
     check = check_topology_layout(site, facts("24.11.1", SLURM_BLOCKS))
-    assert check.status == "ok", check
+    assert check.status == "PASS", check
     assert check.observed.startswith("2 blocks")
-    assert check_topology_plugin(site, facts("24.11.1", SLURM_BLOCKS)).status == "ok"
+    assert check_topology_plugin(site, facts("24.11.1", SLURM_BLOCKS)).status == "PASS"
 
 
 def test_block_topology_other_groups_fail(tmp_path: Path) -> None:
     site = block_site(tmp_path, [{"name": "rack1", "nodes": "g[1-2],g[5-6]"},
                                  {"name": "rack2", "nodes": "g[3-4],g[7-8]"}])
     check = check_topology_layout(site, facts("24.11.1", SLURM_BLOCKS))
-    assert check.status == "fail"
+    assert check.status == "FAIL"
     assert check.observed == ("only in the site: rack1 = g[1-2,5-6], rack2 = g[3-4,7-8]; "
                               "only in Slurm: b1 = g[1-4], b2 = g[5-8]")
 
@@ -130,7 +130,7 @@ def test_block_site_on_an_old_slurm_fails(tmp_path: Path) -> None:
     site = block_site(tmp_path, [{"name": "rack1", "nodes": "g[1-4]"},
                                  {"name": "rack2", "nodes": "g[5-8]"}])
     check = check_topology_plugin(site, facts("22.05.8", ""))
-    assert check.status == "fail"
+    assert check.status == "FAIL"
     assert check.observed == "Slurm 22.05.8 has no topology/block"
 
 
@@ -141,7 +141,7 @@ def test_a_site_covering_part_of_slurms_blocks(tmp_path: Path) -> None:
     text = SLURM_BLOCKS.replace("AggregatedBlock", "BlockName=b3 BlockIndex=2 Nodes=g[9-12] "
                                 "BlockSize=4\nAggregatedBlock")
     check = check_topology_layout(site, facts("24.11.1", text))
-    assert check.status == "ok", check
+    assert check.status == "PASS", check
 
 
 def test_block_sizes_that_differ_warn(tmp_path: Path) -> None:
@@ -149,7 +149,7 @@ def test_block_sizes_that_differ_warn(tmp_path: Path) -> None:
                                  {"name": "rack2", "nodes": "g[5-8]"}])
     text = SLURM_BLOCKS.replace("BlockSize=4", "BlockSize=2").replace("BlockSize=8", "BlockSize=4")
     check = check_topology_layout(site, facts("24.11.1", text))
-    assert check.status == "warn"
+    assert check.status == "WARN"
     assert "Slurm's block sizes are [2, 4]" in check.observed
 
 
@@ -172,10 +172,10 @@ def test_tree_inside_a_bigger_cluster(tmp_path: Path) -> None:
             "SwitchName=spine Level=1 LinkSpeed=1 Nodes=n[1-4],x[1-2] Switches=s[0-2]\n")
     live = LiveFacts({"SLURM_VERSION": "22.05.8", "TopologyPlugin": "topology/tree"}, {}, {},
                      {}, text)
-    assert check_topology_layout(tree_site(tmp_path), live).status == "ok"
+    assert check_topology_layout(tree_site(tmp_path), live).status == "PASS"
     moved = text.replace("Nodes=n[3-4]", "Nodes=n3").replace("Nodes=x[1-2]\n", "Nodes=x[1-2],n4\n")
     check = check_topology_layout(tree_site(tmp_path), LiveFacts(live.config, {}, {}, {}, moved))
-    assert check.status == "fail"
+    assert check.status == "FAIL"
     assert check.observed == ("only in the site: l2 = n[3-4]; only in Slurm: s1 = n3, s2 = n4")
 
 
@@ -185,7 +185,7 @@ def test_flat_site_expects_no_plugin(tmp_path: Path) -> None:
     site = load_site(path)
     live = LiveFacts({"TopologyPlugin": "topology/tree"}, {}, {}, {}, "")
     check = check_topology_plugin(site, live)
-    assert check.status == "fail"
+    assert check.status == "FAIL"
     assert check.expected == "TopologyPlugin=topology/flat (topology.plugin: flat)"
 
 
@@ -195,7 +195,7 @@ def test_a_topology_yaml_without_topology_plugin_is_accepted(tmp_path: Path) -> 
                                  {"name": "rack2", "nodes": "g[5-8]"}])
     live = LiveFacts({"SLURM_VERSION": "25.05.3"}, {}, {}, {}, SLURM_BLOCKS)
     check = check_topology_plugin(site, live)
-    assert check.status == "ok", check
+    assert check.status == "PASS", check
     assert "Slurm reports a block topology" in check.observed
 
 
@@ -339,8 +339,8 @@ def test_no_prefix_on_a_real_site_is_a_failed_check_saying_what_to_set(tmp_path:
     assert plugin_plan(site) is None
     check = check_plugins(site, LiveFacts({}, {}, {}, {}, ""), None)
     assert (check.status, check.observed) == (
-        "fail", "plugins.prefix is not set and the site is not embedded")
-    assert "set plugins.prefix" in check.hint
+        "FAIL", "plugins.prefix is not set and the site is not embedded")
+    assert "set plugins.prefix" in check.action
 
 
 def test_what_this_host_holds_is_a_failed_plugins_check_not_bad_input(tmp_path: Path) -> None:
@@ -349,9 +349,24 @@ def test_what_this_host_holds_is_a_failed_plugins_check_not_bad_input(tmp_path: 
     plan = plugin_plan(site)
     assert plan == f"{site.path}: plugins.prefix: {tmp_path}/prefix exists and is not a directory"
     check = check_plugins(site, LiveFacts({}, {}, {}, {}, ""), plan)
-    assert (check.status, check.observed) == ("fail", plan)
+    assert (check.status, check.observed) == ("FAIL", plan)
     spaced = tmp_path / "my sites"
     spaced.mkdir()
     site = plugin_site(spaced, {"enabled": True, "prefix": "../suite"})
     plan = plugin_plan(site)
     assert isinstance(plan, str) and plan.startswith(f"{site.path}: the site file path: ")
+
+
+def test_site_checks_and_preflight_share_one_result_type(tmp_path: Path) -> None:
+    """A site check is preflight's CheckResult: the same statuses, the same action field,
+    the same JSON keys as a node verdict's checks."""
+    from launcher.preflight.result import STATUSES, CheckResult
+    from launcher.preflight.verdict import NodeVerdict
+
+    site = plugin_site(tmp_path, {"enabled": True})
+    check = check_plugins(site, LiveFacts({}, {}, {}, {}, ""), None)
+    assert isinstance(check, CheckResult) and check.status in STATUSES and check.action
+    verdict = NodeVerdict(node="n1", level="quick", status="FAIL",
+                          started_at="2026-12-03T00:00:00+00:00", duration_s=0.1,
+                          gantry_version="0", gpu_source="none", checks=[check])
+    assert verdict.to_dict()["checks"] == [check.to_json()]
