@@ -12,8 +12,6 @@ answers (idle/mixed usable nodes; nodes gantry drained are unhealthy); ``--free`
 from __future__ import annotations
 
 import argparse
-import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -27,6 +25,8 @@ from launcher.job_request import check_ranks_per_node, resolve_request
 from launcher.live.placement_view import switch_tree
 from launcher.site_config import LoadedSite, load_site
 from launcher.site_topology import site_topology
+from launcher.slurm.runner import run_slurm
+from launcher.slurm.tools import tool_path
 from launcher.typed_config import from_mapping
 from topology import hostlists
 from topology.model import Topology
@@ -74,16 +74,14 @@ def register(subparsers: Any) -> None:
 
 def detect_slurm_version() -> tuple[SlurmVersion, str]:
     """The local Slurm's version, or the assumed one; with a note saying which."""
-    sinfo = shutil.which("sinfo")
+    sinfo = tool_path("sinfo")
     if sinfo:
-        try:
-            result = subprocess.run(
-                [sinfo, "-V"], capture_output=True, text=True, timeout=10, check=False
-            )
-            if result.returncode == 0:
-                return SlurmVersion.parse(result.stdout), "from `sinfo -V`"
-        except (OSError, subprocess.TimeoutExpired, UserInputError):
-            pass
+        result = run_slurm([sinfo, "-V"], 10.0)
+        if result.ok:
+            try:
+                return SlurmVersion.parse(result.stdout, "sinfo -V"), "from `sinfo -V`"
+            except UserInputError:
+                pass
     return SlurmVersion.parse(ASSUMED_SLURM), "assumed (no sinfo here; pass --slurm-version)"
 
 
