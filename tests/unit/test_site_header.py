@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from launcher import build
+from launcher.cmake import find_tool
 from launcher.site_config import DEFAULT_SITE, LoadedSite, load_site
 
 HOSTILE = [
@@ -49,7 +50,7 @@ def _compiled(tmp_path: Path, header: str) -> list[str]:
     (tmp_path / "gantry_site.h").write_text(header)
     (tmp_path / "main.c").write_text(PROGRAM)
     exe = tmp_path / "main"
-    compiler = build._tool("CC", "cc")
+    compiler = find_tool("CC", "cc")
     subprocess.run([compiler, "-std=c99", "-trigraphs", "-Werror", "-I", str(tmp_path),
                     str(tmp_path / "main.c"), "-o", str(exe)], check=True,
                    capture_output=True, text=True)
