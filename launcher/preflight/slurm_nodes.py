@@ -45,8 +45,9 @@ def _reason_value(text: str | None) -> str | None:
 def _text_reason(tail: str) -> str | None:
     """The reason in a record's free-text tail (all of it after State=): None when no
     ``Reason=`` appears at all; UNREADABLE_REASON when it does and the tail also holds a
-    Comment=/Extra= (whose text may contain anything) or a second ``Reason=``. Slurm prints
-    the reason last, as ``Reason=<text> [<user>@<time>]``."""
+    Comment=/Extra= (whose text may contain anything), a second ``Reason=``, or no
+    `` [<user>@<time>]`` end on the line (a line break inside the reason cut it). Slurm
+    prints the reason last, as ``Reason=<text> [<user>@<time>]``."""
     starts = [tail.find(key) for key in _FREE_TEXT_KEYS]
     at = starts[2]
     if at < 0:
@@ -59,7 +60,7 @@ def _text_reason(tail: str) -> str | None:
     cut = value.rfind(" [")
     if value.endswith("]") and cut >= 0 and "@" in value[cut:]:
         return _reason_value(value[:cut])
-    return None if value in ("(null)", "None") else _reason_value(value)
+    return None if value in ("(null)", "None") else UNREADABLE_REASON
 
 
 def _text_record(line: str) -> NodeState | None:

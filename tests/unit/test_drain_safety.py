@@ -198,6 +198,13 @@ def test_a_line_break_in_a_reason_cannot_forge_a_record() -> None:
     assert not nodes["n2"].owned
 
 
+def test_a_reason_cut_by_a_line_break_is_never_gantrys() -> None:
+    # "gantry:x:y\n" prints as "Reason=gantry:x:y" then "[alice@...]" on the next line.
+    cut = Node("n5", drained=True, reason="gantry:x:y\n")
+    nodes = parse_show_node(show_node_line(cut))
+    assert nodes["n5"].reason == UNREADABLE_REASON and not nodes["n5"].owned
+
+
 def test_blank_before_gantry_is_an_operators_reason() -> None:
     lead = Node("n1", drained=True, reason=" gantry:x:y")
     assert parse_nodes_json(sinfo_json([lead]))["n1"].operator_reason
