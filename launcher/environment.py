@@ -89,8 +89,8 @@ VARIABLES: dict[str, tuple[Variable, ...]] = {
                  "directory holding Slurm's programs (sbatch, squeue, scontrol, srun, "
                  "slurmd, ...): each one without a `GANTRY_<TOOL>` of its own is taken from "
                  "there, as it is (a program missing there is missing)", _RULE),
-        Variable("GANTRY_CMAKE", "cmake on PATH", "cmake of `gantry build` (CC and NVCC "
-                 "choose the compilers)", "launcher/build.py"),
+        Variable("GANTRY_CMAKE", "cmake on PATH", "cmake of `gantry build` and of the SPANK "
+                 "plugin's build (CC and NVCC choose the compilers)", "launcher/cmake.py"),
     ),
     ROOTS: (
         Variable("GANTRY_JOBS_DIR", "`./gantry-jobs`",
