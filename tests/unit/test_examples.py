@@ -1,5 +1,6 @@
-"""The example jobs in examples/ load as job specs, and the GPT-2 124M fine-tuning ones are
-GPT-2 124M (its real vocabulary) from a Hugging Face-format file on one GPU and with pp=2."""
+"""The example jobs in examples/ load as job specs, the GPT-2 124M fine-tuning ones are
+GPT-2 124M (its real vocabulary) from a Hugging Face-format file on one GPU and with pp=2,
+and the tiny one's vocabulary holds every token `gantry data`'s byte tokenizer writes."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher.data import byte_tokenizer
 from launcher.job_spec import ModelSpec, check_layout, load_job
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -29,3 +31,8 @@ def test_gpt2_124m_finetune_examples(name: str, pp: int) -> None:
     assert spec.train.init_weights == "gpt2-124m/model.safetensors"
     assert spec.train.data == "data/gpt2/train_*.bin"
     assert spec.checkpoint.dir is not None
+
+
+def test_the_tiny_example_covers_the_byte_tokenizers_vocabulary() -> None:
+    spec = load_job(EXAMPLES / "gpt2-tiny-pp2-dp2.yaml")
+    assert spec.model.vocab_size >= byte_tokenizer.VOCAB_SIZE > byte_tokenizer.EOT_TOKEN
