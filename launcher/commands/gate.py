@@ -115,7 +115,7 @@ def print_report(report: GateReport) -> None:
     for o in report.outcomes:
         a = actions.get(o.node)
         act = f"{a.kind} ({a.note})" if a else "-"
-        why = o.reason or ""
+        why = o.reason or (f"setup error: {', '.join(o.setup_errors)}" if o.setup_errors else "")
         console.print(f"  {o.node:<12} {o.status:<7} {why:<48} {act}")
     for key, problem in report.problems.items():
         console.print(f"  problem {key}: {problem}")

@@ -1,4 +1,5 @@
-"""``gantry preflight``: health checks on this node; exit 0: passes (WARN allowed), 1: fails.
+"""``gantry preflight``: health checks on this node; exit 0: passes (WARN allowed, and ERROR: a
+setup error of gantry's own install, which is not the node's fault), 1: fails.
 
 With ``--drain`` (used by the HealthCheckProgram and Prolog/Epilog scripts) the node's own
 result is applied through the drain policy: drained with an owned ``gantry:`` reason on
@@ -32,7 +33,8 @@ def register(subparsers: Any) -> None:
         help="run health checks on this node",
         description="Collect GPU/network/host facts once, compare them with the site's "
         "thresholds, print every check (observed vs expected). Exit 0: pass (warnings "
-        "allowed); 1: the node must not run jobs.",
+        "allowed; a check that gantry's own install cannot run is an ERROR, not the node's "
+        "fault); 1: the node must not run jobs.",
     )
     parser.add_argument(
         "--level",
@@ -94,7 +96,7 @@ def print_verdict(verdict: NodeVerdict) -> None:
                 c.status,
                 "" if skip else c.observed,
                 c.reason if skip else c.expected,
-                c.action if c.status in ("WARN", "FAIL") else "",
+                c.action if c.status in ("WARN", "FAIL", "ERROR") else "",
             )
         console.print(table)
     else:
@@ -104,12 +106,15 @@ def print_verdict(verdict: NodeVerdict) -> None:
                 console.print(f"  SKIP {c.id}: {c.reason}")
                 continue
             line = f"  {c.status} {c.id}: {c.observed} (expected {c.expected})"
-            if c.status in ("WARN", "FAIL") and c.action:
+            if c.status in ("WARN", "FAIL", "ERROR") and c.action:
                 line += f" -> {c.action}"
             console.print(line)
     reason = verdict.drain_reason()
     if reason:
         console.print(f"node {verdict.node} FAILS preflight: {reason}")
+    for c in verdict.setup_errors():
+        console.print(f"setup error (gantry's install, not node {verdict.node}): {c.id} could "
+                      f"not run: {c.action}", markup=False)
 
 
 def run(args: argparse.Namespace) -> int:

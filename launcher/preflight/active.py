@@ -8,7 +8,9 @@ Tests (one JSON object printed on the last stdout line):
   and GPU0 -> GPUi send bandwidth.
 - ``cpu_gemm``: the exact-checksum GEMM in float64 on the CPU, and its GFLOP/s.
 - ``mpi_ping``: run under ``mpirun -np 2``; round trips between two local ranks.
-torch / mpi4py are imported only inside the test that needs them.
+torch / mpi4py are imported only inside the test that needs them. A test whose module is not
+installed prints ``{"setup_error": {"module", "message", "python"}}`` instead (exit 0): a
+missing piece of gantry's install, which the checks report as ERROR, never as a node FAIL.
 """
 
 from __future__ import annotations
@@ -217,7 +219,11 @@ def main(argv: list[str]) -> int:
     if len(argv) != 1 or argv[0] not in TESTS:
         sys.stderr.write(f"usage: python -m launcher.preflight.active {{{','.join(TESTS)}}}\n")
         return 2
-    result = TESTS[argv[0]]()
+    try:
+        result = TESTS[argv[0]]()
+    except ModuleNotFoundError as err:
+        result = {"setup_error": {"module": err.name or "?", "message": str(err),
+                                  "python": sys.executable}}
     sys.stdout.write(json.dumps(result) + "\n")
     return 0
 

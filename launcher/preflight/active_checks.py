@@ -5,7 +5,9 @@ standard: GPU nodes -> gpu.gemm (exact checksum + bf16 TFLOP/s) and gpu.membw;
 deep:     GPU nodes with >= 2 GPUs -> gpu.nccl (all-reduce bus bandwidth, p2p);
           CPU-only -> mpi.ping between two local ranks.
 A test that hangs past active_timeout_s is killed and FAILs; one that cannot start its
-runtime (no torch on a GPU node, no mpirun) FAILs too, naming what was missing.
+runtime (no mpirun, torch seeing no GPU) FAILs too, naming what was missing. A test whose
+Python module is missing from gantry's own install (torch, mpi4py) is a setup error: ERROR,
+naming what to install, never a node FAIL (the node is not at fault; nothing drains it).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from launcher.preflight.result import CheckResult, skipped, token
+from launcher.preflight.result import CheckResult, setup_error, skipped, token
 from launcher.preflight.thresholds import Thresholds
 from launcher.process_runner import ToolOutput, run_tool
 from launcher.slurm.tools import tool_path
@@ -38,6 +40,21 @@ def _run(
         return (json.loads(lines[-1]) if lines else None), out
     except json.JSONDecodeError:
         return None, out
+
+
+def _setup_error(
+    data: dict[str, Any] | None, out: ToolOutput, checks: Sequence[tuple[str, str]]
+) -> list[CheckResult] | None:
+    """ERROR results for ``checks`` ((id, expected) each) when the test reported a module
+    missing from gantry's install, else None."""
+    missing = data.get("setup_error") if data is not None else None
+    if not isinstance(missing, dict):
+        return None
+    evidence = " ".join(out.argv[-3:])
+    return [setup_error(cid, str(missing.get("module")), str(missing.get("message")),
+                        str(missing.get("python")), expected, evidence,
+                        out.duration_s / len(checks))
+            for cid, expected in checks]
 
 
 def _broken(cid: str, out: ToolOutput, expected: str) -> CheckResult:
@@ -95,6 +112,9 @@ def gpu_compute_checks(th: Thresholds, env: Mapping[str, str] | None) -> list[Ch
     exp_gemm = f"exact checksum on every GPU; bf16 GEMM >= {th.gemm_tflops_min:g} TFLOP/s"
     exp_bw = f"device copy >= {th.membw_gbps_min:g} GB/s per GPU"
     data, out = _run("gpu_compute", th, env)
+    setup = _setup_error(data, out, [("gpu.gemm", exp_gemm), ("gpu.membw", exp_bw)])
+    if setup is not None:
+        return setup
     if data is None or not data.get("gpus"):
         if data is not None:
             out = ToolOutput(out.argv, 1, "", "torch sees no CUDA device", out.duration_s)
@@ -144,6 +164,9 @@ def gpu_nccl_check(th: Thresholds, env: Mapping[str, str] | None) -> CheckResult
         f"p2p >= {th.nccl_p2p_gbps_min:g} GB/s (1 GiB)"
     )
     data, out = _run("gpu_nccl", th, env)
+    setup = _setup_error(data, out, [("gpu.nccl", expected)])
+    if setup is not None:
+        return setup[0]
     if data is None:
         return _broken("gpu.nccl", out, expected)
     if "skipped" in data:
@@ -225,6 +248,9 @@ def mpi_ping_check(
         prefix.append("--allow-run-as-root")
     start = time.monotonic()
     data, out = _run("mpi_ping", th, child_env, prefix)
+    setup = _setup_error(data, out, [("mpi.ping", expected)])
+    if setup is not None:
+        return setup[0]
     if data is None or "rtt_us" not in data:
         return _broken("mpi.ping", out, expected)
     observed = f"{data['ranks']} ranks, round trip {data['rtt_us']:.1f} us"

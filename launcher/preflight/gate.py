@@ -12,6 +12,9 @@
    placement.json) the planned rank nodes that passed are kept and the places of the others
    are filled from healthy spares (see gate_plan.py); without one, the first ``need`` healthy
    nodes in allocation order run.
+A node whose only problem is a setup error (ERROR: a check could not run because gantry's own
+install lacks a piece, e.g. torch) is gantry's fault, not the node's: it is neither drained
+nor counted as a clean pass, it stays eligible, and the decision line names what to install.
 """
 
 from __future__ import annotations
@@ -54,11 +57,14 @@ class NodeOutcome:
     node: str
     """Node name."""
     status: str
-    """PASS, WARN, FAIL or MISSING (no valid verdict)."""
+    """PASS, WARN, FAIL, ERROR (a setup error of gantry's install) or MISSING (no valid
+    verdict)."""
     reason: str | None
     """Drain reason when it failed, else None."""
     failing: list[str] = field(default_factory=list)
     """Ids of failing checks (or why the verdict is missing)."""
+    setup_errors: dict[str, str] = field(default_factory=dict)
+    """Check id -> what to install, for the checks that could not run (never drained)."""
 
 
 @dataclass(frozen=True)
@@ -165,8 +171,21 @@ def outcomes_for(nodes: Sequence[str], verdicts: Mapping[str, NodeVerdict]) -> l
         if v is None:
             out.append(NodeOutcome(node, "MISSING", NO_VERDICT, ["no verdict"]))
         else:
-            out.append(NodeOutcome(node, v.status, v.drain_reason(), [c.id for c in v.failures()]))
+            out.append(NodeOutcome(node, v.status, v.drain_reason(), [c.id for c in v.failures()],
+                                   {c.id: c.action for c in v.setup_errors()}))
     return out
+
+
+def setup_note(outcomes: Sequence[NodeOutcome]) -> str:
+    """``setup error on n[1-2]: gpu.gemm, gpu.membw could not run (install ...); gantry's
+    install, not the nodes: not drained``, or "" when no node had one."""
+    hit = [o for o in outcomes if o.setup_errors]
+    if not hit:
+        return ""
+    ids = sorted({cid for o in hit for cid in o.setup_errors})
+    first = next(iter(hit[0].setup_errors.values()))
+    return (f"setup error on {hostlists.collect([o.node for o in hit])}: {', '.join(ids)} "
+            f"could not run ({first}); gantry's install, not the nodes: not drained")
 
 
 def decide(
@@ -177,7 +196,19 @@ def decide(
     plan: NodePlan | None = None,
 ) -> GateDecision:
     """go with enough healthy nodes (the plan's where it has them), else requeue excluding the
-    bad ones (abort without a job)."""
+    bad ones (abort without a job); the message ends with the nodes' setup errors, if any."""
+    decision = _decide(nodes, outcomes, need, job_id, plan)
+    note = setup_note(outcomes)
+    return replace(decision, message=f"{decision.message}; {note}") if note else decision
+
+
+def _decide(
+    nodes: Sequence[str],
+    outcomes: Sequence[NodeOutcome],
+    need: int,
+    job_id: str | None,
+    plan: NodePlan | None = None,
+) -> GateDecision:
     bad = [o.node for o in outcomes if o.reason is not None]
     if outcomes and all(o.status == "MISSING" for o in outcomes):
         return GateDecision(
@@ -289,7 +320,8 @@ class GateReport:
                 for a in self.actions
             ],
             "verdicts": {
-                o.node: {"status": o.status, "reason": o.reason, "failing": o.failing}
+                o.node: {"status": o.status, "reason": o.reason, "failing": o.failing,
+                         "setup_errors": o.setup_errors}
                 for o in self.outcomes
             },
             "problems": self.problems,
@@ -333,8 +365,9 @@ def run_gate(
     outcomes = outcomes_for(nodes, verdicts)
     scontrol = Scontrol()
     # A node without a verdict is excluded from this job but not drained: the missing
-    # verdict may be the gate's fault (srun, shared FS), not the node's.
-    judged = {o.node: o.reason for o in outcomes if o.status != "MISSING"}
+    # verdict may be the gate's fault (srun, shared FS), not the node's. A setup error
+    # (ERROR) is gantry's install's fault: neither a drain nor a clean pass.
+    judged = {o.node: o.reason for o in outcomes if o.status not in ("MISSING", "ERROR")}
     actions = gate_actions(site, judged, scontrol) if judged else []
     decision = decide(nodes, outcomes, need, job_id, plan)
     steps: list[str] = []

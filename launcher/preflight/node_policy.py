@@ -13,9 +13,15 @@ from launcher.site_config import LoadedSite
 
 
 def apply_node_policy(site: LoadedSite, verdict: NodeVerdict, quiet: bool = False) -> None:
-    """Drain this node on FAIL (owned reason), resume gantry's own drain after K passes; only
-    as the state dir's writer (root's Slurm scripts in the safe layout): the policy acts on
-    the history it keeps there, which nobody else may have written."""
+    """Drain this node on FAIL (owned reason), resume gantry's own drain after K passes (a
+    setup error, status ERROR, does neither); only as the state dir's writer (root's Slurm
+    scripts in the safe layout): the policy acts on the history it keeps there, which nobody
+    else may have written."""
+    if verdict.status == "ERROR":  # gantry's setup error: neither a drain nor a clean pass
+        if not quiet:
+            sys.stderr.write(f"gantry preflight: {verdict.node}: keep (setup error of gantry's "
+                             "install, not the node's: the drain policy is not applied)\n")
+        return
     access = state_access(state_dir(site))
     if not access.write:
         sys.stderr.write(f"warning: gantry preflight: {verdict.node}: drain policy not applied: "

@@ -1,6 +1,6 @@
 """The typed result every check returns (preflight's on a node, `gantry site check`'s against
-the live cluster: one vocabulary, PASS / WARN / FAIL / SKIP with an action), and how results
-roll up into a status."""
+the live cluster: one vocabulary, PASS / WARN / FAIL / SKIP / ERROR with an action), and how
+results roll up into a status."""
 
 from __future__ import annotations
 
@@ -8,8 +8,10 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-Status = Literal["PASS", "WARN", "FAIL", "SKIP"]
-STATUSES: tuple[Status, ...] = ("PASS", "WARN", "FAIL", "SKIP")
+Status = Literal["PASS", "WARN", "FAIL", "SKIP", "ERROR"]
+STATUSES: tuple[Status, ...] = ("PASS", "WARN", "FAIL", "SKIP", "ERROR")
+Rollup = Literal["PASS", "WARN", "FAIL", "ERROR"]
+"""A node's (or a site's) status: the worst of its checks'."""
 
 
 @dataclass(frozen=True)
@@ -19,7 +21,10 @@ class CheckResult:
     id: str
     """Check id, e.g. gpu.row_remap (see docs/preflight.md)."""
     status: Status
-    """PASS, WARN (allowed to run), FAIL (node must not run the job) or SKIP (not applicable)."""
+    """PASS, WARN (allowed to run), FAIL (node must not run the job), SKIP (not applicable) or
+    ERROR (a setup error: the check could not run because gantry's own install lacks a piece,
+    e.g. torch; gantry's fault, never the node's, so never drained; ``action`` says what to
+    install)."""
     observed: str
     """What was measured, e.g. "GPU1: pending=Yes"."""
     expected: str = ""
@@ -49,11 +54,36 @@ def skipped(check_id: str, reason: str) -> CheckResult:
     return CheckResult(check_id, "SKIP", "-", "-", reason=reason)
 
 
-def worst(statuses: Iterable[Status]) -> Literal["PASS", "WARN", "FAIL"]:
-    """FAIL > WARN > PASS; SKIP counts as PASS; no results at all is PASS."""
+PIP_PACKAGES = {"pynvml": "nvidia-ml-py", "yaml": "pyyaml", "hostlist": "python-hostlist"}
+"""The pip package of a module gantry imports, where its name differs."""
+
+
+def setup_error(check_id: str, module: str, message: str, python: str, expected: str,
+                evidence: str, duration_s: float = 0.0) -> CheckResult:
+    """ERROR: ``check_id`` could not run because ``python`` (the interpreter gantry runs
+    with) cannot import ``module``; the action names what to install into it."""
+    top = module.split(".")[0]
+    return CheckResult(
+        check_id,
+        "ERROR",
+        f"setup error (gantry's install, not the node): {python} cannot import {module} "
+        f"({message})",
+        expected,
+        evidence,
+        f"install {top} into gantry's environment: {python} -m pip install "
+        f"{PIP_PACKAGES.get(top, top)}",
+        detail=token(f"no-{top}"),
+        duration_s=duration_s,
+    )
+
+
+def worst(statuses: Iterable[Status]) -> Rollup:
+    """FAIL > ERROR > WARN > PASS; SKIP counts as PASS; no results at all is PASS."""
     seen = set(statuses)
     if "FAIL" in seen:
         return "FAIL"
+    if "ERROR" in seen:
+        return "ERROR"
     if "WARN" in seen:
         return "WARN"
     return "PASS"

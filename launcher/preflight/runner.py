@@ -180,7 +180,7 @@ def summary_rows(verdict: NodeVerdict) -> list[dict[str, Any]]:
             "status": c.status,
             "observed": c.observed if c.status != "SKIP" else "",
             "expected": c.expected if c.status != "SKIP" else c.reason,
-            "action": c.action if c.status in ("WARN", "FAIL") else "",
+            "action": c.action if c.status in ("WARN", "FAIL", "ERROR") else "",
         }
         for c in verdict.checks
     ]

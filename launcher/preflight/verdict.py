@@ -1,6 +1,6 @@
 """The node verdict: versioned JSON that ``gantry preflight --json`` prints and the gate reads.
 
-Schema ``gantry.preflight.verdict`` version 1: node, level, status (PASS/WARN/FAIL), timing,
+Schema ``gantry.preflight.verdict`` version 1: node, level, status (PASS/WARN/FAIL/ERROR), timing,
 the GPU source and one object per check (id, status, observed, expected, evidence, action,
 detail, reason, duration_s). Parsing validates every field (typed_config), so a corrupt or
 foreign verdict is a one-line error, never a traceback.
@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from launcher.errors import UserInputError
 from launcher.preflight.drain_reason import DRAIN_PREFIX
-from launcher.preflight.result import CheckResult
+from launcher.preflight.result import CheckResult, Rollup
 from launcher.typed_config import FieldError, from_mapping
 
 SCHEMA = "gantry.preflight.verdict"
@@ -33,8 +33,10 @@ class NodeVerdict:
     """Slurm node name (SLURMD_NODENAME) or short host name."""
     level: Level
     """quick, standard or deep."""
-    status: Literal["PASS", "WARN", "FAIL"]
-    """Worst check status (SKIP counts as PASS)."""
+    status: Rollup
+    """Worst check status: FAIL > ERROR > WARN > PASS (SKIP counts as PASS). ERROR: nothing
+    failed, but a check could not run for a setup error of gantry's install (see
+    ``setup_errors``); the node is not at fault and is not drained."""
     started_at: str
     """ISO 8601 UTC start time."""
     duration_s: float
@@ -60,6 +62,10 @@ class NodeVerdict:
 
     def failures(self) -> list[CheckResult]:
         return [c for c in self.checks if c.status == "FAIL"]
+
+    def setup_errors(self) -> list[CheckResult]:
+        """Checks that could not run because gantry's own install lacks a piece."""
+        return [c for c in self.checks if c.status == "ERROR"]
 
     def drain_reason(self) -> str | None:
         """``gantry:<check>:<detail>`` of the first failing check; ``gantry:preflight:failed``
