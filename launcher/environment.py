@@ -103,7 +103,9 @@ VARIABLES: dict[str, tuple[Variable, ...]] = {
                  "preflight's state directory when the site's `preflight.state_dir` is not "
                  "set", "launcher/preflight/state.py"),
         Variable("GANTRY_BUILD_CACHE", "`~/.cache/gantry/build`",
-                 "root of `gantry build`'s per-site build cache", "launcher/build.py"),
+                 "root of `gantry build`'s per-site build cache and of the zb-interleaved "
+                 "search's compiled loops (`schedules-<key>/`)",
+                 "launcher/build.py, launcher/schedules/native.py"),
         Variable("GANTRY_NATIVE_LIB", "`native/build/libgantry_native.so`",
                  "native library `gantry train` loads (its --lib wins)",
                  "launcher/native/binding.py"),

@@ -24,7 +24,7 @@ from launcher.schedules.table import (
 )
 from launcher.schedules.zb_h1 import zb_h1_orders
 from launcher.schedules.zb_h2 import zb_h2_orders
-from launcher.schedules.zb_interleaved import zb_interleaved_orders
+from launcher.schedules.zb_interleaved import zb_interleaved_orders, zb_interleaved_table
 
 _Orders = Callable[[int, int, int], list[list[ComputeStep]]]
 
@@ -50,18 +50,32 @@ __all__ = [
 ]
 
 
+_TABLES: dict[str, Callable[[int, int, int], ScheduleTable]] = {
+    "zb-interleaved": zb_interleaved_table,
+}
+"""Schedules whose generator builds the table itself (its search prices tables)."""
+
+
 def compute_orders(name: str, pp: int, m: int, v: int = 1) -> list[list[ComputeStep]]:
     """The per-rank compute orders of schedule ``name`` (before communication and slots)."""
+    _check(name, pp, m, v)
+    return _GENERATORS[name][0](pp, m, v)
+
+
+def generate(name: str, pp: int, m: int, v: int = 1) -> ScheduleTable:
+    """The action table of schedule ``name`` for pp ranks, m micro-batches, v chunks/rank."""
+    _check(name, pp, m, v)
+    if name in _TABLES:
+        return _TABLES[name](pp, m, v)
+    return build_table(name, pp, v, m, _GENERATORS[name][0](pp, m, v))
+
+
+def _check(name: str, pp: int, m: int, v: int) -> None:
     if pp < 1 or m < 1 or v < 1:
         raise ScheduleError(f"{name}: pp({pp}), m({m}) and v({v}) must be >= 1")
     if name in SCHEDULES and name not in CHUNKED and v != 1:
         raise ScheduleError(f"{name}: virtual_stages({v}) needs schedule 'interleaved' "
                             "or 'zb-interleaved'")
-    if name in _GENERATORS:
-        return _GENERATORS[name][0](pp, m, v)
-    raise ScheduleError(f"unknown schedule {name!r} (expected one of {', '.join(SCHEDULES)})")
-
-
-def generate(name: str, pp: int, m: int, v: int = 1) -> ScheduleTable:
-    """The action table of schedule ``name`` for pp ranks, m micro-batches, v chunks/rank."""
-    return build_table(name, pp, v, m, compute_orders(name, pp, m, v))
+    if name not in _GENERATORS:
+        raise ScheduleError(f"unknown schedule {name!r} (expected one of "
+                            f"{', '.join(SCHEDULES)})")

@@ -30,15 +30,26 @@ Bubble (simulator): the floor is ``(pp - 1) F / v`` of fill before the last rank
 337.85 ms, on the floor, against zb-h2's 344.57 and interleaved's 351.82; on the floor for
 every m >= 2 pp at pp = 2, 3, 4 and below zb-h2 for m <= pp; for pp < m < 2 pp mostly below
 zb-h2 but not always (pp = 3, m = 4: 194.07 vs 192.46 ms).
+
+The search runs its greedies, tables and makespans in C (``zb_native.c``, compiled on first
+use: :mod:`launcher.schedules.native`) where the system's compiler builds it, else in the
+Python here, which is the reference: both make the same table (tests hold them equal), and
+the winner's table, built during the search, is what ``generate`` returns. At pp = 64,
+m = 512 that is ~0.4 s in C and ~14 s in Python on 2 cores (docs/BENCHMARKS.md).
 """
 
 from __future__ import annotations
 
+import ctypes
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Mapping
 from functools import lru_cache
 from heapq import heappop, heappush
+from typing import Protocol
 
+import numpy as np
+
+from launcher.schedules import native
 from launcher.schedules.simulator import UNIT_COSTS
 from launcher.schedules.table import ComputeStep, Op, ScheduleError, ScheduleTable, build_table
 from launcher.schedules.timing import makespan
@@ -65,28 +76,146 @@ def zb_interleaved_memory_cap(pp: int, v: int) -> int:
 
 
 def zb_interleaved_orders(pp: int, m: int, v: int) -> list[list[ComputeStep]]:
+    """The winner's per-rank compute orders (read off its table)."""
+    table = zb_interleaved_table(pp, m, v)
+    compute = (int(Op.FORWARD), int(Op.BACKWARD_INPUT), int(Op.WEIGHT))
+    return [[(Op(op), stage, mb) for op, stage, mb in rows[np.isin(rows[:, 0], compute), :3]
+             .tolist()] for rows in table.rows]
+
+
+def zb_interleaved_table(pp: int, m: int, v: int) -> ScheduleTable:
+    """The winner's table, the one the search built (what ``generate`` returns)."""
     if v < 2:
         raise ScheduleError(f"zb-interleaved: virtual_stages({v}) must be >= 2")
-    return [list(order) for order in _best_orders(pp, m, v)]
+    return _best_table(pp, m, v)
 
 
-@lru_cache(maxsize=64)
-def _best_orders(pp: int, m: int, v: int) -> Orders:
-    """The winning candidate: smallest makespan at SELECT_COSTS (rounded to 1e-6), then at
-    unit costs, then the first made. Each candidate's makespan comes from
+@lru_cache(maxsize=16)
+def _best_table(pp: int, m: int, v: int) -> ScheduleTable:
+    """The search in C (:mod:`launcher.schedules.native`) where it is built, else (or if it
+    refuses an input) in Python: the same table."""
+    lib = native.library()
+    if lib is not None:
+        try:
+            return _search(_NativeEngine(lib, pp, m, v))
+        except _Refused:
+            pass
+    return _search(_PythonEngine(pp, m, v))
+
+
+Key = Hashable
+"""A candidate's orders as an engine keeps them (equal keys: equal orders)."""
+
+
+class _Engine:
+    """What the search runs on: greedies, the tables of their orders, makespans."""
+
+    def __init__(self, pp: int, m: int, v: int) -> None:
+        self.pp, self.m, self.v = pp, m, v
+
+    def start(self) -> _State:
+        raise NotImplementedError
+
+    def run(self, g: _State, cap: int, phase: int, backward_first: bool, bound: float | None,
+            fork: Fork | None) -> Key | None:
+        """:func:`_run` from ``g`` with ``_GREEDY_COSTS[phase]``: the orders' key or None."""
+        raise NotImplementedError
+
+    def table(self, key: Key) -> ScheduleTable:
+        raise NotImplementedError
+
+    def makespan(self, table: ScheduleTable, costs: Mapping[Op, float],
+                 bound: float | None = None) -> float | None:
+        return makespan(table, costs, bound)
+
+
+class _PythonEngine(_Engine):
+    """The reference: keys are the orders themselves."""
+
+    def start(self) -> _State:
+        return _Greedy(self.pp, self.m, self.v)
+
+    def run(self, g: _State, cap: int, phase: int, backward_first: bool, bound: float | None,
+            fork: Fork | None) -> Key | None:
+        assert isinstance(g, _Greedy)
+        return _run(g, cap, _GREEDY_COSTS[phase], backward_first, bound, fork)
+
+    def table(self, key: Key) -> ScheduleTable:
+        assert isinstance(key, tuple)
+        return _table(self.pp, self.m, self.v, key)
+
+
+class _Refused(Exception):
+    """zb_native.c declined an input; the search starts over in Python."""
+
+
+class _NativeEngine(_Engine):
+    """zb_native.c: keys are the orders' int32 bytes."""
+
+    def __init__(self, lib: ctypes.CDLL, pp: int, m: int, v: int) -> None:
+        super().__init__(pp, m, v)
+        self.lib = lib
+        self.select = (SELECT_COSTS[Op.FORWARD] / v, SELECT_COSTS[Op.BACKWARD_INPUT] / v,
+                       SELECT_COSTS[Op.WEIGHT] / v)
+        self.costs = [(c[Op.FORWARD], c[Op.BACKWARD_INPUT], c[Op.WEIGHT]) for c in _GREEDY_COSTS]
+
+    def start(self) -> _State:
+        return native.Greedy.new(self.lib, self.pp, self.m, self.v, _compute_left(self.m))
+
+    def run(self, g: _State, cap: int, phase: int, backward_first: bool, bound: float | None,
+            fork: Fork | None) -> Key | None:
+        assert isinstance(g, native.Greedy)
+        parted = self.v if fork is not None else -1
+        while True:
+            limit = float("inf") if bound is None else bound
+            status, held = g.run(cap, self.costs[phase], backward_first, self.select, limit,
+                                 parted)
+            if status == native.FORK and fork is not None:
+                bound = fork(g, range(parted, held + 1), bound)
+                parted = held + 1
+            elif status == native.DONE:
+                return g.orders()
+            elif status in (native.STALL, native.PAST):
+                return None
+            else:
+                raise _Refused
+
+    def table(self, key: Key) -> ScheduleTable:
+        assert isinstance(key, bytes)
+        orders = np.frombuffer(key, dtype=np.int32).reshape(self.pp, -1, 3)
+        made = native.rank_rows(self.lib, self.pp, self.v, self.m, list(orders))
+        if made is None:
+            raise _Refused
+        rows, slots = made
+        return ScheduleTable("zb-interleaved", self.pp, self.v, self.m, tuple(rows), slots)
+
+    def makespan(self, table: ScheduleTable, costs: Mapping[Op, float],
+                 bound: float | None = None) -> float | None:
+        status, found = native.makespan(self.lib, table, costs, bound)
+        if status == native.DONE:
+            return found
+        if status == native.PAST:
+            return None
+        return makespan(table, costs, bound)  # the reference says what is wrong
+
+
+def _search(engine: _Engine) -> ScheduleTable:
+    """The winning candidate's table: smallest makespan at SELECT_COSTS (rounded to 1e-6),
+    then at unit costs, then the first made. Each candidate's makespan comes from
     :func:`launcher.schedules.timing.makespan` (the simulator's, bit for bit). The candidates
     planned about the measured ratios are looked at first; the order they were made in
     still breaks ties, and the unit-cost candidates (made first) end the search at the first
     one on both floors, which no other can beat. Every cap keeps a rank within ``limit``
     (the greedy holds at most ``cap``), so all candidates fit. :func:`_candidates` runs the
     greedies and prices the tables that can win; this replays the choice over them."""
+    pp, m, v = engine.pp, engine.m, engine.v
     limit = zb_interleaved_memory_cap(pp, v)
     floors = _floors(pp, m, v)
     caps = _caps(v, limit)
-    made, priced, ceiling = _candidates(pp, m, v, limit)
-    seen: set[Orders] = set()
+    made, priced, ceiling = _candidates(engine, limit)
+    seen: set[Key] = set()
     best: float | None = None
-    tied: list[tuple[int, Orders]] = []  # (order made, candidate) at ``best``
+    tied: list[tuple[int, Key]] = []  # (order made, candidate) at ``best``
     for phase in (1, 0):
         for index, (backward_first, cap) in enumerate(caps, start=phase * len(caps)):
             orders = made[phase, backward_first, cap]
@@ -105,25 +234,25 @@ def _best_orders(pp: int, m: int, v: int) -> Orders:
             else:
                 continue
             if (phase == 0 and floors is not None and rounded == floors[0]
-                    and makespan(table, UNIT_COSTS) == floors[1]):
-                return orders  # first made among those on both floors
+                    and engine.makespan(table, UNIT_COSTS) == floors[1]):
+                return table  # first made among those on both floors
     if not tied:
         raise ScheduleError(f"zb-interleaved pp={pp} m={m} v={v}: no schedule fits in "
                             f"{limit} chunk-micro-batches per rank")
     tied.sort(key=lambda item: item[0])
-    units = [makespan(priced[orders][0], UNIT_COSTS) for _, orders in tied]
-    return tied[units.index(min(u for u in units if u is not None))][1]
+    units = [engine.makespan(priced[orders][0], UNIT_COSTS) for _, orders in tied]
+    return priced[tied[units.index(min(u for u in units if u is not None))][1]][0]
 
 
-Made = dict[tuple[int, bool, int], "Orders | None"]
+Made = dict[tuple[int, bool, int], "Key | None"]
 """(phase: 1 measured ratios | 0 unit costs, backward first, cap) -> the greedy's orders;
 None where it stalls or provably cannot tie the winner."""
-Priced = dict[Orders, tuple[ScheduleTable, "float | None"]]
+Priced = dict[Key, tuple[ScheduleTable, "float | None"]]
 """Orders -> their table and its makespan at SELECT_COSTS (None: provably past the ceiling
 plus _SLACK)."""
 
 
-def _candidates(pp: int, m: int, v: int, limit: int) -> tuple[Made, Priced, float | None]:
+def _candidates(engine: _Engine, limit: int) -> tuple[Made, Priced, float | None]:
     """Every candidate's orders (or None), the tables made of those not None, and the
     ceiling: the smallest makespan at SELECT_COSTS among them (rounded), which the winner
     does not exceed.
@@ -138,32 +267,32 @@ def _candidates(pp: int, m: int, v: int, limit: int) -> tuple[Made, Priced, floa
     priced: Priced = {}
     ceiling: list[float] = []
 
-    def price(orders: Orders | None) -> float | None:
+    def price(orders: Key | None) -> float | None:
         """Price a finished candidate; the bound the next greedies prune with."""
         if orders is not None and orders not in priced:
-            table = _table(pp, m, v, orders)
-            found = makespan(table, SELECT_COSTS, ceiling[0] + _SLACK if ceiling else None)
+            table = engine.table(orders)
+            found = engine.makespan(table, SELECT_COSTS,
+                                    ceiling[0] + _SLACK if ceiling else None)
             priced[orders] = (table, found)
             if found is not None and (not ceiling or round(found, 6) < ceiling[0]):
                 ceiling[:] = [round(found, 6)]
         return ceiling[0] + 1e-6 + _SLACK if ceiling else None
 
     def forker(phase: int, backward_first: bool) -> Fork:
-        def fork(state: _Greedy, parting: range, bound: float | None) -> float | None:
+        def fork(state: _State, parting: range, bound: float | None) -> float | None:
             for cap in reversed(parting):
-                orders = _run(state.copy(), cap, _GREEDY_COSTS[phase], backward_first,
-                              bound, None)
+                orders = engine.run(state.copy(), cap, phase, backward_first, bound, None)
                 made[phase, backward_first, cap] = orders
                 bound = price(orders)
             return bound
         return fork
 
-    price(_greedy(pp, m, v, limit, _GREEDY_COSTS[1], True))
+    price(engine.run(engine.start(), limit, 1, True, None, None))
     for phase, backward_first in ((1, True), (1, False), (0, True), (0, False)):
-        trunk = _run(_Greedy(pp, m, v), limit, _GREEDY_COSTS[phase], backward_first,
-                     price(None), forker(phase, backward_first))
+        trunk = engine.run(engine.start(), limit, phase, backward_first, price(None),
+                           forker(phase, backward_first))
         price(trunk)
-        for cap in range(v, limit + 1):  # never parted from the trunk: the trunk's orders
+        for cap in range(engine.v, limit + 1):  # never parted from the trunk: its orders
             made.setdefault((phase, backward_first, cap), trunk)
     return made, priced, ceiling[0] if ceiling else None
 
@@ -201,6 +330,12 @@ Message = tuple[int, int, int, float]
 """(stage, micro-batch, ready time, earliest end of its producer at SELECT_COSTS)."""
 
 
+def _compute_left(m: int) -> float:
+    """A rank's compute in a step at SELECT_COSTS, per stage: m (F + B + W)."""
+    work = sum(SELECT_COSTS[op] for op in (Op.FORWARD, Op.BACKWARD_INPUT, Op.WEIGHT))
+    return m * work
+
+
 class _Greedy:
     """The list scheduler's state at one decision: time ``t``, the ranks still to look at
     then (``awake[pos:]``) and all they decide on; ``copy`` forks it."""
@@ -221,8 +356,7 @@ class _Greedy:
         self.weights: list[deque[tuple[int, int]]] = [deque() for _ in range(pp)]
         self.live, self.busy = [0] * pp, [0] * pp
         self.early = [0.0] * pp  # earliest end of the rank's last op at SELECT_COSTS
-        work = sum(SELECT_COSTS[op] for op in (Op.FORWARD, Op.BACKWARD_INPUT, Op.WEIGHT))
-        self.rest = [m * work] * pp  # its compute still to come, same costs
+        self.rest = [_compute_left(m)] * pp  # its compute still to come, same costs
         self.orders: list[list[ComputeStep]] = [[] for _ in range(pp)]
         self.events: list[tuple[int, int]] = []  # (end, rank) of each busy rank's op
         self.remaining = 3 * pp * v * m
@@ -244,7 +378,13 @@ class _Greedy:
         return other
 
 
-Fork = Callable[[_Greedy, range, "float | None"], "float | None"]
+class _State(Protocol):
+    """A list-scheduler state that can fork (Python's :class:`_Greedy` or zb_native.c's)."""
+
+    def copy(self) -> _State: ...
+
+
+Fork = Callable[[_State, range, "float | None"], "float | None"]
 """Called at the state where the caps in ``range`` part from the run (the state is not to
 be changed); returns the bound to go on with."""
 
