@@ -5,13 +5,16 @@ from __future__ import annotations
 import json
 import math
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
+if TYPE_CHECKING:  # rich loads with the first console (commands that only parse never do)
+    from rich.console import Console
 
 
 def make_console(stderr: bool = False) -> Console:
     """A rich Console that degrades to plain text (no colour, no boxes) when not a TTY."""
+    from rich.console import Console
+
     stream = sys.stderr if stderr else sys.stdout
     is_tty = stream.isatty()
     return Console(

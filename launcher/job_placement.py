@@ -18,27 +18,22 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.cluster.layout import RunLayout
 from launcher.errors import GantryError, UserInputError
 from launcher.job_request import JobRequest
 from launcher.preflight.drain_reason import is_gantry_reason
-from launcher.sbatch_render import Placement as ScriptPlacement
 from launcher.site_config import LoadedSite
-from launcher.site_topology import site_topology
 from launcher.slurm import CommandRunner, NodeInfo, SlurmClient, make_client
 from launcher.slurm.runner import SlurmCommandError
 from launcher.typed_config import from_mapping
 from topology import hostlists
-from topology.model import Topology
-from topology.placement import (
-    ClusterState,
-    Placement,
-    PlacementRequest,
-    SlurmVersion,
-    plan_placement,
-)
+
+if TYPE_CHECKING:  # the planner (numpy) and the renderer (jinja2) load when a job is placed
+    from launcher.sbatch_render import Placement as ScriptPlacement
+    from topology.model import Topology
+    from topology.placement import Placement, PlacementRequest, SlurmVersion
 
 #: Node states that can take a new job now.
 FREE_STATES = frozenset({"IDLE", "MIXED"})
@@ -122,6 +117,8 @@ def live_state(client: SlurmClient, site: LoadedSite) -> LiveState:
     Raises SlurmCommandError when Slurm cannot be reached and GantryError when the cluster
     reached has none of the site's nodes (SLURM_CONF points at another cluster).
     """
+    from topology.placement import SlurmVersion
+
     major, minor, micro = client.version()
     nodes = client.node_states()
     return state_from_nodes(nodes, site, SlurmVersion(major, minor, micro),
@@ -166,6 +163,8 @@ def probe_live_state(site: LoadedSite) -> tuple[LiveState | None, str]:
 
 def placement_request(request: JobRequest, switch_wait: str | None = None) -> PlacementRequest:
     """The topology request of a resolved job (ranks per node = the job's tasks per node)."""
+    from topology.placement import PlacementRequest
+
     spec = request.spec
     data: dict[str, Any] = {
         "nodes": spec.resources.nodes, "spares": spec.resources.spares,
@@ -213,6 +212,8 @@ class JobPlacement:
         return tuple(r.node for r in self.plan.roles if r.spare)
 
     def script_placement(self) -> ScriptPlacement:
+        from launcher.sbatch_render import Placement as ScriptPlacement
+
         return ScriptPlacement(sbatch_options=self.sbatch_options, summary=self.summary,
                                nodes=self.rank_nodes)
 
@@ -238,6 +239,8 @@ def _plan_summary(plan: Placement) -> str:
 def decide_placement(request: JobRequest, topology: Topology, state: LiveState | None,
                      note: str = "") -> JobPlacement:
     """Plan ``request`` on ``topology`` given the live ``state`` (None: not reachable)."""
+    from topology.placement import ClusterState, plan_placement
+
     preq = placement_request(request)
     if topology.kind == "flat":
         return JobPlacement("none", "Slurm chooses the nodes (flat topology)", (), None, state)
@@ -284,6 +287,8 @@ def _slurm_chooses(request: JobRequest, topology: Topology, preq: PlacementReque
                    state: LiveState, why: str) -> JobPlacement:
     """Not enough free nodes now: let Slurm pick when nodes free up, within the leaf-switch
     (block) count an idle cluster needs, away from unhealthy nodes."""
+    from topology.placement import ClusterState, plan_placement
+
     try:
         idle = plan_placement(topology, preq, ClusterState.of(None, state.unhealthy),
                               state.version)
@@ -303,6 +308,8 @@ def _slurm_chooses(request: JobRequest, topology: Topology, preq: PlacementReque
 def place_job(request: JobRequest, client: SlurmClient | None = None) -> JobPlacement:
     """The placement of ``request`` from its site's live cluster (probing it when ``client``
     is None; an unreachable cluster gives mode "none")."""
+    from launcher.site_topology import site_topology
+
     site = request.site
     topology = site_topology(site)
     if topology.kind == "flat":

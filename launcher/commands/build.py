@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from launcher.build import build_site
 from launcher.console import print_json
-from launcher.site_config import load_site
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -19,6 +17,9 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from launcher.build import build_site
+    from launcher.site_config import load_site
+
     site = load_site(args.site)
     result = build_site(site, force=args.force)
     if args.json:

@@ -8,18 +8,16 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
-
-from rich.markup import escape
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from launcher.console import make_console, print_json
 from launcher.errors import EXIT_FAILURE, EXIT_OK, UserInputError
 from launcher.job_cli import add_jobs_dir_arg, run_history
 from launcher.job_dir import META_FILE, find_job_dir, jobs_root
-from launcher.train.checkpoint_scan import CheckpointEntry, resume_choice, scan
-from launcher.train.export_weights import export_weights
 from topology.user_files import require_short_names, require_writable_file
+
+if TYPE_CHECKING:  # the checkpoint readers (numpy, safetensors) and rich load when used
+    from launcher.train.checkpoint_scan import CheckpointEntry
 
 
 def register(subparsers: Any) -> None:
@@ -60,6 +58,8 @@ def checkpoint_root(ref: str, jobs_dir: Path | None) -> tuple[Path, bool]:
 
 
 def _export(args: argparse.Namespace, root: Path, entries: list[CheckpointEntry]) -> int:
+    from launcher.train.export_weights import export_weights
+
     complete = {e.step: e for e in entries if e.complete}
     if not complete:
         raise UserInputError(f"{root}: no complete checkpoint to export")
@@ -87,6 +87,11 @@ def _checks_cell(entry: CheckpointEntry) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.markup import escape
+    from rich.table import Table
+
+    from launcher.train.checkpoint_scan import resume_choice, scan
+
     if args.step is not None and args.export_weights is None:
         raise UserInputError("--step: only with --export-weights")
     if args.verify and args.export_weights is not None:

@@ -12,8 +12,6 @@ import argparse
 import shlex
 from pathlib import Path
 
-from launcher.cluster import lifecycle, status, status_view
-from launcher.cluster.layout import RunLayout
 from launcher.console import make_console, print_json
 from launcher.errors import EXIT_BAD_INPUT, EXIT_OK, UserInputError
 from launcher.site_config import DEFAULT_SITE, LoadedSite, load_site
@@ -36,6 +34,8 @@ def _site_flag(site: LoadedSite) -> str:
 def _up(args: argparse.Namespace) -> int:
     if args.timeout <= 0:
         raise UserInputError(f"--timeout: {args.timeout} is not allowed (expected seconds > 0)")
+    from launcher.cluster import lifecycle
+
     site = load_site(args.site)
     result = lifecycle.up(site, timeout=args.timeout)
     plan = result.plan
@@ -68,6 +68,8 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
+    from launcher.cluster import lifecycle
+
     site = load_site(args.site)
     layout, outcomes = lifecycle.down(site)
     console = make_console()
@@ -87,6 +89,8 @@ def _down(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from launcher.cluster import status, status_view
+
     site = load_site(args.site)
     current = status.collect(site)
     if args.json:
@@ -98,6 +102,8 @@ def _status(args: argparse.Namespace) -> int:
 
 def env_lines(site: LoadedSite) -> list[str]:
     """Shell lines that point Slurm tools at the cluster and set the site's MPI env."""
+    from launcher.cluster.layout import RunLayout
+
     layout = RunLayout(site.run_dir())
     lines = [f"export SLURM_CONF={shlex.quote(str(layout.slurm_conf))}"]
     if site.config.mpi.env:

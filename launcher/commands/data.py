@@ -13,17 +13,18 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
-from launcher.atomic_write import FileSet, made_directories
 from launcher.console import make_console, print_json
-from launcher.data import byte_tokenizer, gpt2_tokenizer
-from launcher.data.shards import shard_header
-from launcher.data.token_stream import Encoder, TokenSpool, require_stream_input, spool_document
 from launcher.errors import UserInputError
 from topology.user_files import require_output_dir, require_short_names
+
+if TYPE_CHECKING:  # the tokenizers and shards (numpy) load when data is made
+    import numpy as np
+
+    from launcher.atomic_write import FileSet
+    from launcher.data import gpt2_tokenizer
+    from launcher.data.token_stream import Encoder, TokenSpool
 
 DEFAULT_SHARD_TOKENS = 100_000_000
 TOKENIZERS = ("byte", "gpt2")
@@ -52,6 +53,9 @@ def register(subparsers: Any) -> None:
 
 def _validate(args: argparse.Namespace) -> gpt2_tokenizer.Gpt2Tokenizer | None:
     """Checks every flag before anything is written; the GPT-2 tokenizer when asked for."""
+    from launcher.data import gpt2_tokenizer
+    from launcher.data.token_stream import require_stream_input
+
     if args.tokenizer != "gpt2" and args.tokenizer_files is not None:
         raise UserInputError("--tokenizer-files: only used with --tokenizer gpt2 (the byte "
                              "tokenizer needs no files)")
@@ -84,6 +88,8 @@ def _validate(args: argparse.Namespace) -> gpt2_tokenizer.Gpt2Tokenizer | None:
 
 def _encode(path: Path, data: bytes,
             gpt2: gpt2_tokenizer.Gpt2Tokenizer | None) -> np.ndarray:
+    from launcher.data import byte_tokenizer
+
     if gpt2 is None:
         return byte_tokenizer.encode_document(data)
     try:
@@ -97,6 +103,8 @@ def _encode(path: Path, data: bytes,
 def _write_split(files: FileSet, out: Path, split: str, spool: TokenSpool, start: int,
                  count: int, shard_tokens: int) -> list[str]:
     """Shards of the spool's tokens ``start`` .. ``start + count``, copied a piece at a time."""
+    from launcher.data.shards import shard_header
+
     names = []
     for index, first in enumerate(range(start, start + count, shard_tokens)):
         size = min(shard_tokens, start + count - first)
@@ -109,6 +117,10 @@ def _write_split(files: FileSet, out: Path, split: str, spool: TokenSpool, start
 
 
 def run(args: argparse.Namespace) -> int:
+    from launcher.atomic_write import FileSet, made_directories
+    from launcher.data import byte_tokenizer
+    from launcher.data.token_stream import TokenSpool, spool_document
+
     gpt2 = _validate(args)
     vocab_size = gpt2.vocab_size if gpt2 is not None else byte_tokenizer.VOCAB_SIZE
     encode: Encoder | None = None

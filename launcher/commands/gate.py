@@ -18,18 +18,18 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.atomic_write import FileSet, WriteError
 from launcher.console import make_console
 from launcher.errors import EXIT_FAILURE, EXIT_OK, GantryError, UserInputError, brief
-from launcher.preflight.gate import GateReport, run_gate
-from launcher.preflight.gate_plan import read_node_plan
-from launcher.preflight.state import state_dir
 from launcher.preflight.verdict import LEVELS
 from launcher.site_config import load_site
 from topology import hostlists
 from topology.user_files import require_regular_file, require_writable_file
+
+if TYPE_CHECKING:  # the gate (placement, Slurm) loads when it runs, not when it registers
+    from launcher.preflight.gate import GateReport
 
 EXIT_REQUEUED = 75
 """EX_TEMPFAIL: the job was requeued; the batch script should stop quietly."""
@@ -145,6 +145,10 @@ def what_was_done(report: GateReport, state: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from launcher.preflight.gate import run_gate
+    from launcher.preflight.gate_plan import read_node_plan
+    from launcher.preflight.state import state_dir
+
     site = load_site(args.site)
     nodes_expr = args.nodes or os.environ.get("SLURM_JOB_NODELIST", "")
     if not nodes_expr:

@@ -14,29 +14,20 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
-
-from rich.tree import Tree
+from typing import TYPE_CHECKING, Any
 
 from launcher.console import make_console, print_json
 from launcher.errors import UserInputError
 from launcher.job_placement import LiveState, probe_live_state
 from launcher.job_request import check_ranks_per_node, resolve_request
-from launcher.live.placement_view import switch_tree
 from launcher.site_config import LoadedSite, load_site
-from launcher.site_topology import site_topology
-from launcher.slurm.runner import run_slurm
-from launcher.slurm.tools import tool_path
-from launcher.typed_config import from_mapping
 from topology import hostlists
-from topology.model import Topology
-from topology.placement import (
-    ClusterState,
-    Placement,
-    PlacementRequest,
-    SlurmVersion,
-    plan_placement,
-)
+
+if TYPE_CHECKING:  # the planner (numpy) and rich load when a plan is made
+    from rich.tree import Tree
+
+    from topology.model import Topology
+    from topology.placement import ClusterState, Placement, SlurmVersion
 
 ASSUMED_SLURM = "24.11"
 """Slurm version assumed when neither --slurm-version, the live cluster nor `sinfo -V` says."""
@@ -74,6 +65,10 @@ def register(subparsers: Any) -> None:
 
 def detect_slurm_version() -> tuple[SlurmVersion, str]:
     """The local Slurm's version, or the assumed one; with a note saying which."""
+    from launcher.slurm.runner import run_slurm
+    from launcher.slurm.tools import tool_path
+    from topology.placement import SlurmVersion
+
     sinfo = tool_path("sinfo")
     if sinfo:
         result = run_slurm([sinfo, "-V"], 10.0)
@@ -119,6 +114,8 @@ def _shape(args: argparse.Namespace) -> tuple[LoadedSite, dict[str, Any], str]:
 def _state(args: argparse.Namespace, site: LoadedSite) -> tuple[ClusterState, LiveState | None,
                                                                  str]:
     """Cluster state: --free / --offline, else the live cluster (else every node free)."""
+    from topology.placement import ClusterState
+
     unhealthy = set(hostlists.expand(args.unhealthy, "--unhealthy") if args.unhealthy else ())
     if args.free is not None or args.offline:
         free = None if args.free is None else hostlists.expand(args.free, "--free")
@@ -131,6 +128,10 @@ def _state(args: argparse.Namespace, site: LoadedSite) -> tuple[ClusterState, Li
 
 
 def run(args: argparse.Namespace) -> int:
+    from launcher.site_topology import site_topology
+    from launcher.typed_config import from_mapping
+    from topology.placement import PlacementRequest, SlurmVersion, plan_placement
+
     site, data, source = _shape(args)
     topology = site_topology(site)
     request = from_mapping(PlacementRequest, data, source)
@@ -168,6 +169,10 @@ def run(args: argparse.Namespace) -> int:
 def build_tree(topology: Topology, placement: Placement) -> Tree:
     """The chosen nodes under their switches, from the domain switch down (each leaf with
     how many of its nodes were chosen), drawn as the live view draws them."""
+    from rich.tree import Tree
+
+    from launcher.live.placement_view import switch_tree
+
     unit = placement.unit or "nodes"
     root = Tree(f"{placement.domain}  ({len(placement.spanned)} {unit})")
 

@@ -13,18 +13,16 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.commands import gate
 from launcher.console import make_console
 from launcher.errors import EXIT_FAILURE, EXIT_OK
-from launcher.preflight.context import Expectations
-from launcher.preflight.runner import RunOptions, run_preflight
-from launcher.preflight.state import state_dir
-from launcher.preflight.state_access import state_access
-from launcher.preflight.thresholds import make_thresholds
 from launcher.preflight.verdict import LEVELS, NodeVerdict
-from launcher.site_config import LoadedSite, load_site
+
+if TYPE_CHECKING:  # the checks and their collectors load when preflight runs
+    from launcher.preflight.runner import RunOptions
+    from launcher.site_config import LoadedSite
 
 
 def register(subparsers: Any) -> None:
@@ -61,6 +59,12 @@ def register(subparsers: Any) -> None:
 def options_for(site: LoadedSite, level: str | None) -> RunOptions:
     """The run's options; counter baselines are read from the state dir when it is trusted
     and saved there only by its writer (launcher/preflight/state_access.py)."""
+    from launcher.preflight.context import Expectations
+    from launcher.preflight.runner import RunOptions
+    from launcher.preflight.state import state_dir
+    from launcher.preflight.state_access import state_access
+    from launcher.preflight.thresholds import make_thresholds
+
     cfg = site.config
     access = state_access(state_dir(site))
     if not access.read:
@@ -118,6 +122,9 @@ def print_verdict(verdict: NodeVerdict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from launcher.preflight.runner import run_preflight
+    from launcher.site_config import load_site
+
     site = load_site(args.site)
     verdict, hung = run_preflight(options_for(site, args.level))
     if args.drain:

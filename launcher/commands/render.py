@@ -11,14 +11,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from launcher.atomic_write import write_text
-from launcher.build import library_path
 from launcher.job_cli import add_request_args, overrides_from_args
-from launcher.job_dir import jobs_root, new_job_dir_path
-from launcher.job_placement import place_job, placement_notes
-from launcher.job_request import resolve_request
-from launcher.job_script import render_job
-from topology.user_files import require_writable_file
 
 
 def register(subparsers: Any) -> None:
@@ -33,6 +26,14 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from launcher.atomic_write import write_text
+    from launcher.build import library_path
+    from launcher.job_dir import jobs_root, new_job_dir_path
+    from launcher.job_placement import place_job, placement_notes
+    from launcher.job_request import resolve_request
+    from launcher.job_script import render_job
+    from topology.user_files import require_writable_file
+
     request = resolve_request(args.job, args.site, overrides_from_args(args))
     if args.output is not None:  # before the placement's notes: an error is the only line
         require_writable_file(args.output, "--output")

@@ -4,23 +4,20 @@ step length, activations held per rank, a timeline per rank), to choose one befo
 from __future__ import annotations
 
 import argparse
+import typing
 from pathlib import Path
-from typing import Any
-
-from rich.table import Table
+from typing import TYPE_CHECKING, Any
 
 from launcher.console import make_console, print_json
 from launcher.errors import EXIT_OK, UserInputError
-from launcher.schedules import SCHEDULES, ScheduleError
-from launcher.schedules.compare import (
-    COST_KEYS,
-    ScheduleRow,
-    compare,
-    parse_costs,
-    split_full_backward,
-    timeline,
-)
-from launcher.schedules.table import Op
+from launcher.job_spec import Schedule
+
+if TYPE_CHECKING:  # the schedule generators (numpy) and rich load when schedules are compared
+    from launcher.schedules.compare import ScheduleRow
+    from launcher.schedules.table import Op
+
+SCHEDULES: tuple[str, ...] = typing.get_args(Schedule)
+"""launcher.schedules.SCHEDULES, as the job spec spells them (a test holds them equal)."""
 
 
 def register(subparsers: Any) -> None:
@@ -73,6 +70,8 @@ def _layout(args: argparse.Namespace) -> tuple[int, int, int]:
 
 
 def _row_json(row: ScheduleRow, width: int, with_timeline: bool) -> dict[str, Any]:
+    from launcher.schedules.compare import timeline
+
     out: dict[str, Any] = {"schedule": row.schedule, "virtual_stages": row.virtual_stages}
     if row.error is not None:
         return {**out, "error": row.error}
@@ -90,6 +89,8 @@ def trace_costs(path: Path) -> dict[Op, float]:
     is split evenly into B and W."""
     from launcher.report.run_data import read_trace
     from launcher.report.theory import measured_op_costs
+    from launcher.schedules.compare import COST_KEYS, split_full_backward
+    from launcher.schedules.table import Op
 
     events = read_trace(path)
     if not events:
@@ -115,6 +116,11 @@ def _label(row: ScheduleRow) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from launcher.schedules import ScheduleError
+    from launcher.schedules.compare import COST_KEYS, compare, parse_costs, timeline
+
     pp, m, v = _layout(args)
     try:
         given = parse_costs(args.costs)

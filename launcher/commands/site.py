@@ -8,22 +8,15 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from launcher.console import make_console, print_json
-from launcher.plugins.install import perform_install, plan_install
 from launcher.preflight.result import CheckResult, worst
-from launcher.site_check.run import check_site
-from launcher.site_check.slurm_topology import (
-    check_out_path,
-    read_slurm_topology,
-    render_topology,
-    topology_format,
-    write_new_file,
-)
 from launcher.site_config import load_site
 from topology import hostlists
-from topology.model import Topology
+
+if TYPE_CHECKING:  # the checks, the topology model (numpy) and the installer load when used
+    from topology.model import Topology
 
 TOPOLOGY_DESCRIPTION = """Write the topology the site's Slurm runs, as `scontrol show topology`
 reports it (switch tree or blocks, every node it names), as a topology.conf or topology.yaml
@@ -87,6 +80,14 @@ def register(subparsers: Any) -> None:
 
 def run_topology(args: argparse.Namespace) -> int:
     """Write (or print) Slurm's topology; notes go to stderr, the file's text to stdout."""
+    from launcher.site_check.slurm_topology import (
+        check_out_path,
+        read_slurm_topology,
+        render_topology,
+        topology_format,
+        write_new_file,
+    )
+
     site = load_site(args.site)
     fmt = topology_format(args.out, args.format)
     if args.out is not None:
@@ -147,6 +148,8 @@ def print_checks(site_name: str, checks: list[CheckResult]) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    from launcher.site_check.run import check_site
+
     site = load_site(args.site)
     checks = check_site(site)
     verdict = worst(c.status for c in checks)
@@ -159,6 +162,8 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_install(args: argparse.Namespace) -> int:
+    from launcher.plugins.install import perform_install, plan_install
+
     site = load_site(args.site)
     plan = plan_install(site, args.prefix)
     console = make_console()

@@ -14,11 +14,10 @@ import json
 import sys
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import launcher
 from launcher.atomic_write import write_text
-from launcher.build import build_site, library_path
 from launcher.console import make_console, print_json
 from launcher.errors import EXIT_FAILURE, EXIT_OK, GantryError
 from launcher.job_cli import add_request_args, overrides_from_args
@@ -39,9 +38,9 @@ from launcher.job_placement import (
     slurm_conf_problem,
 )
 from launcher.job_request import JobRequest, resolve_request
-from launcher.job_script import layout_line, render_job
-from launcher.live.follow import follow_job
-from launcher.sbatch_render import Placement
+
+if TYPE_CHECKING:  # the renderer (jinja2) and the live view load when a job is submitted
+    from launcher.sbatch_render import Placement
 
 
 def register(subparsers: Any) -> None:
@@ -65,6 +64,8 @@ def register(subparsers: Any) -> None:
 
 def request_record(request: JobRequest, placement: Placement,
                    library: Path | None = None) -> dict[str, Any]:
+    from launcher.job_script import layout_line
+
     return {
         "gantry_version": launcher.__version__,
         "spec_path": str(request.spec_path),
@@ -96,6 +97,8 @@ def checkpoint_dir(request: JobRequest, job_dir: Path | None = None) -> str | No
 def native_library(request: JobRequest, build: bool) -> Path | None:
     """The site's native trainer library for a `gantry train` launch: built (cached) when
     ``build``, else only where it would be; None for a custom command."""
+    from launcher.build import build_site, library_path
+
     if request.spec.command:
         return None
     if build:
@@ -104,6 +107,10 @@ def native_library(request: JobRequest, build: bool) -> Path | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from launcher.job_script import render_job
+    from launcher.live.follow import follow_job
+    from launcher.sbatch_render import Placement
+
     request = resolve_request(args.job, args.site, overrides_from_args(args))
     root = jobs_root(args.jobs_dir)
     path = new_job_dir_path(root, request.spec.name)

@@ -1,0 +1,114 @@
+"""CLI start-up: wall time of short gantry commands next to a bare interpreter start.
+
+Each sample is one fresh process, run from the checkout with this interpreter (the venv's, so
+the anchor pays the same site-packages start-up as gantry does). The cases are interleaved
+round by round, so load on a shared machine hits them alike; reported per case: median and
+p90 in milliseconds and the median's ratio to the anchor of the same run.
+
+- anchor          ``python -c pass``
+- python -m       ``python -m launcher --help``
+- gantry --help   the ``gantry`` console script next to the interpreter (skipped if absent)
+- gantry status   ``gantry status --jobs-dir <empty dir>``
+- gantry render   ``gantry render examples/gpt2-tiny-pp2-dp2.yaml`` (jinja2 and the
+                  placement are its work: not expected near the anchor)
+
+    python bench/bench_cli_start.py [--runs 30] [--out bench/results/NAME]  # NAME.json + .md
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def cases(jobs_dir: Path) -> dict[str, list[str]]:
+    python = sys.executable
+    script = Path(python).with_name("gantry")
+    gantry = [str(script)] if script.is_file() else [python, "-m", "launcher"]
+    out = {
+        "anchor: python -c pass": [python, "-c", "pass"],
+        "python -m launcher --help": [python, "-m", "launcher", "--help"],
+    }
+    if script.is_file():
+        out["gantry --help"] = [*gantry, "--help"]
+    out["gantry status (empty jobs dir)"] = [*gantry, "status", "--jobs-dir", str(jobs_dir)]
+    out["gantry render (example job)"] = [
+        *gantry, "render", str(REPO / "examples" / "gpt2-tiny-pp2-dp2.yaml"), "--site",
+        str(REPO / "site_configs" / "local.yaml"), "--jobs-dir", str(jobs_dir)]
+    return out
+
+
+def time_once(argv: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                          cwd=REPO, env=env, check=False)
+    took = time.perf_counter() - start
+    if done.returncode != 0:
+        raise SystemExit(f"bench_cli_start: {' '.join(argv)} exited {done.returncode}")
+    return took
+
+
+def git_commit() -> str:
+    out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
+                         capture_output=True, text=True, check=False)
+    return out.stdout.strip() or "unknown"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=30, help="samples per case (default 30)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="write OUT.json (raw samples) and OUT.md (the table)")
+    args = parser.parse_args()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GANTRY_")}
+    with tempfile.TemporaryDirectory(prefix="gantry-bench-jobs-") as tmp:
+        table = cases(Path(tmp))
+        for argv in table.values():  # warm the page cache and __pycache__
+            time_once(argv, env)
+        samples: dict[str, list[float]] = {name: [] for name in table}
+        for _ in range(args.runs):
+            for name, argv in table.items():
+                samples[name].append(time_once(argv, env))
+    anchor = statistics.median(samples["anchor: python -c pass"])
+    rows = []
+    for name, values in samples.items():
+        ordered = sorted(values)
+        median = statistics.median(ordered)
+        p90 = ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))]
+        rows.append({"case": name, "median_ms": round(median * 1e3, 1),
+                     "p90_ms": round(p90 * 1e3, 1), "x_anchor": round(median / anchor, 2)})
+    meta = {
+        "date": datetime.date.today().isoformat(),
+        "commit": git_commit(),
+        "python": platform.python_version(),
+        "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, "
+                   f"load {os.getloadavg()[0]:.2f}",
+        "runs": args.runs,
+    }
+    lines = [f"CLI start-up, {meta['date']}, commit {meta['commit']}, Python {meta['python']}, "
+             f"{meta['machine']}, {args.runs} runs per case (median / p90)", "",
+             "| command | median ms | p90 ms | x anchor |", "|---|---|---|---|"]
+    lines += [f"| {r['case']} | {r['median_ms']} | {r['p90_ms']} | {r['x_anchor']} |"
+              for r in rows]
+    text = "\n".join(lines) + "\n"
+    sys.stdout.write(text)
+    if args.out is not None:
+        args.out.with_suffix(".json").write_text(
+            json.dumps({**meta, "rows": rows, "samples_s": samples}, indent=2) + "\n")
+        args.out.with_suffix(".md").write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
