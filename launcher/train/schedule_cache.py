@@ -38,9 +38,11 @@ def cache_path(job_dir: Path, name: str, pp: int, m: int, v: int) -> Path:
 
 @functools.cache
 def generator_key() -> str:
-    """gantry's version, the table format's, and 12 hex digits of the generators' source."""
+    """gantry's version, the table format's, and 12 hex digits of the generators' source
+    (the Python and the C of the compiled search)."""
     digest = hashlib.sha256()
-    for source in sorted(Path(schedules.__file__).parent.glob("*.py")):
+    home = Path(schedules.__file__).parent
+    for source in sorted([*home.glob("*.py"), *home.glob("*.c")]):
         digest.update(source.name.encode() + b"\0" + source.read_bytes())
     return f"g{__version__}-t{TABLE_FORMAT_VERSION}-{digest.hexdigest()[:12]}"
 

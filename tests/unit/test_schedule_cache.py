@@ -82,3 +82,17 @@ def test_no_job_dir_no_cache_and_bad_layouts_still_fail(tmp_path: Path) -> None:
     with pytest.raises(ScheduleError, match="multiple of pp"):
         schedule_cache.table_bytes("interleaved", 4, 6, 2, tmp_path)
     assert not (tmp_path / "schedules").exists()
+
+
+def test_the_key_follows_the_compiled_search_source(tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    import types
+
+    (tmp_path / "__init__.py").write_text("# generators\n")
+    (tmp_path / "zb_native.c").write_text("int search(void) { return 1; }\n")
+    monkeypatch.setattr(schedule_cache, "schedules",
+                        types.SimpleNamespace(__file__=str(tmp_path / "__init__.py")))
+    key = schedule_cache.generator_key.__wrapped__  # uncached
+    before = key()
+    (tmp_path / "zb_native.c").write_text("int search(void) { return 2; }\n")
+    assert key() != before
