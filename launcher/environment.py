@@ -123,9 +123,12 @@ VARIABLES: dict[str, tuple[Variable, ...]] = {
                  "set by sbatch_templates/train.sbatch.j2; read by "
                  "launcher/train/schedule_cache.py, launcher/train/faults.py"),
         Variable("GANTRY_ATTEMPT_DIR", "unset: no stop-signal file",
-                 "this attempt's directory (runs/<jobid>-<restart> of the job directory), "
-                 "exported by the batch script; the trainer writes the signal it stopped on there",
-                 "set by sbatch_templates/train.sbatch.j2; read by launcher/train/trainer.py"),
+                 "this attempt's directory (runs/<jobid>-<restart>[.<k>] of the job "
+                 "directory), exported by the batch script; the trainer writes the signal it "
+                 "stopped on there, each rank its start, heartbeat and exit records "
+                 "(ranks/), the watchdog its hang.json",
+                 "set by sbatch_templates/train.sbatch.j2; read by launcher/train/trainer.py, "
+                 "launcher/train/rank_records.py, launcher/train/watchdog.py"),
         Variable("GANTRY_NODE_NAME", "the host name",
                  "a rank's node name where SLURMD_NODENAME is unset (mpirun outside Slurm)",
                  "launcher/train/layout.py"),
@@ -141,6 +144,10 @@ VARIABLES: dict[str, tuple[Variable, ...]] = {
         Variable("GANTRY_FAULT_HANG", "unset: off",
                  "`STEP[:RANK]`: the rank (default: the last) stops itself (SIGSTOP) before "
                  "step STEP, like a peer gone mid-collective", _FAULT_HOOKS),
+        Variable("GANTRY_FAULT_KILL", "unset: off",
+                 "`STEP[:RANK]`: the rank (default: the last) kills itself (SIGKILL) before "
+                 "step STEP: a rank crashing on a healthy node, leaving no exit record",
+                 _FAULT_HOOKS),
         Variable("GANTRY_FAULT_CRASH_IN_CHECKPOINT", "unset: off",
                  "`STEP[:RANK]`: the rank (default: every writing rank that gets there "
                  "first) exits half-way through writing its shard of checkpoint STEP",

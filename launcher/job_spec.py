@@ -269,6 +269,15 @@ class PolicySpec:
     """Seconds before the time limit that Slurm sends USR1 (checkpoint then requeue)."""
     hang_timeout_s: float = 300
     """Watchdog: a rank with no progress for this long fails the job into recovery (0: off)."""
+    startup_timeout_s: float = 600
+    """Watchdog before the first step (MPI/NCCL init, checkpoint load); at least
+    hang_timeout_s; off when hang_timeout_s is 0."""
+    recover_in_allocation: bool = True
+    """After a recoverable step failure, relaunch inside the allocation on healthy spares in
+    the failed nodes' places (sbatch --no-kill keeps the allocation); requeue only when no
+    healthy spare is left."""
+    max_recoveries: int = 3
+    """Relaunches inside one allocation before the job requeues (or stops)."""
 
     def validate(self) -> None:
         if self.max_restarts < 0:
@@ -279,6 +288,12 @@ class PolicySpec:
         if self.hang_timeout_s < 0:
             raise FieldError("hang_timeout_s",
                              f"{self.hang_timeout_s} is not allowed (expected >= 0 s, 0 = off)")
+        if self.startup_timeout_s < 0:
+            raise FieldError("startup_timeout_s",
+                             f"{self.startup_timeout_s} is not allowed (expected >= 0 s)")
+        if not 0 <= self.max_recoveries <= 1000:
+            raise FieldError("max_recoveries",
+                             f"{self.max_recoveries} is not allowed (expected 0 .. 1000)")
 
 
 @dataclass(frozen=True)

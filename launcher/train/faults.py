@@ -11,6 +11,8 @@ from it).
   that gets there first) ``_exit(77)``s half-way through writing its shard of checkpoint STEP.
 - ``GANTRY_FAULT_HANG=STEP[:RANK]``: the rank (default: the last) stops itself (SIGSTOP)
   before running step STEP (1-based, as in metrics.jsonl), like a peer gone mid-collective.
+- ``GANTRY_FAULT_KILL=STEP[:RANK]``: the rank (default: the last) kills itself (SIGKILL)
+  before running step STEP: a rank crashing on a healthy node, with no exit record.
 - ``GANTRY_FAULT_STEP_DELAY_S=SECONDS``: every rank sleeps this long after each step, so
   that a test can act while the job is mid-run.
 - ``GANTRY_FAULT_SLOW_CHECKPOINT_S=SECONDS``: every shard write sleeps this long before it
@@ -30,9 +32,11 @@ from pathlib import Path
 
 from launcher.errors import UserInputError
 from launcher.job_exit_codes import TRAINER_FAULT_INJECTED
+from launcher.train.rank_records import record_exit
 
 CRASH_IN_CHECKPOINT = "GANTRY_FAULT_CRASH_IN_CHECKPOINT"
 HANG = "GANTRY_FAULT_HANG"
+KILL = "GANTRY_FAULT_KILL"
 STEP_DELAY = "GANTRY_FAULT_STEP_DELAY_S"
 SLOW_CHECKPOINT = "GANTRY_FAULT_SLOW_CHECKPOINT_S"
 STATE_DIR = "GANTRY_FAULT_STATE_DIR"
@@ -92,6 +96,7 @@ def check_environment() -> None:
     """Validates every hook up front (so a typo fails at start, not mid-run)."""
     step_fault(CRASH_IN_CHECKPOINT)
     step_fault(HANG)
+    step_fault(KILL)
     step_delay()
     _seconds(SLOW_CHECKPOINT)
 
@@ -130,6 +135,16 @@ def maybe_hang(step: int, rank: int, world: int) -> None:
     os.kill(os.getpid(), signal.SIGSTOP)
 
 
+def maybe_kill(step: int, rank: int, world: int) -> None:
+    """GANTRY_FAULT_KILL: SIGKILL this process before step ``step`` (1-based)."""
+    fault = step_fault(KILL)
+    target = world - 1 if fault is None or fault.rank is None else fault.rank
+    if fault is None or fault.step != step or rank != target or not claim("kill"):
+        return
+    _say(f"rank {rank} kills itself before step {step} (SIGKILL)")
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
 def crash_point(step: int, rank: int) -> bool:
     """GANTRY_FAULT_CRASH_IN_CHECKPOINT: should this rank crash writing checkpoint ``step``?"""
     fault = step_fault(CRASH_IN_CHECKPOINT)
@@ -140,6 +155,7 @@ def crash_point(step: int, rank: int) -> bool:
 
 def crash_now(what: str) -> None:
     _say(f"crashing in the middle of writing {what} (_exit {TRAINER_FAULT_INJECTED})")
+    record_exit(TRAINER_FAULT_INJECTED, f"fault hook: crash writing {what}")
     os._exit(TRAINER_FAULT_INJECTED)
 
 

@@ -32,7 +32,7 @@ from launcher.job_spec import JobSpec
 from launcher.native import runtime_config as native_switches
 from launcher.native.model_config import GPTConfig
 from launcher.schedules import ScheduleError
-from launcher.train import checkpoint, data, faults, metrics, schedule_cache
+from launcher.train import checkpoint, data, faults, metrics, rank_records, schedule_cache
 from launcher.train.checkpoint import WriteTiming
 from launcher.train.checkpoint_writer import CheckpointWriter
 from launcher.train.init_weights import init_chunk
@@ -101,18 +101,37 @@ def resolve_job_path(base: Path, value: str | None) -> Path | None:
 
 
 def run(spec: JobSpec, opts: TrainOptions) -> int:
+    """One rank's whole run; its start, proof of life and exit are recorded in the attempt
+    directory (launcher/train/rank_records.py) and the watchdog covers it from here on."""
     stop = StopRequest()
     stop.install()  # before MPI init: an early USR1 must not kill the rank
+    records = rank_records.start_from_env()
+    watchdog = Watchdog(spec.policy.hang_timeout_s,
+                        records.rank if records else rank_records.rank_from_env() or 0,
+                        records=records, startup_timeout_s=spec.policy.startup_timeout_s)
+    watchdog.start()
+    watchdog.beat("MPI init", starting=True)
+    code, why = 1, ""
     try:
-        return _run(spec, opts, stop)
+        code = _run(spec, opts, stop, watchdog)
+        return code
+    except GantryError as err:
+        code, why = err.exit_status, str(err)
+        raise
+    except BaseException as err:
+        code, why = 1, f"{type(err).__name__}: {err}"
+        raise
     finally:
+        watchdog.stop()
         stop.uninstall()
+        rank_records.record_exit(code, why)
 
 
-def _run(spec: JobSpec, opts: TrainOptions, stop: StopRequest) -> int:
+def _run(spec: JobSpec, opts: TrainOptions, stop: StopRequest, watchdog: Watchdog) -> int:
     from mpi4py import MPI
 
     world = MPI.COMM_WORLD
+    watchdog.beat("rank layout", starting=True)
     rank, size = world.Get_rank(), world.Get_size()
     par, model = spec.parallelism, spec.model
     error: GantryError | None = None
@@ -121,6 +140,7 @@ def _run(spec: JobSpec, opts: TrainOptions, stop: StopRequest) -> int:
         faults.check_environment()
         order = read_rank_order(opts.rank_order, size, names) if opts.rank_order else None
         layout = make_layout(rank, size, par.pp, par.dp, order)
+        watchdog.beat("schedule", starting=True)
         blob = (schedule_cache.table_bytes(par.schedule, par.pp, par.micro_batches,
                                            par.virtual_stages, schedule_cache.job_dir_from_env())
                 if rank == 0 else None)
@@ -136,6 +156,7 @@ def _run(spec: JobSpec, opts: TrainOptions, stop: StopRequest) -> int:
     node_id = sorted(set(names), key=names.index).index(names[rank])
     config = GPTConfig(model.vocab_size, model.seq_len, model.n_layer, model.n_head,
                        model.n_embd)
+    watchdog.beat("communicator bootstrap", starting=True)
     lib = load_library(opts.library)
     # NCCL bootstrap hook: world rank 0 makes the id, every rank gets the same bytes.
     comm_id: bytes | None = None
@@ -154,7 +175,7 @@ def _run(spec: JobSpec, opts: TrainOptions, stop: StopRequest) -> int:
     if rank == 0:
         print(f"info: stage layers {ranges}", flush=True)
     try:
-        return _train(world, spec, opts, layout, table, pipe, lib, stop)
+        return _train(world, spec, opts, layout, table, pipe, lib, stop, watchdog)
     finally:
         pipe.close()
 
@@ -238,9 +259,10 @@ def _load_start(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any,
 
 
 def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: Any,
-           pipe: Pipeline, lib: Any, stop: StopRequest) -> int:
+           pipe: Pipeline, lib: Any, stop: StopRequest, watchdog: Watchdog) -> int:
     par, model, train = spec.parallelism, spec.model, spec.train
     rank = world.Get_rank()
+    watchdog.beat("checkpoint load", starting=True)
     start = _load_start(world, spec, opts, layout, pipe)
     shards = None
     switches: dict[str, str] = {}
@@ -280,8 +302,6 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
             "nodes": nodes, "native_switches": switches})
     end = train.steps if opts.max_steps is None else min(train.steps, start + opts.max_steps)
     events: list[dict[str, Any]] = []
-    watchdog = Watchdog(spec.policy.hang_timeout_s, rank)
-    watchdog.start()
     # Trace times count from rank 0's wall clock: ranks (and hosts with synchronised clocks)
     # share one time axis in trace.json, so the report can line their timelines up.
     t_begin = float(world.bcast(time.time(), root=0))
@@ -289,6 +309,7 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
     try:
         for step in range(start, end):
             faults.maybe_hang(step + 1, rank, world.Get_size())
+            faults.maybe_kill(step + 1, rank, world.Get_size())
             watchdog.beat(f"step {step + 1}")
             inputs, targets = data.global_batch(step, n_micro, par.micro_batch_size,
                                                 model.seq_len, model.vocab_size, train.seed,
@@ -342,7 +363,6 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
         if writer is not None:
             writer.wait()
     finally:
-        watchdog.stop()
         if writer is not None and (why := writer.close()) is not None:
             sys.stderr.write(f"gantry train: rank {rank}: unpinning checkpoint staging: {why}\n")
     all_events = world.gather(events, root=0)
