@@ -271,15 +271,17 @@ class Scontrol:
             return ""
         return shown.stdout if shown.ok else ""
 
-    def requeue_excluding(self, job_id: str, exclude: str) -> list[str]:
+    def requeue_excluding(self, job_id: str, exclude: str,
+                          also: Sequence[str] = ()) -> list[str]:
         """Requeue ``job_id`` so it cannot land on ``exclude`` again; returns the steps taken.
+        ``also``: more ``Field=value`` updates for the requeued job (e.g. ``Switches=0``).
 
         A running job's ExcNodeList cannot be changed, so: requeuehold (the job leaves the
         nodes and waits, held), set ExcNodeList, release. Runs under SIGTERM protection by
         the caller: requeuing our own job signals this very process.
         """
         steps = []
-        if exclude:
+        if exclude and not also:
             direct = self._run(["update", f"JobId={job_id}", f"ExcNodeList={exclude}"], check=False)
             if direct.ok:
                 self._run(["requeue", job_id])
@@ -289,6 +291,9 @@ class Scontrol:
         if exclude:
             self._run(["update", f"JobId={job_id}", f"ExcNodeList={exclude}"])
             steps.append(f"ExcNodeList={exclude}")
+        for change in also:
+            self._run(["update", f"JobId={job_id}", change])
+            steps.append(change)
         self._run(["release", job_id])
         steps.append("release")
         return steps

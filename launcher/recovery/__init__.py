@@ -1,0 +1,1 @@
+"""Recovery inside the allocation: pin a failed step on its nodes, swap in spares, relaunch."""
