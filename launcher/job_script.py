@@ -19,6 +19,7 @@ from launcher.sbatch_render import (
     LaunchStep,
     Placement,
     PreflightStep,
+    RecoveryStep,
     ScriptInputs,
     env_pairs,
     render_script,
@@ -121,10 +122,27 @@ def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,
         env=env_pairs(extra_env if extra_env is not None else gantry_env(), site.mpi.env,
                       site.nccl.env, spec.env),
         placement=placement, preflight=preflight,
+        recovery=recovery_step(request, job_dir, gantry, site_args),
         launch=LaunchStep(launcher=site.mpi.launcher, srun_mpi=site.mpi.srun_mpi,
                           argv=train_argv(request, job_dir, gantry, library,
                                           rank_order=bool(placement.nodes)),
                           container_image=spec.resources.container_image),
+    )
+
+
+def recovery_step(request: JobRequest, job_dir: Path, gantry: Sequence[str],
+                  site_args: Sequence[str]) -> RecoveryStep | None:
+    """The in-allocation recovery of ``request`` (None when policy.recover_in_allocation is
+    off). Replacements pass the job's preflight level, at least quick."""
+    policy = request.spec.policy
+    if not policy.recover_in_allocation:
+        return None
+    level = request.preflight_level if request.preflight_level != "off" else "quick"
+    return RecoveryStep(
+        max_recoveries=policy.max_recoveries,
+        watch_argv=(*gantry, "step-watch"),
+        recover_argv=(*gantry, "recover", *site_args, "--job-dir", str(job_dir),
+                      "--level", level),
     )
 
 

@@ -117,6 +117,23 @@ class PreflightStep:
 
 
 @dataclass(frozen=True)
+class RecoveryStep:
+    """Recovery inside the allocation (sbatch --no-kill): the training step runs under
+    ``watch_argv`` (stops waiting once a rank failed), and after a recoverable failure
+    ``recover_argv`` names and drains the culprits and writes the next launch's nodes (exit
+    0), requeues the job excluding them (exit 75) or gives up (other)."""
+
+    max_recoveries: int
+    """Relaunches inside the allocation before the job requeues."""
+    watch_argv: tuple[str, ...]
+    """`gantry step-watch` (before --attempt-dir ...)."""
+    recover_argv: tuple[str, ...]
+    """`gantry recover` (before --attempt-dir ...)."""
+    grace_s: int = 5
+    """Seconds the launcher may take to end by itself after a rank failed."""
+
+
+@dataclass(frozen=True)
 class LaunchStep:
     """How the ranks are started."""
 
@@ -182,6 +199,8 @@ class ScriptInputs:
     """Topology options."""
     preflight: PreflightStep | None = None
     """Health check + gate (None: preflight off)."""
+    recovery: RecoveryStep | None = None
+    """Recovery inside the allocation (None: a failed step requeues the job)."""
 
     def sbatch_options(self) -> list[SbatchOption]:
         """The #SBATCH header, in order; values validated when rendered."""
@@ -210,6 +229,8 @@ class ScriptInputs:
             SbatchOption("--signal", f"B:USR1@{self.signal_lead_s}", "policy.signal_lead_s"),
             SbatchOption("--requeue" if self.requeue else "--no-requeue", None,
                          "policy.requeue"),
+            *([SbatchOption("--no-kill", None, "policy.recover_in_allocation")]
+              if self.recovery is not None else []),
             SbatchOption("--open-mode", "append"),
             SbatchOption("--chdir", self.submit_dir, "working directory"),
             SbatchOption("--output", f"{self.job_dir}/logs/slurm-%j.out", "job directory"),

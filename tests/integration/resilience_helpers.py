@@ -25,9 +25,11 @@ STEPS = 8
 
 
 def job_body(name: str, *, env: dict[str, str] | None = None, spares: int = 0,
-             hang_timeout_s: float = 30, max_restarts: int = 2) -> dict[str, Any]:
+             hang_timeout_s: float = 30, max_restarts: int = 2,
+             recover_in_allocation: bool = True) -> dict[str, Any]:
     """The test job: 2 layers split over pp=2 ranks on 2 nodes, 8 steps, a checkpoint every
-    2 steps (kept: 2), written in the background."""
+    2 steps (kept: 2), written in the background; ``recover_in_allocation`` False takes the
+    requeue path after every failure."""
     return {
         "name": name,
         "model": {"n_layer": 2, "n_head": 2, "n_embd": 8, "vocab_size": 32, "seq_len": 4},
@@ -37,7 +39,8 @@ def job_body(name: str, *, env: dict[str, str] | None = None, spares: int = 0,
         "checkpoint": {"dir": "ckpt", "interval": 2, "keep": 2, "async_write": True},
         "resources": {"nodes": 2, "spares": spares, "time_limit": "00:10:00"},
         "policy": {"preflight_level": "off", "max_restarts": max_restarts,
-                   "hang_timeout_s": hang_timeout_s},
+                   "hang_timeout_s": hang_timeout_s,
+                   "recover_in_allocation": recover_in_allocation},
         "env": {"OMP_NUM_THREADS": "1", **(env or {})},
     }
 

@@ -1,7 +1,9 @@
 """Training survives faults on the real embedded cluster, losing no checkpointed step.
 
 Every test submits the same tiny pp=2 job with `gantry submit` (the generated batch script,
-srun --mpi=pmix, `gantry train --resume` on every attempt), injects one fault mid-run, and
+srun --mpi=pmix, `gantry train --resume` on every attempt) with recovery inside the
+allocation switched off, so that every failure takes the requeue path
+(tests/integration/test_recovery_cluster.py covers the other), injects one fault mid-run, and
 checks that the job finishes all its steps with a loss/grad-norm trajectory EXACTLY equal to
 the uninterrupted run's, that the restart is counted in `gantry status`, and records the
 recovery time (fault -> first step done after the resume) in runs/resilience_recovery.jsonl.
@@ -90,7 +92,8 @@ def assert_recovered(job: Job, reference: Trajectory, restarts: int = 1) -> dict
 def test_scancel_usr1_checkpoints_requeues_and_resumes(cluster: EmbeddedCluster,
                                                        reference: Trajectory,
                                                        tmp_path: Path) -> None:
-    job = submit(cluster, tmp_path, job_body("usr1", env={"GANTRY_FAULT_STEP_DELAY_S": "1"}))
+    job = submit(cluster, tmp_path, job_body("usr1", recover_in_allocation=False,
+                                             env={"GANTRY_FAULT_STEP_DELAY_S": "1"}))
     job.wait_step(3)
     sent = time.time()
     cluster.run("scancel", "--signal=USR1", job.job_id)  # to the step's ranks only
@@ -111,7 +114,7 @@ def test_crash_during_checkpoint_write_resumes_from_previous(cluster: EmbeddedCl
                                                              reference: Trajectory,
                                                              tmp_path: Path) -> None:
     job = submit(cluster, tmp_path, job_body(
-        "crash", env={"GANTRY_FAULT_CRASH_IN_CHECKPOINT": "4:1"}))
+        "crash", recover_in_allocation=False, env={"GANTRY_FAULT_CRASH_IN_CHECKPOINT": "4:1"}))
     assert_recovered(job, reference)
     resumed = [e for e in job.events() if e["event"] == "start"][-1]
     assert resumed["step"] == 2  # checkpoint 4 was never completed
@@ -126,7 +129,7 @@ def test_crash_during_checkpoint_write_resumes_from_previous(cluster: EmbeddedCl
 def test_corrupt_checkpoint_is_skipped_on_resume(cluster: EmbeddedCluster,
                                                  reference: Trajectory,
                                                  tmp_path: Path) -> None:
-    job = submit(cluster, tmp_path, job_body("corrupt",
+    job = submit(cluster, tmp_path, job_body("corrupt", recover_in_allocation=False,
                                               env={"GANTRY_FAULT_STEP_DELAY_S": "1"}))
     job.wait_step(5)
     sent = time.time()
@@ -153,7 +156,8 @@ def test_corrupt_checkpoint_is_skipped_on_resume(cluster: EmbeddedCluster,
 def test_hung_rank_is_aborted_by_the_watchdog(cluster: EmbeddedCluster,
                                               reference: Trajectory,
                                               tmp_path: Path) -> None:
-    job = submit(cluster, tmp_path, job_body("hang", env={"GANTRY_FAULT_HANG": "4"},
+    job = submit(cluster, tmp_path, job_body("hang", recover_in_allocation=False,
+                                             env={"GANTRY_FAULT_HANG": "4"},
                                              hang_timeout_s=8))
     assert_recovered(job, reference)
     log = full_log(job)
@@ -176,7 +180,8 @@ def test_node_killed_mid_run_resumes_on_healthy_nodes(reference: Trajectory,
     with start_embedded_cluster(overrides={"slurm": slurm}) as private:
         build_for(private, tmp_path)
         job = submit(private, tmp_path, job_body(
-            "nodekill", env={"GANTRY_FAULT_STEP_DELAY_S": "1"}, spares=1))
+            "nodekill", env={"GANTRY_FAULT_STEP_DELAY_S": "1"}, spares=1,
+            recover_in_allocation=False))
         job.wait_step(3)
         wait_for(lambda: any((job.job_dir / "ckpt").glob("step_*/manifest.json")),
                  "a complete checkpoint", 120, job.log)

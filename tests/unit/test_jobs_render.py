@@ -18,6 +18,7 @@ from launcher.sbatch_render import (
     LaunchStep,
     Placement,
     PreflightStep,
+    RecoveryStep,
     ScriptInputs,
     render_script,
 )
@@ -39,6 +40,11 @@ def base_inputs(**changes: object) -> ScriptInputs:
         env=(("OMPI_MCA_btl", "self,tcp"), ("OMPI_MCA_btl_tcp_if_include", "lo")),
         preflight=PreflightStep(level="quick", check_argv=("gantry", "preflight", "--json"),
                                 gate_argv=("gantry", "preflight", "gate")),
+        recovery=RecoveryStep(max_recoveries=3, watch_argv=("gantry", "step-watch"),
+                              recover_argv=("gantry", "recover", "--site",
+                                            "/opt/gantry/site_configs/local.yaml", "--job-dir",
+                                            "/scratch/gantry-jobs/gpt2-tiny-pp2-dp2-x",
+                                            "--level", "quick")),
         launch=LaunchStep(launcher="srun", srun_mpi="pmix",
                           argv=("gantry", "train", "/scratch/gantry-jobs/x/spec.yaml",
                                 "--site", "/opt/gantry/site_configs/local.yaml")),
@@ -49,7 +55,7 @@ def base_inputs(**changes: object) -> ScriptInputs:
 VARIANTS: dict[str, ScriptInputs] = {
     "srun-preflight-spare": base_inputs(),
     "mpirun-no-preflight": base_inputs(
-        preflight=None, spares=0, requeue=False, nodes=2, ranks_per_node=2,
+        preflight=None, recovery=None, spares=0, requeue=False, nodes=2, ranks_per_node=2,
         layout="pp 2 x dp 2 = 4 ranks on 2 nodes x 2 ranks",
         launch=LaunchStep(launcher="mpirun", argv=("python3", "-u", "train.py", "--lr=3e-4"))),
     "gpu-container-placement": base_inputs(
