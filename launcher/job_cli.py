@@ -121,8 +121,9 @@ def job_summary(job_dir: JobDir, info: JobInfo | None) -> dict[str, Any]:
 
 
 def run_history(job_dir: JobDir) -> dict[str, Any]:
-    """Attempts (runs/<job id>-<restart>), the checkpoint directory and its newest complete
-    checkpoint (a step_<N> directory holding manifest.json, written last by the trainer)."""
+    """Attempts (runs/<job id>-<restart>[.<k>]), the recoveries inside the allocation and the
+    nodes they blamed, the checkpoint directory and its newest complete checkpoint (a
+    step_<N> directory holding manifest.json, written last by the trainer)."""
     runs = job_dir.runs
     names = [p.name for p in runs.iterdir() if p.is_dir()] if runs.is_dir() else []
     attempts = sorted((n for n in names if attempt_key(n) is not None),
@@ -138,7 +139,13 @@ def run_history(job_dir: JobDir) -> dict[str, Any]:
         from launcher.train.checkpoint import complete_steps  # numpy: only when asked
 
         latest = max(complete_steps(root), default=None)
-    return {"attempts": attempts, "checkpoint_dir": configured,
+    from launcher.recovery.node_faults import describe_recovery, read_faults, read_recoveries
+
+    return {"attempts": attempts,
+            "recoveries": [describe_recovery(r) for r in read_recoveries(job_dir.path)],
+            "faulty_nodes": {node: {"count": fault.count, "last": fault.last}
+                             for node, fault in read_faults(job_dir.path).items()},
+            "checkpoint_dir": configured,
             "latest_checkpoint_step": latest,
             "latest_checkpoint": None if latest is None else
             str(checkpoint_step_dir(Path(str(configured)), latest))}

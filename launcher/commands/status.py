@@ -64,20 +64,22 @@ def run(args: argparse.Namespace) -> int:
         if row.get("terminal"):
             console.print(f"{'ended':<10} {_when(row.get('end_time'))}")
         console.print(f"{'attempts':<10} {', '.join(row['attempts']) or '-'}")
+        for line in row["recoveries"]:
+            console.print(f"{'recovery':<10} {line}", markup=False, highlight=False)
         console.print(f"{'checkpoints':<10} {_checkpoints(row)}")
         return 0
     if not rows:
         sys.stdout.write(f"no jobs under {root}\n")
         return 0
     table = Table(box=None, pad_edge=False)
-    for column in ("JOB", "NAME", "STATE", "NODES/REASON", "RESTARTS", "EXIT", "CKPT",
-                   "DIR"):
+    for column in ("JOB", "NAME", "STATE", "NODES/REASON", "RESTARTS", "RECOVERED", "EXIT",
+                   "CKPT", "DIR"):
         table.add_column(column)
     for row in rows:
         where = row.get("nodes") or row.get("reason") or ""
         exit_code = row.get("exit_code")
         table.add_row(str(row.get("job_id")), str(row.get("name")), str(row.get("state")),
-                      str(where), str(row.get("restarts", 0)),
+                      str(where), str(row.get("restarts", 0)), str(len(row["recoveries"])),
                       "-" if exit_code is None else str(exit_code),
                       "-" if row.get("latest_checkpoint_step") is None
                       else f"step {row['latest_checkpoint_step']}", row["job_dir"])

@@ -31,6 +31,7 @@ from launcher.live.watcher import (
     LogLines,
     Note,
     PreflightDone,
+    Recovered,
     StepDone,
 )
 from launcher.placement_record import PlacementRecord
@@ -187,8 +188,11 @@ class _Follower:
             if isinstance(event, LogLines):
                 self.view.log(event.lines)
             elif isinstance(event, AttemptStarted) and event.name != f"{self.job_id}-0":
-                self.view.print(f"new attempt {event.name} (the job was requeued)",
-                                style="bold")
+                how = ("relaunched in the allocation" if "." in event.name
+                       else "the job was requeued")
+                self.view.print(f"new attempt {event.name} ({how})", style="bold")
+            elif isinstance(event, Recovered):
+                self.view.print(f"recovery {event.line}", style="bold yellow")
             elif isinstance(event, PreflightDone):
                 names = list(event.verdicts) + [r.node for r in self.placement.roles]
                 states = _node_states(self.client, sorted(set(names)))

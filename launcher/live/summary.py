@@ -10,7 +10,7 @@ from typing import Any
 
 from launcher.live.log_markers import attempt_marks
 from launcher.live.preflight_rows import PreflightRow, preflight_rows
-from launcher.live.watcher import Event, LogLines, PreflightDone, StepDone
+from launcher.live.watcher import Event, LogLines, PreflightDone, Recovered, StepDone
 from launcher.placement_record import PlacementRecord
 from launcher.report.run_data import StepRecord
 from launcher.slurm import JobInfo, NodeInfo
@@ -26,6 +26,8 @@ class FollowState:
     """Gate outcomes, one per attempt that got that far."""
     records: dict[int, StepRecord] = field(default_factory=dict)
     """Metrics by step (a restart's re-run of a step replaces the first)."""
+    recoveries: list[str] = field(default_factory=list)
+    """One line per recovery of a failed step (launcher/recovery/node_faults.py)."""
 
     def apply(self, event: Event) -> None:
         if isinstance(event, LogLines):
@@ -34,6 +36,8 @@ class FollowState:
             self.preflight.append(event)
         elif isinstance(event, StepDone):
             self.records[event.record.step] = event.record
+        elif isinstance(event, Recovered):
+            self.recoveries.append(event.line)
 
     def steps(self) -> list[StepRecord]:
         return [self.records[s] for s in sorted(self.records)]
@@ -81,6 +85,8 @@ class RunSummary:
     """Nodes kept out by the gate (any attempt)."""
     phases: dict[str, float]
     """Seconds: queued, preflight, gate, training, total (those known)."""
+    recoveries: tuple[str, ...] = ()
+    """One line per recovery of a failed step inside the allocation or by requeue."""
 
     @property
     def loss_went_down(self) -> bool:
@@ -140,7 +146,7 @@ def summarize(state: FollowState, job_id: str, info: JobInfo | None,
         last_loss=steps[-1].loss if steps else None,
         median_tokens_per_s=statistics.median(r.tokens_per_s for r in steps) if steps else None,
         nodes_used=used, spares_used=spares, excluded=tuple(excluded.values()),
-        phases=_phases(state.log_lines, submitted_at))
+        phases=_phases(state.log_lines, submitted_at), recoveries=tuple(state.recoveries))
 
 
 def summary_lines(summary: RunSummary) -> list[str]:
@@ -162,6 +168,7 @@ def summary_lines(summary: RunSummary) -> list[str]:
         lines.append(f"nodes used: {', '.join(summary.nodes_used)}{spare}")
     for item in summary.excluded:
         lines.append(f"{item.node} {item.outcome} — {item.status}: {item.finding}")
+    lines += [f"recovery {line}" for line in summary.recoveries]
     if summary.phases:
         order = ("queued", "preflight", "gate", "training", "total")
         lines.append("time: " + " · ".join(f"{k} {summary.phases[k]:.0f} s" for k in order

@@ -1,13 +1,15 @@
 """Tails a job directory while the job runs and reports what is new, as events.
 
 Polled by the follow loop: new lines of the Slurm output file, a new attempt directory
-(``runs/<job id>-<restart>``), the preflight outcome of an attempt (its verdicts once the gate
+(``runs/<job id>-<restart>[.<k>]``), a recovery inside the allocation (a new line of
+``recoveries.jsonl``), the preflight outcome of an attempt (its verdicts once the gate
 wrote the chosen nodes, or once the job moved on or ended), and new metrics records. Files are
 read from where the last poll stopped; only complete lines count.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,11 +20,13 @@ from launcher.job_dir import (
     LAUNCH_NODES_FILE,
     METRICS_FILE,
     PREFLIGHT_REPORT_FILE,
+    RECOVERIES_FILE,
     JobDir,
     attempt_key,
 )
 from launcher.preflight.gate import read_verdicts
 from launcher.preflight.verdict import NodeVerdict
+from launcher.recovery.node_faults import describe_recovery
 from launcher.report.run_data import StepRecord, parse_metrics_text
 
 
@@ -69,6 +73,14 @@ class StepDone:
 
 
 @dataclass(frozen=True)
+class Recovered:
+    """A failed step was recovered (a new line of the job's recoveries.jsonl)."""
+
+    line: str
+    """launcher/recovery/node_faults.describe_recovery's line."""
+
+
+@dataclass(frozen=True)
 class Note:
     """Something the watcher could not read (the follow goes on)."""
 
@@ -76,7 +88,7 @@ class Note:
     """One line."""
 
 
-Event = LogLines | AttemptStarted | PreflightDone | StepDone | Note
+Event = LogLines | AttemptStarted | PreflightDone | StepDone | Recovered | Note
 
 
 def _read_from(path: Path, offset: int) -> tuple[str, int]:
@@ -120,6 +132,7 @@ class JobDirWatcher:
     known_nodes: tuple[str, ...] = ()
     """Nodes a verdict may name (the site's nodes)."""
     log_offset: int = 0
+    recoveries_offset: int = 0
     attempts: list[_Attempt] = field(default_factory=list)
 
     def poll(self, final: bool = False) -> list[Event]:
@@ -141,6 +154,16 @@ class JobDirWatcher:
             over = final or (attempt.is_attempt and attempt is not attempts[-1])
             for event in self._attempt_events(attempt, over):
                 (gate if isinstance(event, PreflightDone) else events).append(event)
+        recovered, self.recoveries_offset = _read_from(self.job_dir.path / RECOVERIES_FILE,
+                                                       self.recoveries_offset)
+        for line in recovered.splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                events.append(Note("skipped a damaged line of recoveries.jsonl"))
+                continue
+            if isinstance(record, dict):
+                events.append(Recovered(describe_recovery(record)))
         # Order within one poll: new attempts and steps, then the log (so "training finished"
         # follows the last step), then the gate's outcome (after the log's gate lines).
         if text:

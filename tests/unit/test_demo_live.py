@@ -28,6 +28,7 @@ from launcher.live.watcher import (
     LogLines,
     Note,
     PreflightDone,
+    Recovered,
     StepDone,
 )
 from launcher.placement_record import PlacementRecord
@@ -220,3 +221,29 @@ def test_eta_from_recent_step_times() -> None:
     clock.add(StepRecord(4, 1.0, 1.0, 1.0, 1.0, ()))  # no timings: ignored
     assert clock.eta(4, 10) == pytest.approx(12.0)
     assert format_eta(75.4) == "01:15" and format_eta(None) == "--:--"
+
+
+def test_recoveries_in_the_allocation_reach_the_live_view(tmp_path: Path) -> None:
+    job = JobDir(tmp_path / "job")
+    (job.path / "logs").mkdir(parents=True)
+    (job.path / "runs" / "7-0").mkdir(parents=True)
+    watcher = JobDirWatcher(job, "7", NODES)
+    watcher.poll()
+    (job.path / "runs" / "7-0.1").mkdir()
+    record = {"attempt": "7-0", "decision": "relaunch", "culprits": {"n2": "rank1-killed"},
+              "replaced": {"n2": "n5"}, "time": 110.0, "fault_time": 100.0}
+    with (job.path / "recoveries.jsonl").open("w") as handle:
+        handle.write(json.dumps(record) + "\n" + '{"attempt": "7-0.1", "decis')
+    events = watcher.poll()
+    assert AttemptStarted("7-0.1", job.path / "runs" / "7-0.1") in events
+    recovered = [e for e in events if isinstance(e, Recovered)]
+    assert recovered == [Recovered(
+        "7-0: rank1-killed on n2; relaunched with n5 for n2, 10.0 s after the fault")]
+    with (job.path / "recoveries.jsonl").open("a") as handle:
+        handle.write('ion": "requeue", "culprits": {"n5": "node-lost"}}\n')
+    [line] = [e for e in watcher.poll() if isinstance(e, Recovered)]
+    assert line.line == "7-0.1: node-lost on n5; requeued (no healthy spare left)"
+    state = FollowState()
+    for event in [*recovered, line]:
+        state.apply(event)
+    assert state.recoveries == [recovered[0].line, line.line]
