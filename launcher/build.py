@@ -2,8 +2,8 @@
 
 The key is a sha256 of the CMake configure options made from the site's build section
 (backend, CUDA archs, BLAS, cuDNN frontend, CMake args), the site constants that go into the
-generated ``gantry_site.h`` and every file under native/. A second call with the same key is a
-no-op. Tool paths can be overridden: GANTRY_CMAKE, CC, NVCC (launcher/cmake.py runs the
+generated ``gantry_site.h`` and every file under native/ (the wheel's package data, or the
+checkout's: launcher/install_paths.py). A second call with the same key is a no-op. Tool paths can be overridden: GANTRY_CMAKE, CC, NVCC (launcher/cmake.py runs the
 steps); the cache root: GANTRY_BUILD_CACHE (default ~/.cache/gantry/build).
 
 A cuda site compiles for exactly its ``build.cuda_archs`` (``-gencode arch=compute_X,code=sm_X``
@@ -24,9 +24,10 @@ from pathlib import Path
 from launcher.atomic_write import FileSet, WriteError, write_text
 from launcher.cmake import cmake_path, find_tool, run_cmake
 from launcher.errors import GantryError
+from launcher.install_paths import data_dir
 from launcher.site_config import LoadedSite
 
-NATIVE_DIR = Path(__file__).resolve().parents[1] / "native"
+NATIVE_DIR = data_dir("native")
 DEPS_FRONTEND_DIR = Path(__file__).resolve().parents[1] / ".deps" / "cudnn_frontend" / "include"
 LIBRARY_NAME = "libgantry_native.so"
 EXECUTABLE_NAME = "gantry-native-check"

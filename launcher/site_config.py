@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Literal
 
 from launcher.errors import UserInputError, brief
+from launcher.install_paths import data_dir
 from launcher.preflight.thresholds import check_threshold_names
 from launcher.typed_config import FieldError, load_dataclass
 from topology import hostlists
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_SITE = REPO_ROOT / "site_configs" / "local.yaml"
+"""The checkout (docs/ lives there: launcher/reference_doc writes it)."""
+DEFAULT_SITE = data_dir("site_configs") / "local.yaml"
+"""The embedded cluster's site: site_configs/local.yaml as this gantry carries it."""
 #: The run dir of a site whose slurm.run_dir is unset (LoadedSite.run_dir).
 RUN_DIR_ENV = "GANTRY_RUN_DIR"
 

@@ -8,10 +8,11 @@ from pathlib import Path
 
 from launcher.cmake import cmake_path, run_cmake
 from launcher.errors import GantryError
+from launcher.install_paths import data_dir
 from launcher.plugins.layout import SPANK_MODULE
 
-SPANK_SOURCE = Path(__file__).resolve().parent.parent.parent / "native" / "spank"
-"""The plugin's CMake project in this checkout."""
+SPANK_SOURCE = data_dir("native") / "spank"
+"""The plugin's CMake project (package data of the wheel, or the checkout's)."""
 
 def build_spank(build_dir: Path, slurm_include_dir: str | None = None,
                 timeout_s: float = 300) -> Path:

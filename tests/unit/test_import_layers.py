@@ -26,7 +26,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("launcher base", (
         "launcher/__init__.py", "launcher/errors.py", "launcher/typed_config.py",
         "launcher/console.py", "launcher/atomic_write.py", "launcher/process_runner.py",
-        "launcher/environment.py", "launcher/cmake.py",
+        "launcher/environment.py", "launcher/cmake.py", "launcher/install_paths.py",
     )),
     ("schedules, data", ("launcher/schedules/", "launcher/data/")),
     ("site config", (
@@ -42,6 +42,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "launcher/job_spec.py", "launcher/job_request.py", "launcher/job_placement.py",
         "launcher/job_script.py", "launcher/sbatch_render.py", "launcher/job_dir.py",
         "launcher/job_exit_codes.py", "launcher/placement_record.py",
+        "launcher/sbatch_options.py",
         "launcher/preflight/gate.py", "launcher/preflight/gate_plan.py",
     )),
     ("train, recovery, report", (
