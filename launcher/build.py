@@ -3,8 +3,9 @@
 The key is a sha256 of the CMake configure options made from the site's build section
 (backend, CUDA archs, BLAS, cuDNN frontend, CMake args), the site constants that go into the
 generated ``gantry_site.h`` and every file under native/ (the wheel's package data, or the
-checkout's: launcher/install_paths.py). A second call with the same key is a no-op. Tool paths can be overridden: GANTRY_CMAKE, CC, NVCC (launcher/cmake.py runs the
-steps); the cache root: GANTRY_BUILD_CACHE (default ~/.cache/gantry/build).
+checkout's: launcher/install_paths.py). A second call with the same key is a no-op. Tool
+paths can be overridden: GANTRY_CMAKE, CC, NVCC (launcher/cmake.py runs the steps); the cache
+root: GANTRY_BUILD_CACHE (default ~/.cache/gantry/build).
 
 A cuda site compiles for exactly its ``build.cuda_archs`` (``-gencode arch=compute_X,code=sm_X``
 each, e.g. sm_90a for H100/H200) with cuDNN flash attention when the cudnn-frontend headers are
