@@ -92,6 +92,8 @@ NEXT_NODES_FILE = "next_nodes"
 
 # In a checkpoint directory.
 CHECKPOINT_MANIFEST_FILE = "manifest.json"
+CHECKPOINT_STEP_GLOB = "step_*"
+"""Matches every step directory (and more: :func:`checkpoint_step_of` says which are)."""
 _STEP_DIR = re.compile(r"step_([0-9]+)", re.ASCII)
 
 

@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import shutil
 import time
 from collections.abc import Iterable
@@ -33,6 +32,12 @@ from safetensors.numpy import load_file
 
 from launcher.atomic_write import WriteError, as_run_failure, write_bytes
 from launcher.errors import UserInputError
+from launcher.job_dir import (
+    CHECKPOINT_MANIFEST_FILE,
+    CHECKPOINT_STEP_GLOB,
+    checkpoint_step_dir,
+    checkpoint_step_of,
+)
 from launcher.native.binding import Buffer
 from launcher.train import faults, piece_hash
 from launcher.train.host_staging import HostStaging
@@ -40,21 +45,7 @@ from launcher.train.native_pipeline import Chunk
 from launcher.train.safetensors_stream import file_size, write_safetensors
 from topology.user_files import require_regular_file
 
-MANIFEST = "manifest.json"
 _PREFIX = {Buffer.PARAMS: "", Buffer.ADAM_M: "exp_avg.", Buffer.ADAM_V: "exp_avg_sq."}
-
-
-_STEP_DIR = re.compile(r"step_([0-9]+)", re.ASCII)
-
-
-def step_of(name: str) -> int | None:
-    """The step a ``step_<N>`` directory name holds (ASCII digits), else None."""
-    match = _STEP_DIR.fullmatch(name)
-    return int(match.group(1)) if match else None
-
-
-def step_dir(root: Path, step: int) -> Path:
-    return root / f"step_{step:08d}"
 
 
 def shard_name(stage: int) -> str:
@@ -122,7 +113,7 @@ def write_shard(root: Path, step: int, stage: int, tensors: Snapshot, seed: int,
     streaming the tensors into the file and the checksum (safetensors_stream.py); returns (file
     name, checksum) and adds its bytes and times to ``timing``. The crash fault hook fires
     half-way through the temp file."""
-    directory = step_dir(root, step)
+    directory = checkpoint_step_dir(root, step)
     directory.mkdir(parents=True, exist_ok=True)
     meta = {"format": "pt", "step": str(step), "data_position": str(step), "seed": str(seed)}
     path = directory / shard_name(stage)
@@ -152,15 +143,15 @@ def write_manifest(root: Path, step: int, files: dict[str, str], keep: int) -> N
     """Rank 0, after every shard is written: the completeness marker, then pruning. Only
     steps up to this one are pruned: a newer directory is not this run's (a checkpoint the
     resume skipped as corrupt, a stray copy), and counting it would delete the good ones."""
-    directory = step_dir(root, step)
+    directory = checkpoint_step_dir(root, step)
     body = json.dumps({"step": step, "files": files}, indent=2, sort_keys=True).encode()
     try:
-        write_bytes(directory / MANIFEST, body)
+        write_bytes(directory / CHECKPOINT_MANIFEST_FILE, body)
     except WriteError as err:
         raise as_run_failure(err) from None
     complete = sorted(s for s in complete_steps(root) if s <= step)
     for old in complete[:-keep] if keep > 0 else []:
-        shutil.rmtree(step_dir(root, old), ignore_errors=True)
+        shutil.rmtree(checkpoint_step_dir(root, old), ignore_errors=True)
     remove_incomplete(root, older_than=step)
 
 
@@ -168,9 +159,10 @@ def remove_incomplete(root: Path, older_than: int) -> list[Path]:
     """Deletes step directories without a manifest (a write that crashed) older than the
     newest complete checkpoint; returns them."""
     removed = []
-    for child in root.glob("step_*") if root.is_dir() else []:
-        step = step_of(child.name)
-        if step is not None and step < older_than and not (child / MANIFEST).is_file():
+    for child in root.glob(CHECKPOINT_STEP_GLOB) if root.is_dir() else []:
+        step = checkpoint_step_of(child.name)
+        if step is not None and step < older_than \
+                and not (child / CHECKPOINT_MANIFEST_FILE).is_file():
             shutil.rmtree(child, ignore_errors=True)
             removed.append(child)
     return removed
@@ -178,9 +170,9 @@ def remove_incomplete(root: Path, older_than: int) -> list[Path]:
 
 def complete_steps(root: Path) -> list[int]:
     steps = []
-    for child in root.glob("step_*") if root.is_dir() else []:
-        step = step_of(child.name)
-        if step is not None and (child / MANIFEST).is_file():
+    for child in root.glob(CHECKPOINT_STEP_GLOB) if root.is_dir() else []:
+        step = checkpoint_step_of(child.name)
+        if step is not None and (child / CHECKPOINT_MANIFEST_FILE).is_file():
             steps.append(step)
     return steps
 
@@ -193,7 +185,7 @@ def read_manifest(directory: Path) -> tuple[int, dict[str, str]]:
     """(step, {shard name: checksum}) of a checkpoint's manifest; UserInputError naming it when
     it is unreadable, not an object with an integer ``step`` (the directory's own step when
     its name has one) and a ``files`` object of strings."""
-    manifest = directory / MANIFEST
+    manifest = directory / CHECKPOINT_MANIFEST_FILE
     try:
         require_regular_file(manifest, "the checkpoint's JSON manifest", MAX_MANIFEST_BYTES)
         body = json.loads(manifest.read_text(encoding="utf-8"))
@@ -202,7 +194,7 @@ def read_manifest(directory: Path) -> tuple[int, dict[str, str]]:
     if not isinstance(body, dict):
         raise UserInputError(f"{manifest}: not a valid checkpoint manifest (expected an object)")
     step, files = body.get("step"), body.get("files")
-    expected = step_of(directory.name)
+    expected = checkpoint_step_of(directory.name)
     if not isinstance(step, int) or isinstance(step, bool) or step < 0 or (
             expected is not None and step != expected):
         want = "a step >= 0" if expected is None else f"{expected}, as its directory says"
@@ -221,7 +213,7 @@ def verify(directory: Path, n_stages: int | None,
     Ranks can each check their own stages' shards, in parallel. ``n_stages`` None (no job to
     say): as many as the manifest lists or the directory holds shards, whichever is more, so
     a missing shard and one the manifest does not list both fail."""
-    manifest = directory / MANIFEST
+    manifest = directory / CHECKPOINT_MANIFEST_FILE
     step, files = read_manifest(directory)
     if n_stages is None:
         n_stages = max(len(files), len(list(directory.glob("stage_*.safetensors"))))

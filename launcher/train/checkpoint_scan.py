@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.errors import UserInputError
+from launcher.job_dir import CHECKPOINT_MANIFEST_FILE, CHECKPOINT_STEP_GLOB, checkpoint_step_of
 from launcher.train import checkpoint
 
 
@@ -37,13 +38,13 @@ def scan(root: Path, verify: bool = False) -> list[CheckpointEntry]:
     """The step directories under ``root``, by step."""
     if not root.is_dir():
         raise UserInputError(f"{root}: no such checkpoint directory")
-    found = [(step, child) for child in root.glob("step_*")
-             if child.is_dir() and (step := checkpoint.step_of(child.name)) is not None]
+    found = [(step, child) for child in root.glob(CHECKPOINT_STEP_GLOB)
+             if child.is_dir() and (step := checkpoint_step_of(child.name)) is not None]
     entries = []
     for step, child in sorted(found):
         shards = sorted(child.glob("stage_*.safetensors"))
         size = sum(p.stat().st_size for p in shards if p.is_file())  # a dangling link: 0
-        complete = (child / checkpoint.MANIFEST).is_file()
+        complete = (child / CHECKPOINT_MANIFEST_FILE).is_file()
         verified: bool | None = None
         problem = None if complete else "no manifest (a write that did not finish)"
         if complete and verify:

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from launcher.errors import UserInputError
+from launcher.job_dir import JOB_DIR_ENV
 from launcher.job_exit_codes import TRAINER_FAULT_INJECTED
 from launcher.train.rank_records import record_exit
 
@@ -102,7 +103,7 @@ def check_environment() -> None:
 
 
 def _state_dir() -> Path | None:
-    value = os.environ.get(STATE_DIR) or os.environ.get("GANTRY_JOB_DIR")
+    value = os.environ.get(STATE_DIR) or os.environ.get(JOB_DIR_ENV)
     return Path(value) if value else None
 
 

@@ -13,14 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from launcher.atomic_write import WriteError, as_run_failure, write_text
+from launcher.job_dir import METRICS_FILE, REPLAYED_METRICS_FILE
 from launcher.schedules import Op
 
 _NAMES = {int(op): op.name.lower() for op in Op}
-
-
-METRICS = "metrics.jsonl"
-REPLAYED = "metrics.replayed.jsonl"
-EVENTS = "events.jsonl"
 
 
 def set_aside_after(run_dir: Path, step: int) -> int:
@@ -28,7 +24,7 @@ def set_aside_after(run_dir: Path, step: int) -> int:
     returns how many moved. A last line cut off by a crash (no newline) moves too, so the
     next record is not appended onto it; bytes that are not UTF-8 are kept as replacement
     characters (a resume never fails on its own log)."""
-    path = run_dir / METRICS
+    path = run_dir / METRICS_FILE
     if not path.is_file():
         return 0
     text = path.read_bytes().decode("utf-8", errors="replace")
@@ -47,7 +43,7 @@ def set_aside_after(run_dir: Path, step: int) -> int:
     if cut_off is not None:
         moved.append(cut_off)
     if moved:
-        with open(run_dir / REPLAYED, "a", encoding="utf-8") as handle:
+        with open(run_dir / REPLAYED_METRICS_FILE, "a", encoding="utf-8") as handle:
             handle.write("".join(f"{line}\n" for line in moved))
         try:
             write_text(path, "".join(f"{line}\n" for line in kept))

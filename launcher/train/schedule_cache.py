@@ -21,11 +21,10 @@ from pathlib import Path
 
 from launcher import __version__, schedules
 from launcher.atomic_write import WriteError, write_bytes
+from launcher.job_dir import JOB_DIR_ENV, SCHEDULES_DIR
 from launcher.schedules import ScheduleError, ScheduleTable, generate, table_from_bytes
 from launcher.schedules.table import TABLE_FORMAT_VERSION
 
-CACHE_DIR = "schedules"
-"""Under the job directory."""
 _DIGEST = hashlib.sha256().digest_size
 _MAX_BYTES = 1 << 31
 """A cache file larger than this is not read (no table of a real layout comes near it)."""
@@ -33,7 +32,7 @@ _MAX_BYTES = 1 << 31
 
 def cache_path(job_dir: Path, name: str, pp: int, m: int, v: int) -> Path:
     """Where the table of this layout is cached (the key is in the name)."""
-    return job_dir / CACHE_DIR / f"{name}-pp{pp}-m{m}-v{v}-{generator_key()}.gsch"
+    return job_dir / SCHEDULES_DIR / f"{name}-pp{pp}-m{m}-v{v}-{generator_key()}.gsch"
 
 
 @functools.cache
@@ -48,7 +47,7 @@ def generator_key() -> str:
 
 
 def job_dir_from_env() -> Path | None:
-    value = os.environ.get("GANTRY_JOB_DIR")
+    value = os.environ.get(JOB_DIR_ENV)
     return Path(value) if value else None
 
 

@@ -27,6 +27,14 @@ from typing import Any
 
 from launcher.atomic_write import WriteError, as_run_failure, write_text
 from launcher.errors import GantryError, UserInputError
+from launcher.job_dir import (
+    ATTEMPT_DIR_ENV,
+    EVENTS_FILE,
+    METRICS_FILE,
+    STOP_FILE,
+    TRACE_FILE,
+    checkpoint_step_dir,
+)
 from launcher.job_exit_codes import TRAINER_STOPPED
 from launcher.job_spec import JobSpec
 from launcher.native import runtime_config as native_switches
@@ -47,9 +55,6 @@ from launcher.train.native_pipeline import (
 from launcher.train.split import ranges_from_counts, split_layers
 from launcher.train.stop_signals import StopRequest, signal_name
 from launcher.train.watchdog import Watchdog
-
-#: File in $GANTRY_ATTEMPT_DIR naming the signal the trainer stopped on ("USR1 <step>").
-STOP_FILE = "trainer-stop"
 
 
 @dataclass(frozen=True)
@@ -190,7 +195,7 @@ def _resume_candidates(world: Any, opts: TrainOptions, ckpt_root: Path | None) -
             if opts.resume_from is not None:
                 candidates = [opts.resume_from]
             elif opts.resume and ckpt_root is not None:
-                candidates = [checkpoint.step_dir(ckpt_root, step) for step in
+                candidates = [checkpoint_step_dir(ckpt_root, step) for step in
                               sorted(checkpoint.complete_steps(ckpt_root), reverse=True)]
         except OSError as err:
             error = GantryError(f"{ckpt_root}: cannot list the checkpoints ({err})")
@@ -296,7 +301,7 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
         opts.run_dir.mkdir(parents=True, exist_ok=True)
         if resuming:
             metrics.set_aside_after(opts.run_dir, start)
-        metrics.append_jsonl(opts.run_dir / metrics.EVENTS, {
+        metrics.append_jsonl(opts.run_dir / EVENTS_FILE, {
             "event": "start", "time": time.time(), "step": start, "resumed": start > 0,
             "attempt": os.environ.get("SLURM_RESTART_COUNT", "0"),
             "nodes": nodes, "native_switches": switches})
@@ -337,7 +342,7 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
                     "tokens_per_s": n_micro * par.micro_batch_size * model.seq_len / slowest,
                     "ranks": per_rank,
                 }
-                metrics.append_jsonl(opts.run_dir / "metrics.jsonl", record)
+                metrics.append_jsonl(opts.run_dir / METRICS_FILE, record)
                 print(f"step {step + 1}/{train.steps} loss {result.loss:.6f} "
                       f"norm {result.grad_norm:.4f} lr {result.lr:.3e}", flush=True)
             faults.after_step()
@@ -368,7 +373,7 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
     all_events = world.gather(events, root=0)
     if rank == 0:
         flat = [e for part in all_events for e in part]
-        metrics.write_trace(opts.run_dir / "trace.json", flat, world.Get_size())
+        metrics.write_trace(opts.run_dir / TRACE_FILE, flat, world.Get_size())
     return 0
 
 
@@ -378,7 +383,7 @@ def _checkpoint_event(run_dir: Path) -> Callable[[int, int, list[WriteTiming]], 
     bytes (all shards) and, per phase, the most seconds any writing rank spent copying to host
     memory (on the loop), streaming into the files and the checksum, and syncing them."""
     def record(step: int, completed_after: int, timings: list[WriteTiming]) -> None:
-        metrics.append_jsonl(run_dir / metrics.EVENTS, {
+        metrics.append_jsonl(run_dir / EVENTS_FILE, {
             "event": "checkpoint", "time": time.time(), "step": step,
             "completed_after_step": completed_after,
             "bytes": sum(t.bytes for t in timings),
@@ -396,10 +401,10 @@ def _stopped(world: Any, opts: TrainOptions, signum: int, step: int,
     if world.Get_rank() == 0:
         where = f"checkpoint step {step}" if saved else "no checkpoint (checkpoint.dir unset)"
         sys.stderr.write(f"gantry train: SIG{name}: stopped after step {step}, {where}\n")
-        metrics.append_jsonl(opts.run_dir / metrics.EVENTS, {
+        metrics.append_jsonl(opts.run_dir / EVENTS_FILE, {
             "event": "stop", "time": time.time(), "signal": name, "step": step,
             "checkpointed": saved})
-        attempt = os.environ.get("GANTRY_ATTEMPT_DIR")
+        attempt = os.environ.get(ATTEMPT_DIR_ENV)
         if attempt:  # the batch script reads it when only the step got the signal
             try:
                 write_text(Path(attempt, STOP_FILE), f"{name} {step}\n")

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from launcher import job_dir
 from launcher.native.runtime_config import SWITCHES
-from launcher.train import metrics
 from tests.integration.pipeline_helpers import gantry_train, train_job, write_job
 
 pytestmark = pytest.mark.slow
@@ -22,7 +22,7 @@ def test_start_event_lists_the_switches(tmp_path: Path, native_lib_path: Path,
     train_job(tmp_path, native_lib_path, "sw", pp=1, dp=1, schedule="1f1b", m=2, train={"steps": 1},
               env={"GANTRY_OPT_OVERLAP": "0", "GANTRY_DP_BUCKET_MB": "0.5"})
     events = [json.loads(line)
-              for line in (tmp_path / "sw" / metrics.EVENTS).read_text().splitlines()]
+              for line in (tmp_path / "sw" / job_dir.EVENTS_FILE).read_text().splitlines()]
     start = next(e for e in events if e["event"] == "start")
     expected = {s.name: s.default for s in SWITCHES}
     expected.update({"GANTRY_OPT_OVERLAP": "0", "GANTRY_DP_BUCKET_MB": "0.5"})

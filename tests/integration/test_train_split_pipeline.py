@@ -11,7 +11,8 @@ import pytest
 import yaml
 from safetensors.numpy import load_file
 
-from launcher.train.checkpoint import shard_name, step_dir
+from launcher.job_dir import checkpoint_step_dir
+from launcher.train.checkpoint import shard_name
 from tests.integration.pipeline_helpers import ODD_MODEL, gantry_train, write_job
 
 pytestmark = pytest.mark.slow
@@ -35,6 +36,6 @@ def test_explicit_stage_layers_reach_the_native_pipeline(tmp_path: Path,
     result = gantry_train(job, 2, native_lib_path, run_dir=tmp_path / "run")
     assert result.returncode == 0, result.stderr[-3000:]
     assert "info: stage layers [(0, 2), (2, 9)]\n" in result.stdout
-    step = step_dir(tmp_path / "ckpt", 2)
+    step = checkpoint_step_dir(tmp_path / "ckpt", 2)
     assert _blocks(step / shard_name(0)) == {0, 1}
     assert _blocks(step / shard_name(1)) == set(range(2, ODD_MODEL["n_layer"]))

@@ -17,6 +17,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from launcher import job_dir
 from launcher.train import checkpoint
 from launcher.train.piece_hash import file_digest
 from tests.unit.test_input_fuzz import FUZZ, check, garbled, mutated, run_cli
@@ -31,7 +32,7 @@ def _make(root: Path) -> Path:
     ]
     files = dict(checkpoint.write_shard(root, 4, k, t, seed=1) for k, t in enumerate(stages))
     checkpoint.write_manifest(root, 4, files, keep=1)
-    return checkpoint.step_dir(root, 4)
+    return job_dir.checkpoint_step_dir(root, 4)
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +53,7 @@ def _exercise(root: Path) -> None:
 
 
 def _manifest(directory: Path) -> dict[str, Any]:
-    return dict(json.loads((directory / checkpoint.MANIFEST).read_text()))
+    return dict(json.loads((directory / job_dir.CHECKPOINT_MANIFEST_FILE).read_text()))
 
 
 @FUZZ
@@ -61,11 +62,11 @@ def test_mutated_manifest(pristine: Path, data: st.DataObject) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "ckpt"
         shutil.copytree(pristine, root)
-        directory = checkpoint.step_dir(root, 4)
+        directory = job_dir.checkpoint_step_dir(root, 4)
         body = _manifest(directory)
         text = data.draw(st.one_of(mutated(body).map(json.dumps),
                                    garbled(json.dumps(body, indent=1))))
-        (directory / checkpoint.MANIFEST).write_text(text)
+        (directory / job_dir.CHECKPOINT_MANIFEST_FILE).write_text(text)
         _exercise(root)
 
 
@@ -77,7 +78,7 @@ def test_damaged_shard(pristine: Path, stage: int, op: str, fix_checksum: bool,
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp) / "ckpt"
         shutil.copytree(pristine, root)
-        directory = checkpoint.step_dir(root, 4)
+        directory = job_dir.checkpoint_step_dir(root, 4)
         shard = directory / checkpoint.shard_name(stage)
         raw = bytearray(shard.read_bytes())
         if op == "truncate":
@@ -95,7 +96,7 @@ def test_damaged_shard(pristine: Path, stage: int, op: str, fix_checksum: bool,
         if fix_checksum:
             body = _manifest(directory)
             body["files"][shard.name] = file_digest(shard)
-            (directory / checkpoint.MANIFEST).write_text(json.dumps(body))
+            (directory / job_dir.CHECKPOINT_MANIFEST_FILE).write_text(json.dumps(body))
         _exercise(root)
 
 

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
+from launcher import job_dir
 from launcher.errors import UserInputError
 from launcher.train import checkpoint
 from launcher.train.export_weights import export_weights
@@ -21,7 +22,7 @@ def _checkpoint(root: Path, *stages: dict[str, np.ndarray]) -> Path:
     files = dict(checkpoint.write_shard(root, 6, k, tensors, seed=1)
                  for k, tensors in enumerate(stages))
     checkpoint.write_manifest(root, 6, files, keep=1)
-    return checkpoint.step_dir(root, 6)
+    return job_dir.checkpoint_step_dir(root, 6)
 
 
 def _f32(*shape: int, value: float = 1.0) -> np.ndarray:

@@ -30,17 +30,9 @@ OWNED = {value for key, value in vars(job_dir).items()
 PENDING = (
     ("launcher/job_script.py", "RANK_ORDER_FILE", "RANK_ORDER_FILE"),
     ("launcher/job_script.py", "PLACEMENT_FILE", "PLACEMENT_FILE"),
-    ("launcher/train/metrics.py", "METRICS", "METRICS_FILE"),
-    ("launcher/train/metrics.py", "REPLAYED", "REPLAYED_METRICS_FILE"),
-    ("launcher/train/metrics.py", "EVENTS", "EVENTS_FILE"),
-    ("launcher/train/checkpoint.py", "MANIFEST", "CHECKPOINT_MANIFEST_FILE"),
-    ("launcher/train/trainer.py", "STOP_FILE", "STOP_FILE"),
-    ("launcher/train/schedule_cache.py", "CACHE_DIR", "SCHEDULES_DIR"),
 )
 #: Modules whose literals are not checked yet (they spell names outside a constant).
-UNCHECKED = {"launcher/job_dir.py", "launcher/job_script.py", "launcher/train/trainer.py",
-             "launcher/train/checkpoint.py", "launcher/train/metrics.py",
-             "launcher/train/schedule_cache.py"}
+UNCHECKED = {"launcher/job_dir.py", "launcher/job_script.py"}
 #: Owned names that are ordinary words elsewhere ("nodes" is a Slurm JSON key, "runs" an
 #: outcome, "logs" and "schedules" command names, "ranks" a JSON key of several records).
 COMMON_WORDS = {job_dir.CHOSEN_NODES_FILE, job_dir.RUNS_DIR, job_dir.LOGS_DIR,

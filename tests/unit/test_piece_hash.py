@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from launcher import job_dir
 from launcher.errors import UserInputError
 from launcher.train import checkpoint
 from launcher.train.piece_hash import PieceHasher, file_digest, piece_bytes_of
@@ -69,7 +70,7 @@ def test_recorded_digests_parse_or_are_refused() -> None:
 def _one_shard_checkpoint(root: Path) -> tuple[Path, str]:
     tensors = {"a": np.arange(100, dtype=np.float32)}
     name, _ = checkpoint.write_shard(root, 2, 0, tensors, seed=1)
-    return checkpoint.step_dir(root, 2), name
+    return job_dir.checkpoint_step_dir(root, 2), name
 
 
 def test_verify_accepts_both_forms_and_names_a_malformed_digest(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from launcher import job_exit_codes
+from launcher import job_dir, job_exit_codes
 from launcher.errors import UserInputError
 from launcher.job_spec import CheckpointSpec, PolicySpec
 from launcher.train import checkpoint, faults, metrics
@@ -142,25 +142,25 @@ def test_stop_request_records_the_strongest_signal() -> None:
 
 
 def test_metrics_after_the_resume_step_are_set_aside(tmp_path: Path) -> None:
-    path = tmp_path / metrics.METRICS
+    path = tmp_path / job_dir.METRICS_FILE
     for step in (1, 2, 3, 4, 5):
         metrics.append_jsonl(path, {"step": step, "loss": float(step)})
     assert metrics.set_aside_after(tmp_path, 2) == 3
     assert [json.loads(x)["step"] for x in path.read_text().splitlines()] == [1, 2]
-    replayed = (tmp_path / metrics.REPLAYED).read_text().splitlines()
+    replayed = (tmp_path / job_dir.REPLAYED_METRICS_FILE).read_text().splitlines()
     assert [json.loads(x)["step"] for x in replayed] == [3, 4, 5]
     assert metrics.set_aside_after(tmp_path, 2) == 0
     assert metrics.set_aside_after(tmp_path / "missing", 0) == 0
 
 
 def test_a_record_cut_off_by_a_crash_is_set_aside_not_appended_to(tmp_path: Path) -> None:
-    path = tmp_path / metrics.METRICS
+    path = tmp_path / job_dir.METRICS_FILE
     path.write_bytes(b'{"step": 1, "loss": 1.0}\n{"step": 2, "note": "\xff"}\n{"step": 3, "lo')
     assert metrics.set_aside_after(tmp_path, 2) == 1
     metrics.append_jsonl(path, {"step": 3, "loss": 3.0})
     steps = [json.loads(x)["step"] for x in path.read_text(encoding="utf-8").splitlines()]
     assert steps == [1, 2, 3]
-    assert (tmp_path / metrics.REPLAYED).read_text() == '{"step": 3, "lo\n'
+    assert (tmp_path / job_dir.REPLAYED_METRICS_FILE).read_text() == '{"step": 3, "lo\n'
 
 
 def test_pruning_keeps_this_runs_checkpoints_over_a_newer_one_it_did_not_write(
@@ -183,7 +183,7 @@ def _tensors() -> checkpoint.Snapshot:
 
 def test_write_shard_is_atomic_and_checksummed(tmp_path: Path) -> None:
     name, digest = checkpoint.write_shard(tmp_path, 4, 1, _tensors(), seed=5)
-    path = checkpoint.step_dir(tmp_path, 4) / name
+    path = job_dir.checkpoint_step_dir(tmp_path, 4) / name
     assert name == "stage_001.safetensors" and checkpoint.matches(path, digest)
     assert digest.startswith("sha256-pieces-") and not checkpoint.matches(path, "0" * 64)
     assert np.array_equal(load_file(str(path))["a"], _tensors()["a"])
@@ -199,7 +199,7 @@ def test_crash_mid_write_leaves_no_shard(tmp_path: Path) -> None:
     result = subprocess.run([sys.executable, "-c", code, str(tmp_path)], capture_output=True,
                             text=True, env=env, timeout=60, check=False)
     assert result.returncode == job_exit_codes.TRAINER_FAULT_INJECTED, result.stderr
-    directory = checkpoint.step_dir(tmp_path, 4)
+    directory = job_dir.checkpoint_step_dir(tmp_path, 4)
     assert not (directory / "stage_001.safetensors").exists()
     tmp = directory / "stage_001.safetensors.tmp"
     assert 0 < tmp.stat().st_size < 64 * 64 * 4  # half written
@@ -215,7 +215,7 @@ def test_manifest_write_prunes_and_removes_crashed_dirs(tmp_path: Path) -> None:
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "step_00000002", "step_00000006", "step_00000008"]
     assert sorted(checkpoint.complete_steps(tmp_path)) == [2, 6]
-    assert checkpoint.verify(checkpoint.step_dir(tmp_path, 6), 1) == 6
+    assert checkpoint.verify(job_dir.checkpoint_step_dir(tmp_path, 6), 1) == 6
 
 
 def test_policy_and_checkpoint_fields_are_validated() -> None:
@@ -245,7 +245,7 @@ def test_verify_checks_the_given_stages_shards_and_every_manifest_entry(tmp_path
     files = dict(checkpoint.write_shard(tmp_path, 4, stage, _tensors(), seed=5)
                  for stage in (0, 1))
     checkpoint.write_manifest(tmp_path, 4, files, keep=2)
-    directory = checkpoint.step_dir(tmp_path, 4)
+    directory = job_dir.checkpoint_step_dir(tmp_path, 4)
     shard = directory / "stage_001.safetensors"
     data = bytearray(shard.read_bytes())
     data[-1] ^= 1
@@ -269,9 +269,9 @@ def test_verify_checks_the_given_stages_shards_and_every_manifest_entry(tmp_path
 ])
 def test_manifest_fields_are_checked(tmp_path: Path, step: object, files: object,
                                      message: str) -> None:
-    directory = checkpoint.step_dir(tmp_path, 4)
+    directory = job_dir.checkpoint_step_dir(tmp_path, 4)
     directory.mkdir(parents=True)
     text = json.dumps({"step": step, "files": files}).replace('"Infinity"', "Infinity")
-    (directory / checkpoint.MANIFEST).write_text(text)
+    (directory / job_dir.CHECKPOINT_MANIFEST_FILE).write_text(text)
     with pytest.raises(UserInputError, match=message):
         checkpoint.verify(directory, 1)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher import job_dir
 from launcher.cluster import munge
 from launcher.cluster.layout import RunLayout
 from launcher.cluster.munge import MungeIdentity
@@ -25,7 +26,7 @@ def _run_failure(err: BaseException) -> None:
 
 
 def test_a_manifest_that_cannot_be_written_is_a_run_failure(tmp_path: Path) -> None:
-    directory = checkpoint.step_dir(tmp_path, 3)
+    directory = job_dir.checkpoint_step_dir(tmp_path, 3)
     directory.mkdir()
     files = {checkpoint.shard_name(k): "0" * 64 for k in range(200)}
     with file_size_limit(1024), pytest.raises(Exception) as info:
@@ -36,13 +37,13 @@ def test_a_manifest_that_cannot_be_written_is_a_run_failure(tmp_path: Path) -> N
 
 def test_metrics_set_aside_on_resume_keeps_the_log_when_the_write_fails(tmp_path: Path) -> None:
     lines = [json.dumps({"step": s, "loss": 1.0, "pad": "x" * 600}) for s in range(1, 5)]
-    log = tmp_path / metrics.METRICS
+    log = tmp_path / job_dir.METRICS_FILE
     log.write_text("".join(f"{line}\n" for line in lines))
     with file_size_limit(1500), pytest.raises(Exception) as info:
         metrics.set_aside_after(tmp_path, 3)
     _run_failure(info.value)
     assert log.read_text() == "".join(f"{line}\n" for line in lines)
-    assert sorted(os.listdir(tmp_path)) == [metrics.METRICS, metrics.REPLAYED]
+    assert sorted(os.listdir(tmp_path)) == [job_dir.METRICS_FILE, job_dir.REPLAYED_METRICS_FILE]
 
 
 def test_a_trace_that_cannot_be_written_leaves_the_previous_one(tmp_path: Path) -> None:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher import job_dir
 from launcher.data.shards import read_shard
 from launcher.errors import UserInputError
 from launcher.train import checkpoint
@@ -53,7 +54,7 @@ def _refusal(read: Callable[[], object], fifo: Path) -> str:
         ("topology.conf", read_source, "a topology file"),
         ("train_000.bin", read_shard, "a token shard"),
         ("order.yaml", lambda p: read_rank_order(p, 2), "a rank order file (YAML list)"),
-        (checkpoint.MANIFEST, lambda p: checkpoint.read_manifest(p.parent),
+        (job_dir.CHECKPOINT_MANIFEST_FILE, lambda p: checkpoint.read_manifest(p.parent),
          "the checkpoint's JSON manifest"),
     ],
 )
