@@ -7,8 +7,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import launcher
 from launcher.errors import EXIT_OK
+from launcher.install_paths import import_root
 from launcher.plugins.scripts import (
     ScriptKind,
     ScriptSpec,
@@ -48,7 +48,7 @@ def register(subparsers: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     require_output_dir(args.out_dir, "out_dir")
     site = load_site(args.site)
-    root = str(Path(launcher.__file__).resolve().parent.parent)
+    root = import_root()
     level = args.level or site.config.preflight.level
     kinds: tuple[ScriptKind, ...] = ("healthcheck", "prolog", "epilog")
     specs = [
@@ -58,7 +58,7 @@ def run(args: argparse.Namespace) -> int:
             str(site.path),
             level,
             "gantry preflight-scripts",
-            pythonpath=root,
+            pythonpath=str(root) if root is not None else None,
             fail_job=args.prolog_fails_job and kind == "prolog",
             slurm_conf=tuple(slurm_conf_for(kind, (args.out_dir / script_name(kind)).resolve())),
         )

@@ -14,9 +14,9 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import launcher
 from launcher.atomic_write import FileSet
 from launcher.errors import UserInputError, brief
+from launcher.install_paths import import_root
 from launcher.plugins import render
 from launcher.plugins.build import build_spank
 from launcher.plugins.layout import InstallLayout
@@ -121,7 +121,8 @@ def plan_install(site: LoadedSite, prefix: Path | None = None) -> InstallPlan:
         health_check=plugins.health_check,
         health_check_interval_s=plugins.health_check_interval_s,
     )
-    package_root = str(Path(launcher.__file__).resolve().parent.parent)
+    root = import_root()
+    package_root = str(root) if root is not None else None
     level = render.plugin_level(cfg.preflight.level)
     site_path = str(site.path)
     gantry = str(layout.bin_gantry)

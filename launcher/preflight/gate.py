@@ -31,6 +31,7 @@ from typing import Any, Literal
 
 import launcher
 from launcher.errors import UserInputError
+from launcher.install_paths import prepend_pythonpath
 from launcher.preflight.drain_policy import Action
 from launcher.preflight.drain_reason import DRAIN_PREFIX
 from launcher.preflight.gate_plan import NodePlan, choose_nodes
@@ -349,10 +350,9 @@ def run_gate(
     problems: dict[str, str] = {}
     if reports is None:
         env = dict(os.environ)
-        package_root = str(Path(launcher.__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = package_root + (
-            os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else ""
-        )
+        pythonpath = prepend_pythonpath(env.get("PYTHONPATH"))
+        if pythonpath:
+            env["PYTHONPATH"] = pythonpath
         out = run_slurm(srun_argv(nodes, site.path, level), timeout_s, env)
         text = out.stdout
         if out.timed_out or out.returncode not in (0, 1):
