@@ -1,11 +1,11 @@
 """Where gantry's own files are: its data (batch templates, example site configs, the native
 trainer and SPANK sources) and the directory, if any, a job step must import gantry from.
 
-A wheel carries the data as package data in ``launcher/_data/`` (setup.py's build step copies
-the checkout's top-level ``sbatch_templates/``, ``site_configs/`` and ``native/`` there); a
-checkout (editable install or PYTHONPATH) reads those directories where they are. Both are
-found through importlib.resources. gantry never writes into them: native builds go to the
-build cache (launcher/build.py ``cache_root``).
+A wheel carries the data as package data in the package's ``_data`` directory (setup.py's
+build step copies the checkout's top-level ``sbatch_templates/``, ``site_configs/`` and
+``native/`` there); a checkout (editable install or PYTHONPATH) reads those directories where
+they are. Both are found through importlib.resources. gantry never writes into them: native
+builds go to the build cache (launcher/build.py ``cache_root``).
 """
 
 from __future__ import annotations
