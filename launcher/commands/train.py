@@ -30,7 +30,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
-    from launcher.train.trainer import QuietFailure, TrainOptions, resolve_job_path
+    from launcher.train.agreement import QuietFailure
+    from launcher.train.trainer import TrainOptions, resolve_job_path
     from launcher.train.trainer import run as train_run
 
     if args.max_steps is not None and args.max_steps < 1:

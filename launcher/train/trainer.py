@@ -11,8 +11,8 @@ Resilience: USR1/TERM stop every rank at the same step boundary after a checkpoi
 TRAINER_STOPPED); a per-rank watchdog aborts a rank that stops making progress; checkpoints
 are written in the background (launcher/train/checkpoint_writer.py); rank 0 logs start/stop
 events with wall times to events.jsonl (recovery times are measured from them).
-Errors found on any rank are agreed on collectively so that every rank stops together and
-only rank 0 reports.
+Errors found on any rank are agreed on collectively (launcher/train/agreement.py) so that
+every rank stops together and only rank 0 reports.
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from launcher.native import runtime_config as native_switches
 from launcher.native.model_config import GPTConfig
 from launcher.schedules import ScheduleError
 from launcher.train import checkpoint, data, faults, metrics, rank_records, schedule_cache
+from launcher.train.agreement import agree, agreed
 from launcher.train.checkpoint import WriteTiming
 from launcher.train.checkpoint_writer import CheckpointWriter
 from launcher.train.init_weights import init_chunk
@@ -75,26 +76,6 @@ class TrainOptions:
     """Placement's rank-order file."""
     max_steps: int | None = None
     """Stop after this many steps in this invocation (the schedule still spans train.steps)."""
-
-
-class QuietFailure(GantryError):
-    """Raised on ranks other than 0 when rank 0 reports the error."""
-
-
-def _agree(world: Any, error: GantryError | None) -> None:
-    """Collective: if any rank failed, every rank raises (rank 0 with the first message)."""
-    errors = world.allgather(None if error is None else (type(error).__name__, str(error),
-                                                         error.exit_status))
-    failed = [e for e in errors if e is not None]
-    if not failed:
-        return
-    _kind, message, status = failed[0]
-    err: GantryError = UserInputError(message) if status == 2 else GantryError(message)
-    if world.Get_rank() != 0:
-        quiet = QuietFailure(message)
-        quiet.exit_status = status
-        raise quiet
-    raise err
 
 
 def resolve_job_path(base: Path, value: str | None) -> Path | None:
@@ -139,24 +120,22 @@ def _run(spec: JobSpec, opts: TrainOptions, stop: StopRequest, watchdog: Watchdo
     watchdog.beat("rank layout", starting=True)
     rank, size = world.Get_rank(), world.Get_size()
     par, model = spec.parallelism, spec.model
-    error: GantryError | None = None
     names = world.allgather(node_name())
-    try:
-        faults.check_environment()
-        order = read_rank_order(opts.rank_order, size, names) if opts.rank_order else None
-        layout = make_layout(rank, size, par.pp, par.dp, order)
-        watchdog.beat("schedule", starting=True)
-        blob = (schedule_cache.table_bytes(par.schedule, par.pp, par.micro_batches,
-                                           par.virtual_stages, schedule_cache.job_dir_from_env())
-                if rank == 0 else None)
-        ranges = (ranges_from_counts(par.stage_layers) if par.stage_layers is not None
-                  else split_layers(model.n_layer, par.pp * par.virtual_stages, model.n_embd,
-                                    model.seq_len, model.vocab_size))
-    except ScheduleError as err:
-        error = UserInputError(f"parallelism: {err}")
-    except GantryError as err:
-        error = err
-    _agree(world, error)
+    with agreed(world):
+        try:
+            faults.check_environment()
+            order = read_rank_order(opts.rank_order, size, names) if opts.rank_order else None
+            layout = make_layout(rank, size, par.pp, par.dp, order)
+            watchdog.beat("schedule", starting=True)
+            blob = (schedule_cache.table_bytes(par.schedule, par.pp, par.micro_batches,
+                                               par.virtual_stages,
+                                               schedule_cache.job_dir_from_env())
+                    if rank == 0 else None)
+            ranges = (ranges_from_counts(par.stage_layers) if par.stage_layers is not None
+                      else split_layers(model.n_layer, par.pp * par.virtual_stages,
+                                        model.n_embd, model.seq_len, model.vocab_size))
+        except ScheduleError as err:
+            raise UserInputError(f"parallelism: {err}") from None
     table = schedule_cache.load(world.bcast(blob, root=0), par.schedule)
     node_id = sorted(set(names), key=names.index).index(names[rank])
     config = GPTConfig(model.vocab_size, model.seq_len, model.n_layer, model.n_head,
@@ -165,11 +144,8 @@ def _run(spec: JobSpec, opts: TrainOptions, stop: StopRequest, watchdog: Watchdo
     lib = load_library(opts.library)
     # NCCL bootstrap hook: world rank 0 makes the id, every rank gets the same bytes.
     comm_id: bytes | None = None
-    try:
+    with agreed(world):
         comm_id = make_comm_id(lib) if rank == 0 else None
-    except GantryError as err:
-        error = err
-    _agree(world, error)
     comm_id = world.bcast(comm_id, root=0)
     assert comm_id is not None
     pipe = Pipeline(lib, config, world.py2f(), pp=par.pp, dp=par.dp,
@@ -189,17 +165,16 @@ def _resume_candidates(world: Any, opts: TrainOptions, ckpt_root: Path | None) -
     """Rank 0's list, newest first, broadcast: the --resume-from directory, or with --resume
     every complete checkpoint under checkpoint.dir. A failure to list them fails every rank."""
     candidates: list[Path] = []
-    error: GantryError | None = None
-    if world.Get_rank() == 0:
-        try:
-            if opts.resume_from is not None:
-                candidates = [opts.resume_from]
-            elif opts.resume and ckpt_root is not None:
-                candidates = [checkpoint_step_dir(ckpt_root, step) for step in
-                              sorted(checkpoint.complete_steps(ckpt_root), reverse=True)]
-        except OSError as err:
-            error = GantryError(f"{ckpt_root}: cannot list the checkpoints ({err})")
-    _agree(world, error)
+    with agreed(world):
+        if world.Get_rank() == 0:
+            try:
+                if opts.resume_from is not None:
+                    candidates = [opts.resume_from]
+                elif opts.resume and ckpt_root is not None:
+                    candidates = [checkpoint_step_dir(ckpt_root, step) for step in
+                                  sorted(checkpoint.complete_steps(ckpt_root), reverse=True)]
+            except OSError as err:
+                raise GantryError(f"{ckpt_root}: cannot list the checkpoints ({err})") from None
     return list(world.bcast(candidates, root=0))
 
 
@@ -227,9 +202,9 @@ def _pick_checkpoint(world: Any, opts: TrainOptions, n_stages: int, stages: list
             return candidate, step
         unexpected = [message for is_input, message in failures if not is_input]
         if unexpected:
-            _agree(world, GantryError(unexpected[0]))
+            agree(world, GantryError(unexpected[0]))
         if opts.resume_from is not None:
-            _agree(world, UserInputError(failures[0][1]))
+            agree(world, UserInputError(failures[0][1]))
         if world.Get_rank() == 0:
             sys.stderr.write(f"warning: skipping checkpoint: {failures[0][1]}\n")
     return None
@@ -243,9 +218,8 @@ def _load_start(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any,
     mine = [chunk.stage for chunk in pipe.chunks] if layout.replica == 0 else []
     chosen = _pick_checkpoint(world, opts, n_stages, mine,
                               _resume_candidates(world, opts, ckpt_root))
-    error: GantryError | None = None
     start = 0
-    try:
+    with agreed(world):
         if chosen is not None:
             directory, start = chosen
             for chunk in pipe.chunks:
@@ -257,9 +231,6 @@ def _load_start(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any,
                     chunk.load(init)
                 else:
                     init_chunk(chunk, spec.model.n_layer, spec.train.seed)
-    except GantryError as err:
-        error = err
-    _agree(world, error)
     return int(world.bcast(start, root=0))
 
 
@@ -271,15 +242,11 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
     start = _load_start(world, spec, opts, layout, pipe)
     shards = None
     switches: dict[str, str] = {}
-    error: GantryError | None = None
-    try:
+    with agreed(world):
         data_glob = resolve_job_path(opts.base_dir, train.data)
         shards = (data.read_shards(str(data_glob), model.vocab_size)
                   if data_glob is not None else None)
         switches = native_switches.recorded(lib)  # the GANTRY_* switches the library runs with
-    except GantryError as err:
-        error = err
-    _agree(world, error)
     actions = table.rank_array(layout.pipe_rank)
     if rank == 0:
         print(f"native backend {lib.lib.gt_backend_name().decode()}, comm "
@@ -289,7 +256,7 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
     ckpt_root = resolve_job_path(opts.base_dir, spec.checkpoint.dir)
     writer = None
     if ckpt_root is not None:
-        writer = CheckpointWriter(world, _agree, ckpt_root, keep=spec.checkpoint.keep,
+        writer = CheckpointWriter(world, agree, ckpt_root, keep=spec.checkpoint.keep,
                                   seed=train.seed, writes=layout.replica == 0,
                                   background=spec.checkpoint.async_write,
                                   max_lag=spec.checkpoint.max_lag_steps,
