@@ -35,6 +35,7 @@ sys.path.insert(0, str(REPO))
 
 from gpu_clocks import ClockSampler  # noqa: E402
 
+from launcher.job_dir import METRICS_FILE, TRACE_FILE  # noqa: E402
 from launcher.schedules import CHUNKED, SCHEDULES, Op, generate  # noqa: E402
 from launcher.schedules.simulator import SimResult, simulate, with_unit_defaults  # noqa: E402
 from launcher.schedules.table import ScheduleTable  # noqa: E402
@@ -263,10 +264,10 @@ def main() -> int:
         base["virtual_stages"] = a.v
     if a.variant:
         base["variant"] = a.variant
-    metrics_path = a.work / "run" / "metrics.jsonl"
+    metrics_path = a.work / "run" / METRICS_FILE
     records = ([json.loads(x) for x in metrics_path.read_text().splitlines()]
                if metrics_path.is_file() else [])
-    trained = len(records) == a.warmup + a.steps and (a.work / "run" / "trace.json").is_file()
+    trained = len(records) == a.warmup + a.steps and (a.work / "run" / TRACE_FILE).is_file()
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-3:]
         failure = f"exit {done.returncode}: {' | '.join(tail)}"
@@ -292,7 +293,7 @@ def main() -> int:
         "opt_ranges": [r.get("opt_ranges", 0) for r in records[-1]["ranks"]],
     }
     if a.pp > 1:
-        trace = json.loads((a.work / "run" / "trace.json").read_text())
+        trace = json.loads((a.work / "run" / TRACE_FILE).read_text())
         result["timeline"] = timeline(a, records, trace)
     if a.dp > 1:
         result["dp_ranks"] = dp_timings(records)

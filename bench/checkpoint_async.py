@@ -20,6 +20,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from launcher.job_dir import EVENTS_FILE, METRICS_FILE
 from tests.integration.pipeline_helpers import gantry_train, write_job
 
 MODELS: dict[str, tuple[dict[str, int], int, int]] = {
@@ -44,8 +45,8 @@ def run(lib: Path, checkpoint: dict[str, Any] | None, model: str = "tiny",
         if result.returncode != 0:
             raise SystemExit(result.stderr)
         times = [json.loads(line)["time"] for line in
-                 (Path(tmp) / "run" / "metrics.jsonl").read_text().splitlines()]
-        for line in (Path(tmp) / "run" / "events.jsonl").read_text().splitlines():
+                 (Path(tmp) / "run" / METRICS_FILE).read_text().splitlines()]
+        for line in (Path(tmp) / "run" / EVENTS_FILE).read_text().splitlines():
             event = json.loads(line)
             if event["event"] == "checkpoint":  # where each save's time went
                 print(f"  checkpoint step {event['step']} (complete after step "

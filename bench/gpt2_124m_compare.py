@@ -43,6 +43,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from launcher.job_dir import METRICS_FILE  # noqa: E402
 from launcher.train.data import global_batch, read_shards  # noqa: E402
 
 V = 50257
@@ -127,7 +128,7 @@ def run_gantry_train(a: argparse.Namespace, work: Path, init: Path, data: Path) 
     env = dict(os.environ, GANTRY_ATTENTION=os.environ.get("GANTRY_ATTENTION", "cudnn"))
     log = gantry("train", str(job), "--lib", a.lib, "--run-dir", str(work / "run"), env=env)
     (work / "train.log").write_text(log)
-    return work / "run" / "metrics.jsonl"
+    return work / "run" / METRICS_FILE
 
 
 def peak_tflops(device: str) -> float:

@@ -18,6 +18,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from launcher.job_dir import METRICS_FILE
 from launcher.native.model_config import GPTConfig
 from launcher.reference.gpt2_torch import TrainSettings, make_model, make_optimizer
 from tests.integration.pipeline_helpers import gantry_train, write_job
@@ -51,7 +52,7 @@ def gantry_step_s(lib: Path, pp: int, schedule: str) -> float:
         result = gantry_train(job, pp, lib, run_dir=Path(tmp) / "run")
         if result.returncode != 0:
             raise SystemExit(result.stderr)
-        lines = (Path(tmp) / "run" / "metrics.jsonl").read_text().splitlines()
+        lines = (Path(tmp) / "run" / METRICS_FILE).read_text().splitlines()
         return float(statistics.median(
             max(r["total_s"] for r in json.loads(line)["ranks"]) for line in lines[2:]))
 

@@ -3,7 +3,8 @@
 Three checks: the rendered batch scripts (tests/golden/*.sbatch) name only files the owner
 defines, under the environment names it defines; the modules that still keep a constant of
 their own (listed in PENDING) keep the owner's value; and no other Python module of
-launcher/ spells one of the names as a string literal.
+launcher/ or bench/ spells one of the names (of a file, a directory, an environment
+variable) as a string literal.
 """
 
 from __future__ import annotations
@@ -23,7 +24,8 @@ GATE_FILES = {job_dir.PREFLIGHT_REPORT_FILE, job_dir.CHOSEN_NODES_FILE,
 ATTEMPT_FILES = GATE_FILES | {job_dir.RECOVERY_FILE, job_dir.NEXT_NODES_FILE}
 #: Everything the owner names that a module might spell.
 OWNED = {value for key, value in vars(job_dir).items()
-         if key.endswith(("_FILE", "_DIR")) and isinstance(value, str)}
+         if key.endswith(("_FILE", "_DIR", "_ENV")) and isinstance(value, str)}
+ENV_NAMES = {value for key, value in vars(job_dir).items() if key.endswith("_ENV")}
 
 #: Modules that keep their own copy of an owned name for now, with the constant and the
 #: owner's name for it: (path, constant, owner constant).
@@ -33,6 +35,9 @@ PENDING = (
 )
 #: Modules whose literals are not checked yet (they spell names outside a constant).
 UNCHECKED = {"launcher/job_dir.py", "launcher/job_script.py"}
+#: Modules that name the job directory's environment variables as data: the environment
+#: reference lists every GANTRY_* variable, in the base layer below the owner.
+REFERENCE = {"launcher/environment.py"}
 #: Owned names that are ordinary words elsewhere ("nodes" is a Slurm JSON key, "runs" an
 #: outcome, "logs" and "schedules" command names, "ranks" a JSON key of several records).
 COMMON_WORDS = {job_dir.CHOSEN_NODES_FILE, job_dir.RUNS_DIR, job_dir.LOGS_DIR,
@@ -71,13 +76,13 @@ def test_modules_with_their_own_constant_keep_the_owners_value() -> None:
     assert not differ, differ
 
 
-def spelled_names(path: Path) -> list[str]:
+def spelled_names(path: Path, names: set[str] = OWNED - COMMON_WORDS) -> list[str]:
     """``line: literal`` for each string literal in ``path`` that is an owned name, or a
     checkpoint step directory's f-string."""
     found = []
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
         if isinstance(node, ast.Constant) and isinstance(node.value, str) \
-                and node.value in OWNED - COMMON_WORDS:
+                and node.value in names:
             found.append(f"{node.lineno}: {node.value!r}")
         elif isinstance(node, ast.JoinedStr) and node.values \
                 and isinstance(node.values[0], ast.Constant) \
@@ -88,17 +93,20 @@ def spelled_names(path: Path) -> list[str]:
 
 def test_no_other_module_spells_an_owned_name() -> None:
     spelled = {}
-    for path in sorted((REPO / "launcher").rglob("*.py")):
+    for path in sorted([*(REPO / "launcher").rglob("*.py"), *(REPO / "bench").rglob("*.py")]):
         rel = path.relative_to(REPO).as_posix()
-        if rel not in UNCHECKED and (hits := spelled_names(path)):
+        names = OWNED - COMMON_WORDS - (ENV_NAMES if rel in REFERENCE else set())
+        if rel not in UNCHECKED and (hits := spelled_names(path, names)):
             spelled[rel] = hits
     assert not spelled, f"use the constants of launcher/job_dir.py: {spelled}"
 
 
 def test_the_literal_check_finds_a_spelled_name(tmp_path: Path) -> None:
     sample = tmp_path / "sample.py"
-    sample.write_text('x = run / "metrics.jsonl"\ny = root / f"step_{n:08d}"\nz = "nodes"\n')
-    assert spelled_names(sample) == ["1: 'metrics.jsonl'", "2: f'step_...'"]
+    sample.write_text('x = run / "metrics.jsonl"\ny = root / f"step_{n:08d}"\nz = "nodes"\n'
+                      'w = os.environ.get("GANTRY_JOB_DIR")\n')
+    assert spelled_names(sample) == ["1: 'metrics.jsonl'", "2: f'step_...'",
+                                     "4: 'GANTRY_JOB_DIR'"]
 
 
 def test_checkpoint_step_directories() -> None:
