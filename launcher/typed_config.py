@@ -5,8 +5,10 @@ is allowed, so that a user sees one line such as
 ``job.yaml: parallelism.pp: 'two' is not allowed (expected an integer)``.
 
 Supported field types: bool, int, float, str, Literal[...], X | None, list[X],
-tuple[X, ...], dict[str, X] and nested dataclasses. A dataclass may define
-``validate(self) -> None`` that raises :class:`FieldError` for cross-field rules.
+tuple[X, ...], dict[str, X] and nested dataclasses. A float field also takes the exponent
+forms that YAML 1.1 leaves as strings (``lr: 3e-4``), as YAML 1.2 and ML configs read them.
+A dataclass may define ``validate(self) -> None`` that raises :class:`FieldError` for
+cross-field rules.
 """
 
 from __future__ import annotations
@@ -71,6 +73,12 @@ def _describe(tp: Any) -> str:
     return str(tp)
 
 
+_YAML12_FLOAT = re.compile(r"[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)[eE][-+]?[0-9]+", re.ASCII)
+"""A number with an exponent that YAML 1.2 reads as a float and YAML 1.1 as a string
+(``3e-4``, ``1e5``, ``6.0e5``: 1.1 wants a dot and a signed exponent). A float field takes
+it as the number; nothing else written as a string is read as a number."""
+
+
 def _bad(path: str, value: Any, tp: Any) -> FieldError:
     return FieldError(path, f"{brief(value)} is not allowed (expected {_describe(tp)})")
 
@@ -108,6 +116,9 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
             return value
         raise _bad(path, value, tp)
     if tp is float:
+        given = value
+        if isinstance(value, str) and _YAML12_FLOAT.fullmatch(value):
+            value = float(value)  # 3e-4: YAML 1.1 (PyYAML) reads it as a string
         if isinstance(value, int | float) and not isinstance(value, bool):
             try:
                 number = float(value)
@@ -115,7 +126,7 @@ def _convert(value: Any, tp: Any, path: str) -> Any:
                 number = math.inf
             if math.isfinite(number):
                 return number
-        raise _bad(path, value, tp)
+        raise _bad(path, given, tp)
     if tp is str:
         if isinstance(value, str) and "\x00" not in value:
             return value

@@ -137,3 +137,29 @@ def test_brief_keeps_short_values_whole() -> None:
     assert brief("abc") == "'abc'"
     assert brief(list(range(100)), 20) == "[0, 1, 2, 3, 4, 5... (100 items)"
     assert brief("x" * 100, 20) == "'xxxxxxxxxxxxxxxx... (100 characters)"
+
+
+@pytest.mark.parametrize(("text", "number"), [
+    ("3e-4", 3e-4), ("1e5", 1e5), ("6.0e5", 6.0e5), ("-2E+3", -2e3), (".5e-1", 0.05),
+    ("1.0e-3", 1e-3), ("0.5", 0.5), ("2", 2.0),
+])
+def test_a_float_field_reads_numbers_as_ml_configs_write_them(text: str, number: float) -> None:
+    """YAML 1.1 (PyYAML) reads ``3e-4`` as a string; a float field takes it as YAML 1.2 does."""
+    got = from_mapping(Outer, parse_yaml(f"name: a\ninner: {{count: 1}}\nratio: {text}\n",
+                                         "s.yaml"), "s.yaml")
+    assert got.ratio == number and isinstance(got.ratio, float)
+
+
+@pytest.mark.parametrize("text", ["abc", "3e", "e4", "'3e-4 '", "1e999", ".inf", ".nan",
+                                  "'0.5'", "'12'", "3e-4x", "'\u0663e1'", "1e5_0"])
+def test_a_float_field_takes_no_other_string(text: str) -> None:
+    data = parse_yaml(f"name: a\ninner: {{count: 1}}\nratio: {text}\n", "s.yaml")
+    with pytest.raises(UserInputError, match=r"^s\.yaml: ratio: .* is not allowed \(expected "
+                       r"a finite number\)$"):
+        from_mapping(Outer, data, "s.yaml")
+
+
+def test_a_string_field_keeps_an_exponent_as_text() -> None:
+    got = from_mapping(Outer, parse_yaml("name: 1e5\ninner: {count: 1}\nenv: {LR: 3e-4}\n",
+                                         "s.yaml"), "s.yaml")
+    assert got.name == "1e5" and got.env == {"LR": "3e-4"}
