@@ -41,6 +41,14 @@ def _up(args: argparse.Namespace) -> int:
     plan = result.plan
     console = make_console()
     name = site.config.slurm.cluster_name
+    if args.json:
+        print_json({"cluster": name, "already_running": result.already_running,
+                    "restarted_partial": list(result.restarted_partial),
+                    "seconds": None if result.already_running else round(result.seconds, 3),
+                    "nodes": list(plan.nodes), "slurm_version": plan.features.version,
+                    "topology": site.config.topology.plugin,
+                    "run_dir": str(plan.layout.root), "slurm_conf": str(plan.layout.slurm_conf)})
+        return EXIT_OK
     if result.already_running:
         console.print(
             f"cluster {name} is already up ({len(plan.nodes)} nodes, run dir "
@@ -75,6 +83,10 @@ def _down(args: argparse.Namespace) -> int:
     console = make_console()
     name = site.config.slurm.cluster_name
     stopped = [d for d, outcome in outcomes.items() if outcome != "not running"]
+    if args.json:
+        print_json({"cluster": name, "was_running": bool(stopped), "daemons": dict(outcomes),
+                    "run_dir": str(layout.root), "log_dir": str(layout.log_dir)})
+        return EXIT_OK
     if not stopped:
         console.print(f"cluster {name} was not running (run dir {layout.root})", markup=False)
         return EXIT_OK
@@ -145,10 +157,13 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         metavar="SECONDS",
         help="how long to wait for every node to be idle (default: 60)",
     )
+    up.add_argument("--json", action="store_true", help="print the result as JSON")
     up.set_defaults(func=_up)
 
     down = actions.add_parser("down", help="stop the processes `up` started (cancels jobs)")
     _add_site(down)
+    down.add_argument("--json", action="store_true",
+                      help="print each daemon's outcome as JSON")
     down.set_defaults(func=_down)
 
     show = actions.add_parser("status", help="daemons, node states and the switch tree")

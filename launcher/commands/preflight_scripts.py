@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from launcher.console import print_json
 from launcher.errors import EXIT_OK
 from launcher.install_paths import import_root
 from launcher.plugins.scripts import (
@@ -42,6 +43,8 @@ def register(subparsers: Any) -> None:
         help="prolog exits non-zero on FAIL (Slurm requeues the job and sets "
         "its own 'Prolog error' reason)",
     )
+    parser.add_argument("--json", action="store_true",
+                        help="print the scripts written and their slurm.conf lines as JSON")
     parser.set_defaults(func=run)
 
 
@@ -64,6 +67,13 @@ def run(args: argparse.Namespace) -> int:
         )
         for kind in kinds
     ]
-    for path in write_scripts(args.out_dir, specs):
+    paths = write_scripts(args.out_dir, specs)
+    if args.json:
+        print_json({"site": site.config.name, "level": level,
+                    "scripts": [{"kind": spec.kind, "path": str(path),
+                                 "slurm_conf": list(spec.slurm_conf)}
+                                for spec, path in zip(specs, paths, strict=True)]})
+        return EXIT_OK
+    for path in paths:
         sys.stdout.write(f"{path}\n")
     return EXIT_OK

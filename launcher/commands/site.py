@@ -57,6 +57,9 @@ def register(subparsers: Any) -> None:
                          help="directory holding slurm/spank.h (default: searched by CMake)")
     install.add_argument("--dry-run", action="store_true",
                          help="show what would be built and written; change nothing")
+    install.add_argument("--json", action="store_true",
+                         help="print the files written (or that would be) and the slurm.conf "
+                         "lines as JSON")
     install.set_defaults(func=run_install)
     check = actions.add_parser(
         "check", help="compare the site config with the live Slurm: partition, nodes, GPUs, "
@@ -166,6 +169,14 @@ def run_install(args: argparse.Namespace) -> int:
 
     site = load_site(args.site)
     plan = plan_install(site, args.prefix)
+    if args.json:
+        written = ([planned.path for planned in plan.files] if args.dry_run
+                   else perform_install(plan, args.slurm_include_dir))
+        print_json({"site": site.config.name, "dry_run": args.dry_run,
+                    "spank_module": str(plan.layout.spank_module) if plan.choice.spank
+                    else None, "files": [str(path) for path in written],
+                    "slurm_conf_lines": list(plan.slurm_conf_lines)})
+        return 0
     console = make_console()
     verb = "would write" if args.dry_run else "wrote"
     if args.dry_run:
