@@ -3,15 +3,24 @@
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import sys
 import time
 import typing
+from collections.abc import Sequence
 from pathlib import Path
 from typing import IO, Any
 
 from launcher.errors import UserInputError
-from launcher.job_dir import JobDir, attempt_key, checkpoint_step_dir, find_job_dir, jobs_root
+from launcher.job_dir import (
+    JobDir,
+    attempt_key,
+    checkpoint_step_dir,
+    find_job_dir,
+    jobs_root,
+    list_job_dirs,
+)
 from launcher.job_placement import site_client
 from launcher.job_request import CliOverrides
 from launcher.site_config import load_site
@@ -44,6 +53,38 @@ def add_request_args(parser: argparse.ArgumentParser) -> None:
     parser.set_defaults(passthrough=[])
     parser.epilog = ("Arguments after `--` are a command every rank runs instead of "
                      "`gantry train` (each argument carried literally).")
+
+
+def add_job_filters(parser: argparse.ArgumentParser) -> None:
+    """--state and --name, which select among the jobs given (or all of them)."""
+    parser.add_argument("--state", action="append", default=[], metavar="STATE",
+                        help="only jobs in this state, e.g. RUNNING, PENDING, GONE "
+                             "(repeatable; comma-separated lists too)")
+    parser.add_argument("--name", action="append", default=[], metavar="NAME",
+                        help="only jobs of this name (repeatable; shell-style patterns such "
+                             "as 'gpt2-*')")
+
+
+def selected_job_dirs(root: Path, refs: Sequence[str], names: Sequence[str]) -> list[JobDir]:
+    """The submitted jobs ``refs`` name (each resolved as `find_job_dir`; none: every job
+    under ``root``), those whose name matches one of ``names`` (when given), each once."""
+    dirs = [find_job_dir(root, ref) for ref in refs] if refs else list_job_dirs(root)
+    seen: set[Path] = set()
+    chosen = []
+    for job_dir in dirs:
+        if job_dir.path in seen or not job_dir.job_id:
+            continue
+        if names and not any(fnmatch.fnmatchcase(job_dir.name, name) for name in names):
+            continue
+        seen.add(job_dir.path)
+        chosen.append(job_dir)
+    return chosen
+
+
+def state_matches(row: dict[str, Any], states: Sequence[str]) -> bool:
+    """True when ``states`` is empty or holds the row's state (case-insensitive)."""
+    wanted = {part.strip().upper() for given in states for part in given.split(",")}
+    return not wanted or str(row.get("state")).upper() in wanted
 
 
 def overrides_from_args(args: argparse.Namespace) -> CliOverrides:
@@ -103,19 +144,33 @@ def _copy_new(path: Path, offset: int, out: IO[str]) -> int:
 
 
 def job_summary(job_dir: JobDir, info: JobInfo | None) -> dict[str, Any]:
-    """One job for `status`: Slurm's view when it has one, else the last recorded state."""
+    """One job for `status`: Slurm's view when it has one, else the last recorded state.
+
+    A job Slurm no longer knows whose record had not ended is ``"state": "GONE"``,
+    ``"stale": true`` and its recorded state in ``last_seen_state`` (never shown as still
+    RUNNING). ``logs`` are the job's Slurm output and error files (``%j`` expanded)."""
     meta = job_dir.meta()
     data: dict[str, Any] = {"job_id": meta.get("job_id"), "name": meta.get("name"),
                             "job_dir": str(job_dir.path)}
     if info is not None:
         data.update(info.to_json())
         data["source"] = "slurm"
+        data["stale"] = False
     else:
         last = meta.get("last_state") or {}
         data.update(last)
         data["state"] = last.get("state", "UNKNOWN")
         data["source"] = "job directory (Slurm no longer knows the job)"
+        # A record that ended (COMPLETED, FAILED, ...) is the job's last word; one that did
+        # not (RUNNING, PENDING) is only what it was when gantry last looked.
+        data["stale"] = not last.get("terminal", False)
+        if data["stale"]:
+            data["last_seen_state"] = data["state"]
+            data["state"] = "GONE"
     data["job_dir"] = str(job_dir.path)
+    job_id = data.get("job_id")
+    data["logs"] = ({stream: str(job_dir.log_file(str(job_id), stream))
+                     for stream in ("out", "err")} if job_id is not None else {})
     data.update(run_history(job_dir))
     return data
 

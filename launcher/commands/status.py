@@ -1,4 +1,4 @@
-"""`gantry status [JOB]`: the state of gantry's jobs, from one batched Slurm query."""
+"""`gantry status [JOB...]`: the state of gantry's jobs, from one batched Slurm query."""
 
 from __future__ import annotations
 
@@ -10,18 +10,29 @@ from typing import Any
 from rich.table import Table
 
 from launcher.console import make_console, print_json
-from launcher.job_cli import add_jobs_dir_arg, client_for_job, job_summary
-from launcher.job_dir import find_job_dir, jobs_root, list_job_dirs
+from launcher.job_cli import (
+    add_job_filters,
+    add_jobs_dir_arg,
+    client_for_job,
+    job_summary,
+    selected_job_dirs,
+    state_matches,
+)
+from launcher.job_dir import jobs_root
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "status", help="show the state of submitted jobs",
         description="Without JOB: every job under the jobs directory. JOB is a Slurm job id, "
-                    "a job directory or a job name (latest).")
-    parser.add_argument("job_ref", nargs="?", metavar="JOB", help="job id, directory or name")
+                    "a job directory or a job name (latest); several may be given. A job "
+                    "Slurm no longer knows whose last record had not ended shows as GONE "
+                    "(stale), not as its last state.")
+    parser.add_argument("job_refs", nargs="*", metavar="JOB", help="job id, directory or name")
     add_jobs_dir_arg(parser)
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    add_job_filters(parser)
+    parser.add_argument("--json", action="store_true",
+                        help="print JSON (one object for one JOB, else a list)")
     parser.set_defaults(func=run)
 
 
@@ -41,8 +52,7 @@ def _checkpoints(row: dict[str, Any]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     root = jobs_root(args.jobs_dir)
-    dirs = [find_job_dir(root, args.job_ref)] if args.job_ref else list_job_dirs(root)
-    dirs = [d for d in dirs if d.job_id]
+    dirs = selected_job_dirs(root, args.job_refs, args.name)
     infos = client_for_job(dirs[-1] if dirs else None).job_states(
         [str(d.job_id) for d in dirs]) if dirs else {}
     rows = []
@@ -51,12 +61,16 @@ def run(args: argparse.Namespace) -> int:
         if info is not None:
             job_dir.update_meta(last_state=info.to_json(), last_seen=time.time())
         rows.append(job_summary(job_dir, info))
+    rows = [row for row in rows if state_matches(row, args.state)]
+    one = len(args.job_refs) == 1 and not args.state
     if args.json:
-        print_json(rows[0] if args.job_ref else rows)
+        print_json(rows[0] if one else rows)
         return 0
     console = make_console()
-    if args.job_ref:
+    if one:
         row = rows[0]
+        if row.get("stale"):
+            row = {**row, "state": f"GONE (last seen {row.get('last_seen_state')})"}
         for key in ("job_id", "name", "state", "reason", "nodes", "restarts", "exit_code",
                     "signal", "job_dir", "source"):
             console.print(f"{key:<10} {row.get(key) if row.get(key) is not None else '-'}")
@@ -67,9 +81,11 @@ def run(args: argparse.Namespace) -> int:
         for line in row["recoveries"]:
             console.print(f"{'recovery':<10} {line}", markup=False, highlight=False)
         console.print(f"{'checkpoints':<10} {_checkpoints(row)}")
+        for stream, path in row["logs"].items():
+            console.print(f"{'log ' + stream:<10} {path}", markup=False, highlight=False)
         return 0
     if not rows:
-        sys.stdout.write(f"no jobs under {root}\n")
+        sys.stdout.write(f"no jobs under {root}{' match' if args.state or args.name else ''}\n")
         return 0
     table = Table(box=None, pad_edge=False)
     for column in ("JOB", "NAME", "STATE", "NODES/REASON", "RESTARTS", "RECOVERED", "EXIT",
@@ -78,7 +94,9 @@ def run(args: argparse.Namespace) -> int:
     for row in rows:
         where = row.get("nodes") or row.get("reason") or ""
         exit_code = row.get("exit_code")
-        table.add_row(str(row.get("job_id")), str(row.get("name")), str(row.get("state")),
+        state = (f"GONE (was {row.get('last_seen_state')})" if row.get("stale")
+                 else str(row.get("state")))
+        table.add_row(str(row.get("job_id")), str(row.get("name")), state,
                       str(where), str(row.get("restarts", 0)), str(len(row["recoveries"])),
                       "-" if exit_code is None else str(exit_code),
                       "-" if row.get("latest_checkpoint_step") is None

@@ -50,7 +50,8 @@ def register(subparsers: Any) -> None:
                     "into a new job directory and submit it with sbatch.")
     add_request_args(parser)
     parser.add_argument("--dry-run", action="store_true",
-                        help="print the script; create and submit nothing")
+                        help="print the script (with --json: the script, its #SBATCH options, "
+                             "placement and job directory as JSON); create and submit nothing")
     parser.add_argument("--test-only", action="store_true",
                         help="ask Slurm to validate the script (sbatch --test-only); submit "
                              "nothing and leave no job directory")
@@ -82,6 +83,12 @@ def request_record(request: JobRequest, placement: Placement,
         "native_library": None if library is None else str(library),
         "checkpoint_dir": checkpoint_dir(request),
     }
+
+
+def sbatch_lines(script: str) -> list[str]:
+    """The options of the script's ``#SBATCH`` header, in order."""
+    return [line.removeprefix("#SBATCH ") for line in script.splitlines()
+            if line.startswith("#SBATCH ")]
 
 
 def checkpoint_dir(request: JobRequest, job_dir: Path | None = None) -> str | None:
@@ -128,7 +135,12 @@ def run(args: argparse.Namespace) -> int:
     for note in placement_notes(placement):
         sys.stderr.write(f"{note}\n")
     if args.dry_run:
-        sys.stdout.write(script)
+        if args.json:
+            print_json({"dry_run": True, "name": request.spec.name, "job_dir": str(path),
+                        "placement": placement.summary, "sbatch_options": sbatch_lines(script),
+                        "script": script})
+        else:
+            sys.stdout.write(script)
         return EXIT_OK
     assert client is not None
     if args.test_only:
@@ -136,7 +148,11 @@ def run(args: argparse.Namespace) -> int:
             script_path = Path(tmp) / SCRIPT_FILE
             write_text(script_path, script)
             verdict = client.test_submit(script_path)
-        sys.stdout.write(f"{verdict}\n")
+        if args.json:
+            print_json({"test_only": True, "name": request.spec.name,
+                        "placement": placement.summary, "verdict": verdict})
+        else:
+            sys.stdout.write(f"{verdict}\n")
         return EXIT_OK
     extra = {RANK_ORDER_FILE: json.dumps(list(placement.rank_nodes)) + "\n"} \
         if placement.rank_nodes else {}
