@@ -12,7 +12,8 @@ Layout (root: --jobs-dir, else $GANTRY_JOBS_DIR, else ./gantry-jobs)::
                          (launcher/placement_record.py reads it)
         rank_order.json  planned nodes in rank order (gantry train --rank-order), if planned
         meta.json        job id, submit time, last known state
-        logs/            slurm-<jobid>.out / .err (append mode across requeues)
+        logs/            slurm-<jobid>.out / .err (append mode across requeues;
+                         :func:`log_file_name`)
         schedules/       the schedule tables of the job, built once (train/schedule_cache.py)
         runs/<jobid>-<restart>/   one attempt, written by the script ($GANTRY_ATTEMPT_DIR):
             preflight.jsonl   the preflight verdicts, one line per node
@@ -95,6 +96,12 @@ CHECKPOINT_MANIFEST_FILE = "manifest.json"
 CHECKPOINT_STEP_GLOB = "step_*"
 """Matches every step directory (and more: :func:`checkpoint_step_of` says which are)."""
 _STEP_DIR = re.compile(r"step_([0-9]+)", re.ASCII)
+
+
+def log_file_name(job_id: str, stream: str = "out") -> str:
+    """The name in logs/ of the Slurm output (``out``) or error (``err``) file of job
+    ``job_id`` (``%j``: the #SBATCH pattern of every attempt's)."""
+    return f"slurm-{job_id}.{stream}"
 
 
 def checkpoint_step_dir(root: Path, step: int) -> Path:
@@ -201,7 +208,7 @@ class JobDir:
 
     def log_file(self, job_id: str, stream: str = "out") -> Path:
         """The Slurm output (``out``) or error (``err``) file of ``job_id``."""
-        return self.logs / f"slurm-{job_id}.{stream}"
+        return self.logs / log_file_name(job_id, stream)
 
 
 #: Job spec fields holding paths that resolve against the job file's directory; they are
