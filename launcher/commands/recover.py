@@ -88,7 +88,8 @@ def run(args: argparse.Namespace) -> int:
                       _health_check(site, args.level),
                       relaunch=not args.no_relaunch, requeue=not args.no_requeue,
                       topology=topology, plan=plan_of(args.job_dir))
-    record = outcome.record(args.attempt_dir.name, args.step_rc, time.monotonic() - started)
+    record = outcome.record(args.attempt_dir.name, args.step_rc, time.monotonic() - started,
+                            args.level)
     try:
         append_recovery(args.job_dir, record)
     except OSError as err:

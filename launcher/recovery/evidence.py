@@ -2,8 +2,7 @@
 
 Evidence, strongest first:
 
-1. a launch node Slurm no longer holds for the job or reports DOWN/FAIL/NOT_RESPONDING:
-   ``node-lost``;
+1. a launch node Slurm no longer holds for the job or reports DOWN/FAIL: ``node-lost``;
 2. the watchdog's ``hang.json`` (launcher/train/watchdog.py): the ranks that stopped proving
    they are alive (``rankR-unresponsive``: killed, stopped, their node gone) or fell behind
    (``rankR-hung``);
@@ -12,7 +11,9 @@ Evidence, strongest first:
 4. srun's own report of the first task that failed (``srun: error: <node>: task <N>:
    <what>``, captured by ``gantry step-watch`` in ``step.err``), other than the watchdog's
    exit: ``rankN-killed`` / ``rankN-<what>``;
-5. ranks that started and left neither an exit record nor a fresh beat while the others did
+5. a launch node whose slurmd Slurm reports not responding (``node-not-responding``: a
+   node under load can miss a ping, so this counts only when nothing above names a node);
+6. ranks that started and left neither an exit record nor a fresh beat while the others did
    (``rankR-vanished``).
 
 Nothing found: the fault has no culprit (the step is relaunched on the same nodes, or the
@@ -33,7 +34,8 @@ from launcher.job_exit_codes import TRAINER_HUNG, TRAINER_STOPPED
 from launcher.preflight.drain_policy import NodeState
 from launcher.train.rank_records import RankState, read_ranks
 
-_LOST_FLAGS = ("DOWN", "FAIL", "NOT_RESPONDING", "POWER_DOWN", "POWERED_DOWN")
+_LOST_FLAGS = ("DOWN", "FAIL", "POWER_DOWN", "POWERED_DOWN")
+_SILENT_FLAG = "NOT_RESPONDING"
 _SRUN_TASK = re.compile(r"^srun: error: ([A-Za-z0-9._-]{1,64}): tasks? ([0-9]{1,7})"
                         r"(?:-[0-9]{1,7})?: (.{1,80})$")
 
@@ -55,18 +57,23 @@ def _word(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "-", text.strip().lower()).strip("-")[:48] or "failed"
 
 
+def _flags(state: NodeState | None) -> set[str]:
+    return set(state.state.upper().replace("*", "+NOT_RESPONDING").split("+")) if state \
+        else set()
+
+
 def lost_nodes(launch_nodes: Sequence[str], allocation: Sequence[str] | None,
                states: Mapping[str, NodeState]) -> list[str]:
-    """Launch nodes Slurm took from the job or reports lost."""
+    """Launch nodes Slurm took from the job or reports down or failed."""
     held = set(allocation) if allocation is not None else None
-    lost = []
-    for node in launch_nodes:
-        state = states.get(node)
-        flags = set(state.state.upper().replace("*", "+NOT_RESPONDING").split("+")) if state \
-            else set()
-        if (held is not None and node not in held) or flags & set(_LOST_FLAGS):
-            lost.append(node)
-    return lost
+    return [node for node in launch_nodes
+            if (held is not None and node not in held)
+            or _flags(states.get(node)) & set(_LOST_FLAGS)]
+
+
+def silent_nodes(launch_nodes: Sequence[str], states: Mapping[str, NodeState]) -> list[str]:
+    """Launch nodes whose slurmd stopped answering (not declared down yet)."""
+    return [node for node in launch_nodes if _SILENT_FLAG in _flags(states.get(node))]
 
 
 def _hang(attempt_dir: Path) -> dict[str, Any] | None:
@@ -132,6 +139,10 @@ def find_culprits(attempt_dir: Path, launch_nodes: Sequence[str],
         node, task, what = srun
         word = "killed" if what.strip() == "Killed" else _word(what)
         return Finding({node: f"rank{task}-{word}"}, f"srun: {node}: task {task}: {what}", at)
+    quiet = silent_nodes(launch_nodes, states)
+    if quiet:
+        return Finding({n: "node-not-responding" for n in quiet},
+                       f"Slurm reports {', '.join(quiet)} not responding", at)
     vanished = _vanished(ranks, now)
     culprits = {}
     for state in vanished:

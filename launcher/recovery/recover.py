@@ -64,8 +64,10 @@ class RecoveryOutcome:
     requeue_steps: list[str] = field(default_factory=list)
     message: str = ""
 
-    def record(self, attempt: str, step_rc: int, seconds: float) -> dict[str, Any]:
+    def record(self, attempt: str, step_rc: int, seconds: float, level: str) -> dict[str, Any]:
+        """The recoveries.jsonl line; ``level``: the preflight the spares had to pass."""
         return {"time": time.time(), "attempt": attempt, "step_rc": step_rc,
+                "spare_preflight": level,
                 "decision": self.decision, "culprits": self.finding.culprits,
                 "evidence": self.finding.evidence, "fault_time": self.finding.fault_time,
                 "replaced": dict(self.replaced),

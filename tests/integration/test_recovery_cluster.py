@@ -70,6 +70,9 @@ def _healthy_nodes(request: pytest.FixtureRequest) -> Iterator[None]:
     for node, reason in reasons(cluster).items():
         if reason.startswith("gantry:"):
             cluster.run("scontrol", "update", f"NodeName={node}", "State=RESUME")
+    # the next test starts on answering nodes (a killed node stays down)
+    cluster._wait_nodes(lambda state: state == "idle" or state.startswith("down"), 60,
+                        "idle or down")
 
 
 @pytest.fixture(scope="module")
@@ -134,6 +137,7 @@ def test_rank_killed_by_a_signal_is_replaced_by_the_spare(cluster: EmbeddedClust
     [line] = recoveries(job)
     assert line["decision"] == "relaunch" and list(line["culprits"]) == [victim], line
     assert line["culprits"][victim] in ("rank1-killed", "rank1-vanished"), line
+    assert line["spare_preflight"] == "quick"  # the job's level is off: replacements get quick
     assert second == [first[0], line["replaced"][victim]] and victim not in second
     assert_culprits_out(job, cluster, [victim])
     assert "recovery 1 of 3 in this allocation" in job.log()
@@ -259,3 +263,37 @@ def test_job_without_spares_leaves_its_fenced_domain_after_a_node_loss(
     assert victim not in final and len(final) == 4
     [line] = recoveries(job)
     assert line["decision"] == "requeue", line
+
+
+def test_a_spare_that_fails_its_preflight_is_passed_over(cluster: EmbeddedCluster,
+                                                         tmp_path: Path,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """recover() against the real Slurm, the spares' preflight replaced by one that fails the
+    first spare (the seam a hardware fault comes through): it is rejected, the next spare
+    takes the failed node's place."""
+    from launcher.preflight.slurm_nodes import Scontrol
+    from launcher.recovery.recover import recover
+    from launcher.site_config import load_site
+    from launcher.train.rank_records import RankRecords
+
+    idle = sorted((n for n, state in cluster.node_states().items() if state == "idle"),
+                  key=lambda n: int(n[1:]))
+    first, failed, bad_spare, good_spare = idle[:4]
+    site = load_site(cluster.site_path)
+    monkeypatch.setenv("SLURM_JOB_NODELIST", ",".join(idle[:4]))
+    attempt, job_dir = tmp_path / "runs" / "9-0", tmp_path
+    for rank, name in enumerate([first, failed]):
+        RankRecords(attempt, rank, name).started()
+    RankRecords(attempt, 1, failed).ended(77, "crash")
+    checked: list[list[str]] = []
+
+    def check(nodes: list[str]) -> list[str]:
+        checked.append(list(nodes))
+        return [n for n in nodes if n != bad_spare]
+
+    scontrol = Scontrol(env=cluster.env)
+    outcome = recover(site, job_dir, attempt, [first, failed], None, check, scontrol=scontrol)
+    assert outcome.decision == "relaunch" and outcome.nodes == [first, good_spare], outcome
+    assert outcome.rejected == [bad_spare] and outcome.replaced == [(failed, good_spare)]
+    assert checked == [[bad_spare], [good_spare]]  # only replacements, one place at a time
+    assert reasons(cluster)[failed] == "gantry:run:rank1-exit77"

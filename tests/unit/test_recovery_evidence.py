@@ -15,7 +15,7 @@ import pytest
 from launcher.job_dir import HANG_FILE, NODE_FAULTS_FILE, STEP_ERR_FILE
 from launcher.job_exit_codes import TRAINER_HUNG, TRAINER_STOPPED
 from launcher.preflight.drain_policy import NodeState
-from launcher.recovery.evidence import find_culprits, lost_nodes
+from launcher.recovery.evidence import find_culprits, lost_nodes, silent_nodes
 from launcher.recovery.node_faults import (
     add_faults,
     append_recovery,
@@ -110,7 +110,21 @@ def test_lost_node_is_the_strongest_evidence(tmp_path: Path) -> None:
     found = find_culprits(tmp_path, ["n1", "n2"], ["n1", "n2", "n3"], states, time.time())
     assert found.culprits == {"n2": "node-lost"}
     assert lost_nodes(["n1", "n2"], ["n2"], {}) == ["n1"]  # gone from the job
-    assert lost_nodes(["n1"], None, {"n1": node("n1", "ALLOCATED*")}) == ["n1"]
+    silent = {"n1": node("n1", "ALLOCATED*")}
+    assert lost_nodes(["n1"], None, silent) == [] and silent_nodes(["n1"], silent) == ["n1"]
+
+
+def test_a_node_missing_a_ping_counts_only_without_better_evidence(tmp_path: Path) -> None:
+    first, second = ranks_on(tmp_path, ["n1", "n2"])
+    second.ended(77)
+    busy = {"n1": node("n1", "IDLE+NOT_RESPONDING")}
+    found = find_culprits(tmp_path, ["n1", "n2"], None, busy, time.time())
+    assert found.culprits == {"n2": "rank1-exit77"}
+    first.ended(TRAINER_STOPPED)
+    (tmp_path / "ranks" / "1.exit").unlink()
+    (tmp_path / "ranks" / "1.beat").unlink()
+    found = find_culprits(tmp_path, ["n1", "n2"], None, busy, time.time())
+    assert found.culprits == {"n1": "node-not-responding"}
 
 
 def test_watchdog_finding_beats_the_exit_codes_of_who_noticed(tmp_path: Path) -> None:
