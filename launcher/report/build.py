@@ -1,4 +1,5 @@
-"""Builds a report directory: loss.png, timeline.png, report.html and a copy of trace.json.
+"""Builds a report directory: loss.png, timeline.png, report.html (with one line per recovery
+of a failed step) and a copy of trace.json.
 
 All files are written under temporary names and renamed into place together
 (launcher/atomic_write.FileSet), so a failed report leaves no half-written file behind: an
@@ -16,6 +17,7 @@ from launcher.atomic_write import FileSet, is_temp_name, made_directories
 from launcher.errors import GantryError, UserInputError
 from launcher.job_dir import METRICS_FILE, TRACE_FILE
 from launcher.job_spec import load_job
+from launcher.recovery.node_faults import describe_recovery, read_recoveries
 from launcher.report import html, plots
 from launcher.report.checkpoints import CheckpointRecord, read_checkpoints
 from launcher.report.checkpoints import describe as describe_checkpoints
@@ -75,6 +77,8 @@ class ReportResult:
     """What is missing and why."""
     checkpoints: tuple[CheckpointRecord, ...] = field(default=())
     """The checkpoints every attempt completed (events.jsonl)."""
+    recoveries: tuple[str, ...] = field(default=())
+    """One line per recovery of a failed step (the job's recoveries.jsonl)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -93,6 +97,7 @@ class ReportResult:
             {name: bubble for name, bubble in self.theory.alternatives},
             "shown_step": self.shown_step, "notes": list(self.notes),
             "checkpoints": [c.to_json() for c in self.checkpoints],
+            "recoveries": list(self.recoveries),
         }
 
 
@@ -214,6 +219,9 @@ def _write(files: FileSet, sources: RunSources, name: str, records: list[StepRec
             if theory.with_measured_costs is not None else " (unit op costs)")),
         ("checkpoints", describe_checkpoints(checkpoints)),
     ]
+    recoveries = ([describe_recovery(r) for r in read_recoveries(sources.job_dir)]
+                  if sources.job_dir is not None else [])
+    summary += [(f"recovery {i}", _shown(line)) for i, line in enumerate(recoveries, 1)]
     attempts = []
     for run_dir in sources.run_dirs:
         mine = [r for r in records if r.attempt == run_dir.name]
@@ -226,4 +234,4 @@ def _write(files: FileSet, sources: RunSources, name: str, records: list[StepRec
     files.write_text(report_html, page)
     return ReportResult(out, report_html, loss_png, timeline_png, trace_copy, len(records),
                         first.loss, last.loss, tokens, bubble, theory, shown, tuple(notes),
-                        tuple(checkpoints))
+                        tuple(checkpoints), tuple(recoveries))

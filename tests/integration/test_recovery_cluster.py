@@ -146,6 +146,11 @@ def test_rank_killed_by_a_signal_is_replaced_by_the_spare(cluster: EmbeddedClust
     assert f"relaunched with {line['replaced'][victim]} for {victim}" in shown, shown
     assert job.status()["faulty_nodes"] == {victim: {"count": 1,
                                                      "last": line["culprits"][victim]}}
+    made = gantry(cluster, tmp_path, "report", job.job_id, "--json")
+    assert made.returncode == 0, made.stderr
+    report = json.loads(made.stdout)
+    assert report["recoveries"] == job.status()["recoveries"] and len(report["recoveries"]) == 1
+    assert report["recoveries"][0] in Path(report["html"]).read_text()
     record_recovery("rank SIGKILLed, in the allocation", job, fault_marker_time(job, "kill"),
                     victim=victim)
 
