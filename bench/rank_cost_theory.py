@@ -2,7 +2,7 @@
 lack it (the 350M PP=2 rows of 2026-11-30): the same simulator on the same
 schedule table, fed the per-rank op times every PP=2 row records (`op_ms_by_rank`).
 
-    python3 bench/rank_cost_theory.py bench/results/gpu-bench-h200x2-2026-11-30-s4-call4.jsonl
+    python3 bench/rank_cost_theory.py bench/results/gpu-bench-h200x2-2026-11-30-5045009-2.jsonl
 """
 
 from __future__ import annotations

@@ -5,13 +5,13 @@ have K = the micro-batch's tokens (4,096 at 1.5B) and add into the fp32 gradient
 Run for two micro-batches at once (their activations side by side, K = 8,192), the same
 products cost less: the one-GPU step's weight products take 146.7 instead of
 153.3 ms with micro-batches of 8 instead of 4 sequences (-4.3%, kernel times,
-`bench/results/op-profile-h200x1-2026-12-02-s12-call4-mbs{4,8}-prefill.txt`). Pairing moves
+`bench/results/op-profile-h200x1-2026-12-02-15e430e-2-mbs{4,8}-prefill.txt`). Pairing moves
 W(s, 2k) to run right before W(s, 2k + 1) (a W feeds only the optimizer, so delaying it breaks
 no dependency; it holds the micro-batch's activations longer), and the pair costs
 2 x (1 - saving) x W. This script re-simulates the recorded PP=2 rows of the split-backward
 schedules with each rank's measured op costs, unpaired and paired:
 
-    python3 bench/weight_pairing_theory.py bench/results/gpu-bench-h200x2-2026-12-01-s6-call4.jsonl
+    python3 bench/weight_pairing_theory.py bench/results/gpu-bench-h200x2-2026-12-01-87a4aae.jsonl
 """
 
 from __future__ import annotations

@@ -18,12 +18,12 @@ sys.path.insert(0, str(REPO / "bench"))
 import gpu_bench_table  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
-FINAL = RESULTS / "gpu-bench-h200x2-2026-11-30-s3-call4.jsonl"
+FINAL = RESULTS / "gpu-bench-h200x2-2026-11-30-7d9a3e4-4.jsonl"
 ONE_GPU = RESULTS / "gpu-bench-h200x1-2026-12-03-5bc7aee.jsonl"
 CURRENT = {("350M", "1 GPU"): ONE_GPU,
-           ("350M", "PP=2"): RESULTS / "gpu-bench-h200x2-2026-11-30-s4-call4.jsonl",
+           ("350M", "PP=2"): RESULTS / "gpu-bench-h200x2-2026-11-30-5045009-2.jsonl",
            ("1.5B", "1 GPU"): ONE_GPU,
-           ("1.5B", "PP=2"): RESULTS / "gpu-bench-h200x2-2026-12-01-s6-call4.jsonl"}
+           ("1.5B", "PP=2"): RESULTS / "gpu-bench-h200x2-2026-12-01-87a4aae.jsonl"}
 """The calls docs/BENCHMARKS.md's current GPU section reports, per model and layout (one build
 each)."""
 

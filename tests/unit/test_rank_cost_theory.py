@@ -26,7 +26,7 @@ def _computed(name: str) -> list[dict[str, Any]]:
 
 
 def test_reproduces_what_the_runs_recorded() -> None:
-    rows = _computed("gpu-bench-h200x2-2026-12-01-s6-call4.jsonl")
+    rows = _computed("gpu-bench-h200x2-2026-12-01-87a4aae.jsonl")
     assert len(rows) == 6
     for r in rows:
         assert r["recorded"] is not None
@@ -34,7 +34,7 @@ def test_reproduces_what_the_runs_recorded() -> None:
 
 
 def test_benchmarks_doc_states_the_computed_session4_column() -> None:
-    rows = _computed("gpu-bench-h200x2-2026-11-30-s4-call4.jsonl")
+    rows = _computed("gpu-bench-h200x2-2026-11-30-5045009-2.jsonl")
     assert {r["schedule"] for r in rows} == {"1f1b", "gpipe", "interleaved", "zb-h1", "zb-h2"}
     doc = (REPO / "docs" / "BENCHMARKS.md").read_text()
     current = doc.split("## GPU: gantry vs PyTorch,")[1].split("\n## ")[0]

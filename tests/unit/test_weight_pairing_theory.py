@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import weight_pairing_theory as wpt  # noqa: E402
 
-SESSION6 = REPO / "bench" / "results" / "gpu-bench-h200x2-2026-12-01-s6-call4.jsonl"
+SESSION6 = REPO / "bench" / "results" / "gpu-bench-h200x2-2026-12-01-87a4aae.jsonl"
 
 
 @pytest.mark.parametrize("name,pp,m,v", [("zb-h1", 2, 8, 1), ("zb-h2", 4, 8, 1),
