@@ -1,5 +1,5 @@
-"""bench/gpu_bench_table.py: the GPU benchmark's markdown tables from a call's results.jsonl,
-checked on the recorded results of the final H200 call of session 3 (bench/results/) and against
+"""bench/gpu_bench_table.py: the GPU benchmark's markdown tables from a run's results.jsonl,
+checked on the recorded 2x H200 results of commit 7d9a3e4 (bench/results/) and against
 the numbers docs/BENCHMARKS.md states for them."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ CURRENT = {("350M", "1 GPU"): ONE_GPU,
            ("350M", "PP=2"): RESULTS / "gpu-bench-h200x2-2026-11-30-5045009-2.jsonl",
            ("1.5B", "1 GPU"): ONE_GPU,
            ("1.5B", "PP=2"): RESULTS / "gpu-bench-h200x2-2026-12-01-87a4aae.jsonl"}
-"""The calls docs/BENCHMARKS.md's current GPU section reports, per model and layout (one build
+"""The runs docs/BENCHMARKS.md's current GPU section reports, per model and layout (one build
 each)."""
 
 

@@ -33,7 +33,7 @@ def test_reproduces_what_the_runs_recorded() -> None:
         assert r["bubble_theory_rank_costs"] == pytest.approx(r["recorded"], abs=1e-4)
 
 
-def test_benchmarks_doc_states_the_computed_session4_column() -> None:
+def test_benchmarks_doc_states_the_computed_350m_pp2_column() -> None:
     rows = _computed("gpu-bench-h200x2-2026-11-30-5045009-2.jsonl")
     assert {r["schedule"] for r in rows} == {"1f1b", "gpipe", "interleaved", "zb-h1", "zb-h2"}
     doc = (REPO / "docs" / "BENCHMARKS.md").read_text()

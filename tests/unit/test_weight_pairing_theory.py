@@ -22,7 +22,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import weight_pairing_theory as wpt  # noqa: E402
 
-SESSION6 = REPO / "bench" / "results" / "gpu-bench-h200x2-2026-12-01-87a4aae.jsonl"
+PP2_1_5B = REPO / "bench" / "results" / "gpu-bench-h200x2-2026-12-01-87a4aae.jsonl"
 
 
 @pytest.mark.parametrize("name,pp,m,v", [("zb-h1", 2, 8, 1), ("zb-h2", 4, 8, 1),
@@ -47,7 +47,7 @@ def test_adjacent_pairs_are_the_back_to_back_weights() -> None:
 
 
 def _rows() -> list[dict[str, Any]]:
-    return wpt.recorded_rows(SESSION6.read_text().splitlines())
+    return wpt.recorded_rows(PP2_1_5B.read_text().splitlines())
 
 
 def test_reproduces_the_recorded_makespans_and_prices_the_pairing() -> None:
@@ -66,6 +66,6 @@ def test_reproduces_the_recorded_makespans_and_prices_the_pairing() -> None:
 
 
 def test_cli_prints_one_line_per_split_backward_row(capsys: pytest.CaptureFixture[str]) -> None:
-    assert wpt.main(["weight_pairing_theory.py", str(SESSION6)]) == 0
+    assert wpt.main(["weight_pairing_theory.py", str(PP2_1_5B)]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert [line["schedule"] for line in lines] == [r["schedule"] for r in _rows()]
