@@ -13,6 +13,7 @@ from pathlib import Path
 
 import launcher
 from launcher.errors import UserInputError
+from launcher.install_paths import import_root
 from launcher.job_request import JobRequest, spec_source
 from launcher.sbatch_render import (
     TEMPLATE_DIR,
@@ -30,17 +31,11 @@ PREFLIGHT_CHECK: tuple[str, ...] = ("preflight", "--json")
 #: gantry subcommand that aggregates the reports and picks the nodes (see PreflightStep).
 PREFLIGHT_GATE: tuple[str, ...] = ("preflight", "gate")
 
-REPO_ROOT = Path(launcher.__file__).resolve().parent.parent
-
-
 def gantry_argv() -> tuple[str, ...]:
-    """How a job step runs gantry: this interpreter with ``-m launcher``."""
+    """How a job step runs gantry: this interpreter with ``-m launcher`` (the script puts
+    :func:`launcher.install_paths.import_root` before the user's PYTHONPATH when gantry is
+    not installed)."""
     return (sys.executable, "-m", "launcher")
-
-
-def gantry_env() -> tuple[tuple[str, str], ...]:
-    """Environment a job step needs to import this gantry (PYTHONPATH to its checkout)."""
-    return (("PYTHONPATH", str(REPO_ROOT)),)
 
 
 def layout_line(request: JobRequest) -> str:
@@ -119,8 +114,9 @@ def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,
         dependencies=tuple(spec.resources.dependencies),
         signal_lead_s=spec.policy.signal_lead_s, requeue=spec.policy.requeue,
         max_restarts=spec.policy.max_restarts,
-        env=env_pairs(extra_env if extra_env is not None else gantry_env(), site.mpi.env,
+        env=env_pairs(extra_env or (), site.mpi.env,
                       site.nccl.env, spec.env),
+        pythonpath=str(root) if (root := import_root()) is not None else None,
         placement=placement, preflight=preflight,
         recovery=recovery_step(request, job_dir, gantry, site_args),
         launch=LaunchStep(launcher=site.mpi.launcher, srun_mpi=site.mpi.srun_mpi,

@@ -20,8 +20,9 @@ import jinja2
 
 from launcher import job_exit_codes
 from launcher.errors import UserInputError, brief
+from launcher.install_paths import data_dir
 
-TEMPLATE_DIR = Path(__file__).resolve().parent.parent / "sbatch_templates"
+TEMPLATE_DIR = data_dir("sbatch_templates")
 DEFAULT_TEMPLATE = "train.sbatch.j2"
 
 #: What an #SBATCH value may contain: no whitespace, quotes, `$`, backticks, `;`, `#`, `\`.
@@ -195,6 +196,9 @@ class ScriptInputs:
     """Stop requeueing after this many restarts."""
     env: tuple[tuple[str, str], ...] = ()
     """Environment exported for every step, in order (site MPI, NCCL, then the job's)."""
+    pythonpath: str | None = None
+    """Directory put before the user's PYTHONPATH so that every step imports this gantry
+    (None: gantry is installed, the user's PYTHONPATH stays as it is)."""
     placement: Placement = field(default_factory=Placement)
     """Topology options."""
     preflight: PreflightStep | None = None
