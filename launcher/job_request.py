@@ -8,13 +8,14 @@ or submitted before resolution succeeds.
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
 from launcher.errors import UserInputError, brief
-from launcher.job_spec import NOT_UTF8, JobSpec, check_layout, is_utf8
+from launcher.job_spec import NOT_UTF8, JobSpec, ParallelismSpec, check_layout, is_utf8
 from launcher.site_config import LoadedSite, SiteConfig, load_site
 from launcher.typed_config import FieldError, from_mapping, load_yaml_file
 
@@ -215,6 +216,10 @@ def resolve_request(spec_path: Path, site_path: Path | None = None,
     cfg = site.config
     ranks_per_node = spec.resources.gpus_per_node or cfg.nodes.gpus_per_node or 1
     check_ranks_per_node(cfg, ranks_per_node, f"{source}: resources.gpus_per_node")
+    if spec.command and merged.get("parallelism") is None:
+        # A command job without parallelism: a data-parallel rank per node x GPU.
+        spec = dataclasses.replace(spec, parallelism=ParallelismSpec(
+            dp=spec.resources.nodes * ranks_per_node))
     try:
         check_layout(spec, ranks_per_node)
     except FieldError as err:

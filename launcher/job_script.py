@@ -7,6 +7,7 @@ tuples built here from how gantry itself is invoked (:func:`gantry_argv`).
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -15,6 +16,7 @@ import launcher
 from launcher.errors import UserInputError
 from launcher.install_paths import import_root
 from launcher.job_request import JobRequest, spec_source
+from launcher.job_spec import LaunchMode
 from launcher.sbatch_render import (
     TEMPLATE_DIR,
     LaunchStep,
@@ -22,6 +24,7 @@ from launcher.sbatch_render import (
     PreflightStep,
     RecoveryStep,
     ScriptInputs,
+    Shell,
     env_pairs,
     render_script,
 )
@@ -39,10 +42,13 @@ def gantry_argv() -> tuple[str, ...]:
 
 
 def layout_line(request: JobRequest) -> str:
-    """E.g. "pp 2 x dp 2 = 4 ranks on 4 nodes x 1 rank (+1 spare)"."""
+    """E.g. "pp 2 x dp 2 = 4 ranks on 4 nodes x 1 rank (+1 spare)"; a command job's:
+    "4 ranks (torchrun) on 4 nodes x 1 rank (+1 spare)"."""
     par, res = request.spec.parallelism, request.spec.resources
     spare = f" (+{res.spares} spare)" if res.spares else ""
-    return (f"pp {par.pp} x dp {par.dp} = {request.ranks} ranks on {res.nodes} nodes x "
+    ranks = (f"{request.ranks} ranks ({request.spec.launch})" if request.spec.command
+             else f"pp {par.pp} x dp {par.dp} = {request.ranks} ranks")
+    return (f"{ranks} on {res.nodes} nodes x "
             f"{request.ranks_per_node} rank{'s' if request.ranks_per_node > 1 else ''}{spare}")
 
 
@@ -79,6 +85,49 @@ def train_argv(request: JobRequest, job_dir: Path, gantry: Sequence[str],
     if rank_order:
         argv += ["--rank-order", str(job_dir / RANK_ORDER_FILE)]
     return (*argv, "--resume")
+
+
+#: The torchrun agent a torchrun job starts on every node (the job's command follows).
+TORCHRUN_MODULE: tuple[str, ...] = ("-m", "torch.distributed.run")
+
+
+def command_argv(mode: LaunchMode, command: Sequence[str], gantry: Sequence[str],
+                 nodes: int, ranks_per_node: int,
+                 python: str | None = None) -> tuple[tuple[str, ...], int | None]:
+    """What a command job's tasks run, and the tasks per node (None: one per rank).
+
+    ``per-rank``: ``gantry torch-env --nodes "$launch_nodes" --ranks-per-node G -- ARGV``
+    on every rank (launcher/torch_env.py sets RANK and the rest in the gate's node order).
+    ``torchrun``: one ``python -m torch.distributed.run`` agent per node, ``--nnodes N
+    --nproc-per-node G``, a c10d rendezvous at ``$MASTER_ADDR:$MASTER_PORT`` with the job
+    id as its id, no agent restarts (gantry's recovery and requeue relaunch the step), and
+    ``--no-python ARGV`` (the command is a program, as in per-rank mode). The agent runs on
+    ``python``: the interpreter that submitted the job, which needs torch.
+    """
+    if mode == "per-rank":
+        return (*gantry, "torch-env", Shell('--nodes="$launch_nodes"'),
+                f"--ranks-per-node={ranks_per_node}", "--", *command), None
+    agent = (python or sys.executable, *TORCHRUN_MODULE, f"--nnodes={nodes}",
+             f"--nproc-per-node={ranks_per_node}", "--rdzv-backend=c10d",
+             Shell('--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"'),
+             Shell('--rdzv-id="$SLURM_JOB_ID"'), "--max-restarts=0", "--no-python")
+    return (*agent, *command), 1
+
+
+def launch_step(request: JobRequest, job_dir: Path, gantry: Sequence[str],
+                library: Path | None, rank_order: bool) -> LaunchStep:
+    """The training step: gantry's trainer on every rank, or the job's command in its
+    launch mode with PyTorch's rendezvous exported before each launch."""
+    site, spec = request.site.config, request.spec
+    step = LaunchStep(launcher=site.mpi.launcher, srun_mpi=site.mpi.srun_mpi,
+                      argv=train_argv(request, job_dir, gantry, library, rank_order),
+                      container_image=spec.resources.container_image)
+    if not spec.command:
+        return step
+    argv, tasks_per_node = command_argv(spec.launch, spec.command, gantry,
+                                        spec.resources.nodes, request.ranks_per_node)
+    return dataclasses.replace(step, argv=argv, tasks_per_node=tasks_per_node,
+                               rendezvous_argv=(*gantry, "torch-env", "--free-port"))
 
 
 def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,
@@ -119,10 +168,7 @@ def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,
         pythonpath=str(root) if (root := import_root()) is not None else None,
         placement=placement, preflight=preflight,
         recovery=recovery_step(request, job_dir, gantry, site_args),
-        launch=LaunchStep(launcher=site.mpi.launcher, srun_mpi=site.mpi.srun_mpi,
-                          argv=train_argv(request, job_dir, gantry, library,
-                                          rank_order=bool(placement.nodes)),
-                          container_image=spec.resources.container_image),
+        launch=launch_step(request, job_dir, gantry, library, rank_order=bool(placement.nodes)),
     )
 
 

@@ -15,6 +15,8 @@ from launcher.errors import brief
 from launcher.typed_config import FieldError, key_path, load_dataclass
 
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-interleaved"]
+LaunchMode = Literal["per-rank", "torchrun"]
+"""How a command job's ranks start (JobSpec.launch)."""
 CHUNKED_SCHEDULES = ("interleaved", "zb-interleaved")
 """Schedules with virtual_stages >= 2 chunks per rank (launcher.schedules.CHUNKED)."""
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -314,6 +316,12 @@ class JobSpec:
     command: list[str] | None = None
     """Run this argv on every rank instead of `gantry train` (custom trainers, tests); each
     argument is carried literally. The CLI's `gantry submit job.yaml -- ARGV...` wins."""
+    launch: LaunchMode = "per-rank"
+    """How a command job starts: "per-rank", a task per rank (GPU) running the command with
+    PyTorch's distributed environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+    NODE_RANK, MASTER_ADDR, MASTER_PORT); "torchrun", one torchrun agent per node
+    (--nnodes, --nproc-per-node, a c10d rendezvous on the first launch node) that starts
+    the node's ranks. Without a command (gantry's trainer) only "per-rank"."""
 
     def validate(self) -> None:
         if not _NAME_RE.match(self.name):
@@ -350,6 +358,10 @@ class JobSpec:
         for index, arg in enumerate(self.command or ()):
             if not is_utf8(arg):
                 raise FieldError(f"command[{index}]", f"{brief(arg)} is not allowed ({NOT_UTF8})")
+        if self.launch == "torchrun" and self.command is None:
+            raise FieldError("launch", "'torchrun' needs a command (expected 'per-rank' for "
+                             "gantry's trainer, or a command: to run under torchrun)")
+
 
 
 def check_layout(spec: JobSpec, gpus_per_node: int) -> None:

@@ -146,6 +146,14 @@ class LaunchStep:
     """srun --mpi plugin."""
     container_image: str | None = None
     """pyxis --container-image for the step (srun only)."""
+    tasks_per_node: int | None = None
+    """Tasks the step starts per node (None: the job's ranks per node; a torchrun job: 1,
+    one agent per node that starts the node's ranks itself)."""
+    rendezvous_argv: tuple[str, ...] = ()
+    """A command printing a TCP port free on the node it runs on (`gantry torch-env
+    --free-port`); given (command jobs), each launch first exports MASTER_ADDR, the first
+    launch node's address (Slurm's NodeAddr), and MASTER_PORT, that port found there."""
+
 
 
 @dataclass(frozen=True)

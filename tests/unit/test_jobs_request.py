@@ -140,7 +140,7 @@ def test_dry_run_prints_script_and_creates_nothing(tmp_path: Path) -> None:
     assert result.returncode == 0, result.stderr
     assert "#SBATCH --nodes=2\n" in result.stdout
     assert "export X='$(id)'\n" in result.stdout
-    assert "  echo 'a b'\n" in result.stdout
+    assert " -- echo 'a b'\n" in result.stdout
     assert not (tmp_path / "jobs").exists()
 
 
