@@ -1,0 +1,132 @@
+"""The example DDP script (examples/ddp/train_ddp.py) as a command job in both launch modes.
+
+On the embedded cluster: 4 nodes + 1 spare, quick preflight, and the first planned node's
+InfiniBand port down (the demo's fake sysfs, GANTRY_SYSFS_ROOT; a subdirectory named after
+the node wins). The gate drains that node and the spare takes its place; the first node the
+gate kept hosts rank 0, MASTER_ADDR and the rendezvous; the script trains on gloo. Its loss
+trajectory must equal the same script under a local ``torchrun --standalone`` with the same
+seed and world size, exactly: rank R trains on slice R of each step's global batch, in every
+mode.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from launcher.demo.faults import write_fake_sysfs
+from launcher.demo.plan import demo_placement
+from launcher.slurm import CommandRunner, make_client
+from tests.embedded_cluster import EmbeddedCluster
+
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "examples" / "ddp" / "train_ddp.py"
+STEPS = 8
+WORLD = 4
+ARGS = ("--steps", str(STEPS), "--global-batch", "32", "--seed", "7")
+
+
+def losses(path: Path) -> list[float]:
+    return [json.loads(line)["loss"] for line in path.read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> list[float]:
+    """The script under `torchrun --standalone` with the same world size and seed."""
+    out = tmp_path_factory.mktemp("reference") / "losses.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone",
+         f"--nproc-per-node={WORLD}", str(SCRIPT), *ARGS, "--out", str(out)],
+        capture_output=True, text=True, env={**_plain_env(), "OMP_NUM_THREADS": "1"},
+        timeout=300, check=False)
+    assert result.returncode == 0, result.stderr[-3000:]
+    values = losses(out)
+    assert len(values) == STEPS and values[-1] < values[0]
+    return values
+
+
+def _plain_env() -> dict[str, str]:
+    """This process's environment without a launcher's rank variables."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "OMPI_"))}
+
+
+def gantry(cluster: EmbeddedCluster, cwd: Path, *args: str,
+           timeout: float = 400) -> subprocess.CompletedProcess[str]:
+    env = {**cluster.env, "GANTRY_JOBS_DIR": str(cwd / "jobs")}
+    return subprocess.run([sys.executable, "-m", "launcher", *args], capture_output=True,
+                          text=True, cwd=cwd, env=env, timeout=timeout, check=False)
+
+
+def write_job(tmp_path: Path, mode: str, sysfs: Path) -> tuple[Path, Path]:
+    out = tmp_path / "losses.jsonl"
+    body: dict[str, Any] = {
+        "name": f"ddp-{mode}",
+        "resources": {"nodes": WORLD, "spares": 1, "time_limit": "00:10:00"},
+        "policy": {"preflight_level": "quick", "max_restarts": 0},
+        "launch": mode,
+        "command": [sys.executable, str(SCRIPT), *ARGS, "--out", str(out)],
+        "env": {"OMP_NUM_THREADS": "1", "GANTRY_SYSFS_ROOT": str(sysfs),
+                "GANTRY_STATE_DIR": str(tmp_path / "preflight-state")},
+    }
+    path = tmp_path / f"ddp-{mode}.yaml"
+    path.write_text(yaml.safe_dump(body, sort_keys=False))
+    return path, out
+
+
+@pytest.mark.parametrize("mode", ["per-rank", "torchrun"])
+def test_ddp_trains_on_the_spare_like_torchrun_standalone(
+        embedded_cluster: EmbeddedCluster, tmp_path: Path, reference: list[float],
+        mode: str) -> None:
+    cluster = embedded_cluster
+    job, out = write_job(tmp_path, mode, tmp_path / "sysfs")
+    client = make_client("cli", runner=CommandRunner(env=cluster.env))
+    placement = demo_placement(job, cluster.site_path, client)
+    broken, spare = placement.rank_nodes[0], placement.spare_nodes[0]
+    write_fake_sysfs(tmp_path / "sysfs", [broken])
+    try:
+        result = gantry(cluster, tmp_path, "submit", str(job), "--site",
+                        str(cluster.site_path), "--follow")
+        assert result.returncode == 0, (result.stdout[-4000:], result.stderr[-3000:])
+        assert "training finished" in result.stdout
+        job_id = result.stdout.split()[2]
+        job_dir = Path(result.stdout.split(": ", 1)[1].splitlines()[0])
+
+        # The spare trains in the broken node's place (the gate lists the nodes in
+        # allocation order); the first of them hosts rank 0 and the rendezvous.
+        launch = (job_dir / "runs" / f"{job_id}-0" / "launch_nodes").read_text().strip()
+        kept = sorted([spare, *placement.rank_nodes[1:]], key=cluster.nodes.index)
+        assert launch.split(",") == kept
+        log = (job_dir / "logs" / f"slurm-{job_id}.out").read_text()
+        assert "rendezvous MASTER_ADDR=localhost MASTER_PORT=" in log
+        assert f"(node {kept[0]})" in log
+        if mode == "per-rank":  # the script prints each rank's node
+            for rank, node in enumerate(kept):
+                assert f"rank {rank}/{WORLD} local 0 on" in log
+                assert any(line.startswith(f"rank {rank}/") and f"node {node} " in line
+                           for line in log.splitlines()), (rank, node, log)
+        else:  # torchrun's c10d rendezvous numbers the ranks itself
+            assert sorted(line.split("node ")[1].split()[0] for line in log.splitlines()
+                          if line.startswith("rank ")) == sorted(kept)
+        states = {n.name: n for n in client.node_states([broken])}
+        assert states[broken].reason is not None
+        assert states[broken].reason.startswith("gantry:net.ib_ports:")
+
+        assert losses(out) == reference  # exactly, on CPU/gloo
+
+        status = gantry(cluster, tmp_path, "status", job_id, "--json")
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["state"] == "COMPLETED"
+        logs = gantry(cluster, tmp_path, "logs", job_id)
+        assert f"step {STEPS}/{STEPS} loss" in logs.stdout
+    finally:
+        cluster.cancel_all()
+        cluster.run("scontrol", "update", f"NodeName={broken}", "State=RESUME", check=False)
