@@ -84,6 +84,7 @@ def test_per_rank_runs_torch_env_on_every_rank() -> None:
 def test_torchrun_starts_one_agent_per_node_with_a_c10d_rendezvous() -> None:
     line = launch_line(render_script(VARIANTS["command-torchrun"]))  # type: ignore[arg-type]
     assert '--ntasks="$((ranks_nodes * 1))" --ntasks-per-node=1' in line
+    assert "--cpus-per-task=8" in line  # the agent holds its 8 ranks' CPUs
     assert ('/opt/venv/bin/python -m torch.distributed.run --nnodes=2 --nproc-per-node=8 '
             '--rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" '
             '--rdzv-id="$SLURM_JOB_ID" --max-restarts=0 --no-python python '
