@@ -130,7 +130,7 @@ class RecoveryStep:
     """`gantry step-watch` (before --attempt-dir ...)."""
     recover_argv: tuple[str, ...]
     """`gantry recover` (before --attempt-dir ...)."""
-    grace_s: int = 5
+    grace_s: int = 2
     """Seconds the launcher may take to end by itself after a rank failed."""
 
 

@@ -19,8 +19,8 @@ def register(subparsers: Any) -> None:
         "be gone), kill the launcher and exit with that rank's status.",
     )
     parser.add_argument("--attempt-dir", type=Path, required=True, help="the attempt dir")
-    parser.add_argument("--grace", type=float, default=5.0,
-                        help="seconds to let the launcher end by itself (default 5)")
+    parser.add_argument("--grace", type=float, default=2.0,
+                        help="seconds to let the launcher end by itself (default 2)")
     parser.set_defaults(func=run, passthrough=[])
 
 
