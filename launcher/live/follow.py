@@ -45,7 +45,8 @@ _STATUS_STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "MISSING
 
 
 def _is_trainer_step_line(line: str) -> bool:
-    """`step N/M loss ...` lines of rank 0: the view shows its own step lines instead."""
+    """`step N/M loss ...` lines of gantry's trainer (rank 0): the view shows its own step
+    lines from the metrics instead (a command job's lines are shown as they are)."""
     return line.startswith("step ") and " loss " in line
 
 
@@ -78,8 +79,11 @@ class StepClock:
 class LiveView:
     """Prints the pieces; owns the progress bar on a terminal."""
 
-    def __init__(self, console: Console, total_steps: int | None) -> None:
+    def __init__(self, console: Console, total_steps: int | None,
+                 trainer: bool = True) -> None:
         self.console = console
+        self.trainer = trainer
+        """The job runs gantry's trainer (its step lines come from the metrics)."""
         self.rich = console.is_terminal
         self.total = total_steps
         self.clock = StepClock()
@@ -91,7 +95,7 @@ class LiveView:
 
     def log(self, lines: Sequence[str]) -> None:
         for line in lines:
-            if not _is_trainer_step_line(line):
+            if not (self.trainer and _is_trainer_step_line(line)):
                 self.print(line, style="dim" if line.startswith("[gantry ") else None)
 
     def preflight(self, attempt: str, rows: Sequence[PreflightRow]) -> None:
@@ -147,11 +151,14 @@ class LiveView:
                 self.print(f"  {line}")
 
 
-def _site_context(job_dir: JobDir) -> tuple[tuple[str, ...], Topology | None, int | None]:
-    """(site node names, topology, total steps) as far as the job directory tells."""
+def _site_context(job_dir: JobDir) -> tuple[tuple[str, ...], Topology | None, int | None,
+                                            bool]:
+    """(site node names, topology, total steps, whether gantry's trainer runs) as far as the
+    job directory tells (a command job: no total, not the trainer)."""
     nodes: tuple[str, ...] = ()
     topology: Topology | None = None
     total: int | None = None
+    trainer = True
     try:
         request = json.loads(job_dir.request.read_text(encoding="utf-8"))
         site = load_site(Path(request["site_path"]))
@@ -160,8 +167,10 @@ def _site_context(job_dir: JobDir) -> tuple[tuple[str, ...], Topology | None, in
     except (OSError, ValueError, KeyError, TypeError, GantryError):
         pass
     with contextlib.suppress(GantryError):
-        total = load_job(job_dir.spec).train.steps
-    return nodes, topology, total
+        spec = load_job(job_dir.spec)
+        trainer = spec.command is None
+        total = spec.train.steps if trainer else None
+    return nodes, topology, total, trainer
 
 
 def _node_states(client: SlurmClient, names: Sequence[str]) -> dict[str, NodeInfo]:
@@ -213,9 +222,9 @@ def follow_job(job_dir: JobDir, job_id: str, client: SlurmClient, console: Conso
                timeout_s: float | None = None) -> tuple[JobInfo | None, RunSummary]:
     """Show the job live until it ends; return its last Slurm state and the summary.
     ``timeout_s``: cancel the job when it runs longer (and keep following until it ended)."""
-    nodes, topology, total = _site_context(job_dir)
+    nodes, topology, total, trainer = _site_context(job_dir)
     placement = read_placement(job_dir.placement)
-    view = LiveView(console, total)
+    view = LiveView(console, total, trainer)
     console.print(placement_tree(topology, placement))
     follower = _Follower(job_dir, job_id, client, view, placement, topology, nodes)
     info: JobInfo | None = None
