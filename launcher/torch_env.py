@@ -8,8 +8,8 @@ what PyTorch's ``env://`` initialisation reads (``torch.distributed.init_process
   as the gate wrote them (allocation order, a spare that replaced a failed node included);
   without a Slurm node name (mpirun started the task outside a Slurm step) the launcher's
   rank // G;
-- ``LOCAL_RANK``: the task's rank on its node (``SLURM_LOCALID``, or Open MPI's
-  ``OMPI_COMM_WORLD_LOCAL_RANK``); ``LOCAL_WORLD_SIZE``: G;
+- ``LOCAL_RANK``: the task's rank on its node (Open MPI's ``OMPI_COMM_WORLD_LOCAL_RANK``
+  under mpirun, else srun's ``SLURM_LOCALID``); ``LOCAL_WORLD_SIZE``: G;
 - ``RANK`` = NODE_RANK * G + LOCAL_RANK, so rank 0 runs on the first launch node, whose
   address the batch script exports as ``MASTER_ADDR`` (with ``MASTER_PORT``, a free port
   found there just before the launch); ``WORLD_SIZE`` = nodes * G.
@@ -28,10 +28,12 @@ from dataclasses import dataclass
 
 from launcher.errors import UserInputError
 
-LOCAL_RANK_ENV = ("SLURM_LOCALID", "OMPI_COMM_WORLD_LOCAL_RANK")
-"""Where a task finds its rank on its node, in this order."""
-TASK_RANK_ENV = ("SLURM_PROCID", "OMPI_COMM_WORLD_RANK")
-"""Where a task finds the launcher's number of it, in this order."""
+LOCAL_RANK_ENV = ("OMPI_COMM_WORLD_LOCAL_RANK", "SLURM_LOCALID")
+"""Where a task finds its rank on its node, in this order: Open MPI's first, because a
+process that mpirun started inherits the SLURM_* of the orted that srun started (one per
+node: SLURM_LOCALID 0 for all its processes); srun's own tasks have no OMPI_* yet."""
+TASK_RANK_ENV = ("OMPI_COMM_WORLD_RANK", "SLURM_PROCID")
+"""Where a task finds the launcher's number of it, in this order (as LOCAL_RANK_ENV)."""
 
 
 @dataclass(frozen=True)

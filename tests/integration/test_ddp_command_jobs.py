@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -97,6 +98,7 @@ def test_ddp_trains_on_the_spare_like_torchrun_standalone(
                         str(cluster.site_path), "--follow")
         assert result.returncode == 0, (result.stdout[-4000:], result.stderr[-3000:])
         assert "training finished" in result.stdout
+        assert f"step {STEPS}/{STEPS} loss" in result.stdout  # the live view shows them
         job_id = result.stdout.split()[2]
         job_dir = Path(result.stdout.split(": ", 1)[1].splitlines()[0])
 
@@ -130,3 +132,39 @@ def test_ddp_trains_on_the_spare_like_torchrun_standalone(
     finally:
         cluster.cancel_all()
         cluster.run("scontrol", "update", f"NodeName={broken}", "State=RESUME", check=False)
+
+
+def test_per_rank_under_mpirun_two_ranks_a_node(embedded_cluster: EmbeddedCluster,
+                                                 tmp_path: Path,
+                                                 reference: list[float]) -> None:
+    """A site launching with mpirun, 2 nodes x 2 ranks: each rank's local rank comes from
+    Open MPI (it inherits SLURM_LOCALID 0 of the orted srun started), and the losses are
+    the same world size's as before."""
+    cluster = embedded_cluster
+    site = yaml.safe_load(cluster.site_path.read_text())
+    site["mpi"]["launcher"] = "mpirun"
+    site["mpi"]["env"] = {**site["mpi"]["env"], "OMPI_ALLOW_RUN_AS_ROOT": "1",
+                          "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+    site_path = tmp_path / "mpirun-site.yaml"
+    site_path.write_text(yaml.safe_dump(site, sort_keys=False))
+    out = tmp_path / "losses.jsonl"
+    job = tmp_path / "ddp-mpirun.yaml"
+    job.write_text(yaml.safe_dump({
+        "name": "ddp-mpirun",
+        "resources": {"nodes": 2, "gpus_per_node": 2, "time_limit": "00:10:00"},
+        "policy": {"preflight_level": "off", "max_restarts": 0},
+        "command": [sys.executable, str(SCRIPT), *ARGS, "--out", str(out)],
+        "env": {"OMP_NUM_THREADS": "1"},
+    }, sort_keys=False))
+    try:
+        result = gantry(cluster, tmp_path, "submit", str(job), "--site", str(site_path),
+                        "--follow")
+        assert result.returncode == 0, (result.stdout[-4000:], result.stderr[-3000:])
+        # mpirun forwards the ranks' lines, not always one per line: find them anywhere.
+        found = sorted(re.findall(r"rank (\d+)/4 local (\d+) on \S+ node (\S+)",
+                                  result.stdout))
+        assert found == [("0", "0", "n1"), ("1", "1", "n1"), ("2", "0", "n2"),
+                         ("3", "1", "n2")], result.stdout
+        assert losses(out) == reference
+    finally:
+        cluster.cancel_all()

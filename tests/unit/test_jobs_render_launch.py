@@ -120,6 +120,11 @@ def test_rank_env_follows_the_gates_node_order() -> None:
     assert (third.rank, third.node_rank) == (4, 2)
     mpirun = rank_env(nodes, 2, {"OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_RANK": "5"})
     assert (mpirun.rank, mpirun.node_rank, mpirun.local_rank) == (5, 2, 1)
+    # Under mpirun a rank inherits the SLURM_* of the orted srun started on its node.
+    orted = {"SLURMD_NODENAME": "n2", "SLURM_LOCALID": "0", "SLURM_PROCID": "1",
+             "OMPI_COMM_WORLD_LOCAL_RANK": "1", "OMPI_COMM_WORLD_RANK": "3"}
+    under = rank_env(nodes, 2, orted)
+    assert (under.rank, under.node_rank, under.local_rank, under.task_id) == (3, 1, 1, 3)
 
 
 @pytest.mark.parametrize(("env", "message"), [
