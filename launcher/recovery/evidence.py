@@ -6,15 +6,16 @@ Evidence, strongest first:
 2. the watchdog's ``hang.json`` (launcher/train/watchdog.py): the ranks that stopped proving
    they are alive (``rankR-unresponsive``: killed, stopped, their node gone) or fell behind
    (``rankR-hung``);
-3. rank exit records with a failure of the rank's own (not 0, not TRAINER_STOPPED, not the
-   watchdog's TRAINER_HUNG, which only says who noticed): the earliest (``rankR-exitC``);
-4. srun's own report of the first task that failed (``srun: error: <node>: task <N>:
-   <what>``, captured by ``gantry step-watch`` in ``step.err``), other than the watchdog's
-   exit: ``rankN-killed`` / ``rankN-<what>``;
-5. a launch node whose slurmd Slurm reports not responding (``node-not-responding``: a
-   node under load can miss a ping, so this counts only when nothing above names a node);
-6. ranks that started and left neither an exit record nor a fresh beat while the others did
-   (``rankR-vanished``).
+3. srun's report (kept by ``gantry step-watch`` in ``step.err``) of a task that died of a
+   signal (``srun: error: <node>: task <N>: Killed``): ``rankN-killed`` / ``rankN-<what>``;
+4. ranks that started and left neither an exit record nor a fresh beat while the others did
+   (``rankR-vanished``): a rank killed leaves no record, and its peers' exits after it (a
+   broken connection) say only who noticed;
+5. rank exit records with a failure of the rank's own (not 0, not TRAINER_STOPPED, not the
+   watchdog's TRAINER_HUNG): the earliest (``rankR-exitC``);
+6. srun's report of a task that exited non-zero (other than the watchdog's exit);
+7. a launch node whose slurmd Slurm reports not responding (``node-not-responding``: a
+   node under load can miss a ping, so this counts only when nothing above names a node).
 
 Nothing found: the fault has no culprit (the step is relaunched on the same nodes, or the
 job requeued, without blaming a node).
@@ -36,6 +37,7 @@ from launcher.train.rank_records import RankState, read_ranks
 
 _LOST_FLAGS = ("DOWN", "FAIL", "POWER_DOWN", "POWERED_DOWN")
 _SILENT_FLAG = "NOT_RESPONDING"
+_EXITED = "Exited with exit code"
 _SRUN_TASK = re.compile(r"^srun: error: ([A-Za-z0-9._-]{1,64}): tasks? ([0-9]{1,7})"
                         r"(?:-[0-9]{1,7})?: (.{1,80})$")
 
@@ -84,22 +86,25 @@ def _hang(attempt_dir: Path) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _srun_first_failure(attempt_dir: Path) -> tuple[str, int, str] | None:
-    """(node, task, what) of srun's first task failure other than the watchdog's exit."""
+def _srun_failures(attempt_dir: Path) -> list[tuple[str, int, str]]:
+    """(node, task, what) of each task failure srun reported, in its order, other than the
+    watchdog's exit."""
     try:
         with open(attempt_dir / STEP_ERR_FILE, encoding="utf-8", errors="replace") as handle:
             lines = handle.read(1 << 20).splitlines()
     except OSError:
-        return None
+        return []
+    found = []
     for line in lines:
         match = _SRUN_TASK.match(line.strip())
-        if not match:
-            continue
-        what = match.group(3)
-        if what.strip() == f"Exited with exit code {TRAINER_HUNG}":
-            continue
-        return match.group(1), int(match.group(2)), what
-    return None
+        if match and match.group(3).strip() != f"{_EXITED} {TRAINER_HUNG}":
+            found.append((match.group(1), int(match.group(2)), match.group(3)))
+    return found
+
+
+def _srun_finding(node: str, task: int, what: str, at: float | None) -> Finding:
+    word = "killed" if what.strip() == "Killed" else _word(what)
+    return Finding({node: f"rank{task}-{word}"}, f"srun: {node}: task {task}: {what}", at)
 
 
 def find_culprits(attempt_dir: Path, launch_nodes: Sequence[str],
@@ -126,23 +131,10 @@ def find_culprits(attempt_dir: Path, launch_nodes: Sequence[str],
         if culprits:
             return Finding(culprits, f"watchdog of rank {hang.get('noticed_by')}: "
                            + ", ".join(f"{v} on {k}" for k, v in culprits.items()), at)
-    failed = sorted((s for s in ranks.values() if _own_failure(s)),
-                    key=lambda s: (s.exit_time or 0.0, s.rank))
-    if failed and failed[0].node in mine:
-        first = failed[0]
-        node = first.node or ""
-        return Finding({node: f"rank{first.rank}-exit{first.exit_code}"},
-                       f"rank {first.rank} on {node} exited {first.exit_code} first"
-                       + (f" ({first.why[:120]})" if first.why else ""), at)
-    srun = _srun_first_failure(attempt_dir)
-    if srun is not None and srun[0] in mine:
-        node, task, what = srun
-        word = "killed" if what.strip() == "Killed" else _word(what)
-        return Finding({node: f"rank{task}-{word}"}, f"srun: {node}: task {task}: {what}", at)
-    quiet = silent_nodes(launch_nodes, states)
-    if quiet:
-        return Finding({n: "node-not-responding" for n in quiet},
-                       f"Slurm reports {', '.join(quiet)} not responding", at)
+    reports = [r for r in _srun_failures(attempt_dir) if r[0] in mine]
+    signalled = [r for r in reports if not r[2].startswith(_EXITED)]
+    if signalled:  # a task that died of a signal: who died, not who noticed
+        return _srun_finding(*signalled[0], at)
     vanished = _vanished(ranks, now)
     culprits = {}
     for state in vanished:
@@ -151,6 +143,20 @@ def find_culprits(attempt_dir: Path, launch_nodes: Sequence[str],
     if culprits:
         return Finding(culprits, "ranks left no exit record and no recent sign of life: "
                        + ", ".join(f"{v} on {k}" for k, v in culprits.items()), at)
+    failed = sorted((s for s in ranks.values() if _own_failure(s)),
+                    key=lambda s: (s.exit_time or 0.0, s.rank))
+    if failed and failed[0].node in mine:
+        first = failed[0]
+        node = first.node or ""
+        return Finding({node: f"rank{first.rank}-exit{first.exit_code}"},
+                       f"rank {first.rank} on {node} exited {first.exit_code} first"
+                       + (f" ({first.why[:120]})" if first.why else ""), at)
+    if reports:
+        return _srun_finding(*reports[0], at)
+    quiet = silent_nodes(launch_nodes, states)
+    if quiet:
+        return Finding({n: "node-not-responding" for n in quiet},
+                       f"Slurm reports {', '.join(quiet)} not responding", at)
     return Finding({}, "no node to blame (every rank exited or was stopped alike)", at)
 
 

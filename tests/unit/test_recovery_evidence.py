@@ -120,11 +120,26 @@ def test_a_node_missing_a_ping_counts_only_without_better_evidence(tmp_path: Pat
     busy = {"n1": node("n1", "IDLE+NOT_RESPONDING")}
     found = find_culprits(tmp_path, ["n1", "n2"], None, busy, time.time())
     assert found.culprits == {"n2": "rank1-exit77"}
-    first.ended(TRAINER_STOPPED)
     (tmp_path / "ranks" / "1.exit").unlink()
-    (tmp_path / "ranks" / "1.beat").unlink()
+    for rank, name in enumerate(["n1", "n2"]):  # both stopped alike, records rewritten
+        RankRecords(tmp_path, rank, name).ended(TRAINER_STOPPED)
     found = find_culprits(tmp_path, ["n1", "n2"], None, busy, time.time())
     assert found.culprits == {"n1": "node-not-responding"}
+
+
+def test_a_killed_rank_is_blamed_not_the_peer_that_lost_its_connection(
+        tmp_path: Path) -> None:
+    survivor, _killed = ranks_on(tmp_path, ["n1", "n2"])
+    beat = json.loads((tmp_path / "ranks" / "1.beat").read_text())
+    beat["time"] -= 10  # went quiet when it was killed
+    (tmp_path / "ranks" / "1.beat").write_text(json.dumps(beat))
+    survivor.ended(1, "NativeError: MPI_Recv failed: connection reset")
+    assert find_culprits(tmp_path, ["n1", "n2"], None, {}, time.time()).culprits == {
+        "n2": "rank1-vanished"}
+    (tmp_path / STEP_ERR_FILE).write_text("srun: error: n1: task 0: Exited with exit code 1\n"
+                                          "srun: error: n2: task 1: Killed\n")
+    assert find_culprits(tmp_path, ["n1", "n2"], None, {}, time.time()).culprits == {
+        "n2": "rank1-killed"}
 
 
 def test_watchdog_finding_beats_the_exit_codes_of_who_noticed(tmp_path: Path) -> None:
