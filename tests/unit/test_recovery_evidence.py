@@ -115,7 +115,7 @@ def test_lost_node_is_the_strongest_evidence(tmp_path: Path) -> None:
 
 
 def test_a_node_missing_a_ping_counts_only_without_better_evidence(tmp_path: Path) -> None:
-    first, second = ranks_on(tmp_path, ["n1", "n2"])
+    _first, second = ranks_on(tmp_path, ["n1", "n2"])
     second.ended(77)
     busy = {"n1": node("n1", "IDLE+NOT_RESPONDING")}
     found = find_culprits(tmp_path, ["n1", "n2"], None, busy, time.time())
