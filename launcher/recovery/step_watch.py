@@ -22,8 +22,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 
+from launcher.errors import UserInputError
 from launcher.job_dir import HANG_FILE, STEP_ERR_FILE
-from launcher.job_exit_codes import TRAINER_HUNG, TRAINER_STOPPED
+from launcher.job_exit_codes import (
+    TRAINER_BAD_INPUT,
+    TRAINER_FAULT_INJECTED,
+    TRAINER_HUNG,
+    TRAINER_STOPPED,
+)
 from launcher.train.rank_records import read_ranks
 
 POLL_S = 0.5
@@ -46,25 +52,79 @@ def first_failure(attempt_dir: Path) -> int | None:
 
 
 def _copy_stderr(source: object, log_path: Path) -> None:
+    """Pass the launcher's stderr on and keep a copy; a copy that cannot be written (a full
+    disk) stops the copy, never the draining (a full pipe would block srun)."""
     assert hasattr(source, "readline")
-    with open(log_path, "ab") as log:
-        for line in iter(source.readline, b""):  # type: ignore[attr-defined]
+    log = None
+    try:
+        log = open(log_path, "ab")  # noqa: SIM115 (closed below, kept while lines come)
+    except OSError as err:
+        sys.stderr.write(f"gantry step-watch: cannot keep {log_path} ({err.strerror})\n")
+    for line in iter(source.readline, b""):  # type: ignore[attr-defined]
+        with contextlib.suppress(OSError):
             sys.stderr.buffer.write(line)
             sys.stderr.buffer.flush()
-            log.write(line)
-            log.flush()
+        if log is not None:
+            try:
+                log.write(line)
+                log.flush()
+            except OSError:
+                with contextlib.suppress(OSError):
+                    log.close()
+                log = None
+    if log is not None:
+        with contextlib.suppress(OSError):
+            log.close()
+
+
+def killed_status(failed_code: int | None) -> int:
+    """The step's status when step-watch had to kill the launcher after a rank failed: the
+    rank's own status when it is bad input (2, final) or a recoverable one (hang, injected
+    fault, a signal); else that of a killed task (128 + SIGKILL), since the launcher was
+    waiting for a rank it could no longer reach."""
+    if failed_code is not None and (failed_code in (TRAINER_BAD_INPUT, TRAINER_HUNG,
+                                                    TRAINER_FAULT_INJECTED)
+                                    or failed_code >= 128):
+        return failed_code
+    return 128 + signal.SIGKILL
 
 
 def watch_step(argv: Sequence[str], attempt_dir: Path, grace_s: float) -> int:
-    """Run ``argv``; its exit status, or the failed rank's when it had to be killed."""
-    attempt_dir.mkdir(parents=True, exist_ok=True)
-    child = subprocess.Popen(list(argv), stderr=subprocess.PIPE)
+    """Run ``argv``; its exit status, or :func:`killed_status` when it had to be killed."""
+    pending: list[int] = []
+    box: dict[str, subprocess.Popen[bytes]] = {}
 
     def forward(signum: int, _frame: FrameType | None) -> None:
+        child = box.get("child")
+        if child is None:
+            pending.append(signum)  # before the launcher exists: sent once it does
+            return
         with contextlib.suppress(ProcessLookupError):
             child.send_signal(signum)
 
     previous = {s: signal.signal(s, forward) for s in FORWARDED}
+    try:
+        return _watch(argv, attempt_dir, grace_s, box, pending)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def _watch(argv: Sequence[str], attempt_dir: Path, grace_s: float,
+           box: dict[str, subprocess.Popen[bytes]], pending: list[int]) -> int:
+    try:
+        attempt_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise UserInputError(f"--attempt-dir {attempt_dir}: cannot create it "
+                             f"({err.strerror})") from None
+    try:
+        child = subprocess.Popen(list(argv), stderr=subprocess.PIPE)
+    except OSError as err:
+        raise UserInputError(f"step-watch: cannot run {argv[0]!r} ({err.strerror})") from None
+    box["child"] = child
+    for signum in pending:
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signum)
     copier = threading.Thread(target=_copy_stderr, args=(child.stderr,
                                                           attempt_dir / STEP_ERR_FILE),
                               daemon=True)
@@ -89,10 +149,8 @@ def watch_step(argv: Sequence[str], attempt_dir: Path, grace_s: float) -> int:
                 sys.stderr.flush()
                 child.kill()
                 child.wait()
-                rc = failed_code if failed_code is not None else 1
+                rc = killed_status(failed_code)
                 break
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
         copier.join(timeout=5)
     return rc if rc >= 0 else 128 - rc

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from launcher.errors import UserInputError
 from launcher.job_dir import HANG_FILE, NODE_FAULTS_FILE, STEP_ERR_FILE
 from launcher.job_exit_codes import TRAINER_HUNG, TRAINER_STOPPED
 from launcher.preflight.drain_policy import NodeState
@@ -24,7 +25,7 @@ from launcher.recovery.node_faults import (
 )
 from launcher.recovery.recover import fence_nodes, fence_updates
 from launcher.recovery.spares import candidates, nearest_first, usable
-from launcher.recovery.step_watch import first_failure, watch_step
+from launcher.recovery.step_watch import first_failure, killed_status, watch_step
 from launcher.train.rank_records import RankRecords, read_ranks, stalled_ranks
 from launcher.train.watchdog import Watchdog
 
@@ -240,3 +241,22 @@ def test_step_watch_returns_the_launchers_own_status(tmp_path: Path, code: int) 
 def test_step_watch_reports_a_launcher_killed_by_a_signal(tmp_path: Path) -> None:
     argv = [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
     assert watch_step(argv, tmp_path, grace_s=0.5) == 128 + 9
+
+
+def test_step_watch_drains_a_launcher_whose_log_cannot_be_kept(tmp_path: Path) -> None:
+    (tmp_path / STEP_ERR_FILE).mkdir()  # a copy that cannot be written: a full disk alike
+    noisy = "import sys; sys.stderr.write('x' * 300_000); sys.exit(3)"
+    assert watch_step([sys.executable, "-c", noisy], tmp_path, grace_s=0.5) == 3
+
+
+def test_a_killed_launchers_status_stays_recoverable_unless_bad_input() -> None:
+    assert killed_status(1) == 137  # a peer's broken connection: the lost rank's kind
+    assert killed_status(None) == 137
+    assert [killed_status(c) for c in (2, 76, 77, 139)] == [2, 76, 77, 139]
+
+
+def test_step_watch_refuses_a_program_it_cannot_run(tmp_path: Path) -> None:
+    with pytest.raises(UserInputError, match="cannot run '/nonexistent/srun'"):
+        watch_step(["/nonexistent/srun"], tmp_path, grace_s=0.5)
+    with pytest.raises(UserInputError, match="--attempt-dir"):
+        watch_step([sys.executable, "-c", "pass"], Path("/dev/null/x"), grace_s=0.5)
