@@ -77,6 +77,9 @@ class CliOverrides:
     preflight_level: str | None = _flag("--preflight", "preflight level", "policy",
                                         "preflight_level",
                                         choices=("off", "quick", "standard", "deep"))
+    launch: str | None = _flag("--launch", "how a command job's ranks start: a task per rank "
+                               "with PyTorch's environment, or a torchrun agent per node",
+                               None, "launch", choices=("per-rank", "torchrun"))
     command: tuple[str, ...] = ()
     """Arguments after `--`: run this argv on every rank instead of `gantry train`."""
 

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from launcher.errors import UserInputError
-from launcher.job_request import resolve_request
+from launcher.job_request import CliOverrides, resolve_request
 from launcher.job_script import command_argv, script_inputs
 from launcher.sbatch_render import LaunchStep, render_script
 from launcher.torch_env import rank_env
@@ -185,3 +185,14 @@ def test_the_ddp_examples_resolve(name: str) -> None:
     assert request.spec.command and request.spec.command[1] == "examples/ddp/train_ddp.py"
     assert request.ranks == request.spec.resources.nodes
 
+
+
+def test_the_launch_flag_sets_the_mode(tmp_path: Path) -> None:
+    job = write_job(tmp_path, resources={"nodes": 2})
+    request = resolve_request(job, REPO / "site_configs" / "local.yaml",
+                              CliOverrides(launch="torchrun", command=("python", "x.py")))
+    assert request.spec.launch == "torchrun" and request.ranks == 2
+    assert "--launch" in request.overrides_used
+    inputs = script_inputs(request, tmp_path / "jobdir", tmp_path, gantry=GANTRY)
+    assert inputs.launch.tasks_per_node == 1
+    assert inputs.launch.argv[-3:] == ("--no-python", "python", "x.py")

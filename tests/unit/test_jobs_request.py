@@ -222,8 +222,8 @@ def test_one_table_gives_the_options_the_record_and_the_fields() -> None:
     argv = ["job.yaml"]
     for _, flag in table:
         value = {"--nodes": "3", "--spares": "1", "--gpus-per-node": "2",
-                 "--cpus-per-task": "4", "--preflight": "deep", "--env": "K=V"}.get(flag.flag,
-                                                                                 "v")
+                 "--cpus-per-task": "4", "--preflight": "deep", "--env": "K=V",
+                 "--launch": "torchrun"}.get(flag.flag, "v")
         argv += [flag.flag, value]
     args = parser.parse_args(argv)
     args.passthrough = ["echo"]
