@@ -288,12 +288,12 @@ class Scontrol:
                 return [f"ExcNodeList={exclude}", "requeue"]
         self._run(["requeuehold", job_id])
         steps.append("requeuehold")
-        if exclude:
-            self._run(["update", f"JobId={job_id}", f"ExcNodeList={exclude}"])
-            steps.append(f"ExcNodeList={exclude}")
-        for change in also:
-            self._run(["update", f"JobId={job_id}", change])
-            steps.append(change)
-        self._run(["release", job_id])
-        steps.append("release")
+        try:  # the job is held now: whatever fails below, it is released
+            changes = [f"ExcNodeList={exclude}"] if exclude else []
+            for change in [*changes, *also]:
+                done = self._run(["update", f"JobId={job_id}", change], check=False)
+                steps.append(change if done.ok else f"{change} (failed)")
+        finally:
+            self._run(["release", job_id])
+            steps.append("release")
         return steps

@@ -302,3 +302,15 @@ def test_a_spare_that_fails_its_preflight_is_passed_over(cluster: EmbeddedCluste
     assert outcome.rejected == [bad_spare] and outcome.replaced == [(failed, good_spare)]
     assert checked == [[bad_spare], [good_spare]]  # only replacements, one place at a time
     assert reasons(cluster)[failed] == "gantry:run:rank1-exit77"
+
+
+def test_a_requeue_whose_exclusion_fails_still_releases_the_job(
+        cluster: EmbeddedCluster) -> None:
+    from launcher.preflight.slurm_nodes import Scontrol
+
+    job_id = cluster.sbatch("-N", "1", "--requeue", script="#!/bin/sh\nsleep 300\n")
+    wait_for(lambda: cluster.job(job_id).state == "RUNNING", "the job to run", 60)
+    steps = Scontrol(env=cluster.env).requeue_excluding(job_id, "nosuchnode9")
+    assert steps == ["requeuehold", "ExcNodeList=nosuchnode9 (failed)", "release"], steps
+    shown = cluster.run("scontrol", "show", "job", job_id).stdout
+    assert "JobHeldUser" not in shown and "Priority=0 " not in shown, shown
