@@ -43,11 +43,15 @@ def add_request_args(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("overrides (win over the job YAML)")
     types = typing.get_type_hints(CliOverrides)
     for name, flag in CliOverrides.flags():
+        names = (flag.flag, flag.short) if flag.short else (flag.flag,)
         if types[name] == tuple[str, ...]:
-            group.add_argument(flag.flag, dest=name, action="append", default=[],
+            group.add_argument(*names, dest=name, action="append", default=[],
                                metavar=flag.metavar, help=flag.help)
+        elif types[name] == bool | None:
+            group.add_argument(*names, dest=name, action="store_const", const=True,
+                               default=None, help=flag.help)
         else:
-            group.add_argument(flag.flag, dest=name, help=flag.help,
+            group.add_argument(*names, dest=name, help=flag.help,
                                type=int if types[name] == int | None else str,
                                choices=list(flag.choices) or None, metavar=flag.metavar)
     parser.set_defaults(passthrough=[])

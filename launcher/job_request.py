@@ -16,6 +16,7 @@ from typing import Any
 
 from launcher.errors import UserInputError, brief
 from launcher.job_spec import NOT_UTF8, JobSpec, ParallelismSpec, check_layout, is_utf8
+from launcher.sbatch_options import merge_options
 from launcher.site_config import LoadedSite, SiteConfig, load_site
 from launcher.typed_config import FieldError, from_mapping, load_yaml_file
 
@@ -35,12 +36,25 @@ class Flag:
     choices: tuple[str, ...] = ()
     """The values allowed (argparse checks them)."""
     metavar: str | None = None
+    short: str | None = None
+    """Slurm's short form of the option, e.g. "-N" (an alias)."""
+    sbatch: str | None = None
+    """The sbatch option it adds to resources.sbatch_options (a first-class sbatch flag,
+    e.g. "--mem": ``--mem 64G`` adds "--mem=64G", replacing the job file's --mem)."""
 
 
 def _flag(flag: str, help: str, section: str | None, key: str, default: Any = None,
-          choices: tuple[str, ...] = (), metavar: str | None = None) -> Any:
+          choices: tuple[str, ...] = (), metavar: str | None = None,
+          short: str | None = None) -> Any:
     return field(default=default, metadata={"flag": Flag(flag, help, section, key, choices,
-                                                          metavar)})
+                                                          metavar, short)})
+
+
+def _sbatch_flag(option: str, help: str, metavar: str | None = None,
+                 short: str | None = None) -> Any:
+    flag = Flag(option, help, "resources", "sbatch_options", metavar=metavar, short=short,
+                sbatch=option)
+    return field(default=None, metadata={"flag": flag})
 
 
 @dataclass(frozen=True)
@@ -52,25 +66,37 @@ class CliOverrides:
     (launcher/job_cli.py), :meth:`from_values`, :meth:`check_text` and :meth:`apply` all
     read it. A tuple field is repeatable and adds to the YAML's list or mapping."""
 
-    name: str | None = _flag("--name", "job name", None, "name")
-    nodes: int | None = _flag("--nodes", "nodes that run ranks", "resources", "nodes")
+    name: str | None = _flag("--name", "job name", None, "name", short="-J")
+    nodes: int | None = _flag("--nodes", "nodes that run ranks", "resources", "nodes",
+                              short="-N")
     spares: int | None = _flag("--spares", "extra nodes for preflight replacements",
                                "resources", "spares")
     gpus_per_node: int | None = _flag("--gpus-per-node", "ranks (GPUs) per node",
                                       "resources", "gpus_per_node")
     cpus_per_task: int | None = _flag("--cpus-per-task", "CPUs per rank", "resources",
-                                      "cpus_per_task")
-    time_limit: str | None = _flag("--time", "time limit ([D-]HH:MM[:SS] or minutes)",
-                                   "resources", "time_limit")
-    partition: str | None = _flag("--partition", "partition", "resources", "partition")
-    account: str | None = _flag("--account", "account", "resources", "account")
-    qos: str | None = _flag("--qos", "QOS", "resources", "qos")
+                                      "cpus_per_task", short="-c")
+    time_limit: str | None = _flag("--time", "time limit (MM, MM:SS, HH:MM:SS, D-HH[:MM[:SS]])",
+                                   "resources", "time_limit", short="-t")
+    partition: str | None = _flag("--partition", "partition", "resources", "partition",
+                                  short="-p")
+    account: str | None = _flag("--account", "account", "resources", "account", short="-A")
+    qos: str | None = _flag("--qos", "QOS", "resources", "qos", short="-q")
+    constraint: str | None = _sbatch_flag("--constraint", "Slurm node features, e.g. a100",
+                                          short="-C")
+    exclusive: bool | None = _sbatch_flag("--exclusive", "nodes not shared with other jobs")
+    mem: str | None = _sbatch_flag("--mem", "memory per node, e.g. 64G")
+    hint: str | None = _sbatch_flag("--hint", "Slurm task binding hint, e.g. nomultithread")
+    gres: str | None = _sbatch_flag("--gres", "generic resources other than GPUs")
     container_image: str | None = _flag(
         "--container-image", "pyxis container image for the training step", "resources",
         "container_image")
     dependencies: tuple[str, ...] = _flag(
         "--dependency", "Slurm dependency, e.g. afterok:123 (repeatable)", "resources",
-        "dependencies", default=(), metavar="DEP")
+        "dependencies", default=(), metavar="DEP", short="-d")
+    sbatch_options: tuple[str, ...] = _flag(
+        "--sbatch-option", "an sbatch option for this job, e.g. --sbatch-option=--mem=64G "
+        "(repeatable; replaces the job file's option of that name)", "resources",
+        "sbatch_options", default=(), metavar="--OPT[=VALUE]")
     env: tuple[str, ...] = _flag(
         "--env", "environment for every rank (repeatable; carried literally)", None, "env",
         default=(), metavar="KEY=VALUE")
@@ -126,6 +152,11 @@ class CliOverrides:
                                      f"({flag.section} in the job file is not a mapping)")
             if flag.key == "env":
                 target[flag.key] = {**dict(target.get(flag.key) or {}), **_env_pairs(value)}
+            elif flag.key == "sbatch_options":
+                option = flag.sbatch
+                options = value if option is None else (
+                    (option,) if value is True else (f"{option}={value}",))
+                target[flag.key] = merge_options(target.get(flag.key) or [], options)
             elif isinstance(value, tuple):
                 target[flag.key] = [*(target.get(flag.key) or []), *value]
             else:

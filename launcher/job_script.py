@@ -17,6 +17,7 @@ from launcher.errors import UserInputError
 from launcher.install_paths import import_root
 from launcher.job_request import JobRequest, spec_source
 from launcher.job_spec import LaunchMode
+from launcher.sbatch_options import option_name
 from launcher.sbatch_render import (
     TEMPLATE_DIR,
     LaunchStep,
@@ -148,9 +149,13 @@ def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,
         preflight = PreflightStep(level=request.preflight_level,
                                   check_argv=(*gantry, *PREFLIGHT_CHECK, *site_args),
                                   gate_argv=(*gantry, *PREFLIGHT_GATE, *site_args, *plan_args))
-    if site.slurm.sbatch_options:
+    job_options = tuple(spec.resources.sbatch_options)
+    job_names = {option_name(option) for option in job_options}
+    site_options = tuple(option for option in site.slurm.sbatch_options
+                         if option_name(option) not in job_names)  # the job's replaces it
+    if site_options:
         placement = Placement(
-            sbatch_options=(*site.slurm.sbatch_options, *placement.sbatch_options),
+            sbatch_options=(*site_options, *placement.sbatch_options),
             summary=placement.summary, nodes=placement.nodes)
     return ScriptInputs(
         job_name=spec.name, job_dir=str(job_dir), submit_dir=str(submit_dir),
@@ -166,7 +171,7 @@ def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,
         env=env_pairs(extra_env or (), site.mpi.env,
                       site.nccl.env, spec.env),
         pythonpath=str(root) if (root := import_root()) is not None else None,
-        placement=placement, preflight=preflight,
+        placement=placement, job_options=job_options, preflight=preflight,
         recovery=recovery_step(request, job_dir, gantry, site_args),
         launch=launch_step(request, job_dir, gantry, library, rank_order=bool(placement.nodes)),
     )

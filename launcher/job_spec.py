@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Literal
 
 from launcher.errors import brief
+from launcher.sbatch_options import check_option, option_name
+from launcher.slurm_time import FORMATS, MAX_SECONDS, time_limit_seconds
 from launcher.typed_config import FieldError, key_path, load_dataclass
 
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-interleaved"]
@@ -36,9 +38,6 @@ def is_utf8(text: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-_TIME_RE = re.compile(r"^(?:(\d+)-)?(\d{1,2}):(\d{2})(?::(\d{2}))?$|^(\d+)$", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -223,7 +222,8 @@ class ResourcesSpec:
     cpus_per_task: int | None = None
     """CPUs per rank."""
     time_limit: str = "01:00:00"
-    """Slurm time limit ([D-]HH:MM[:SS] or minutes)."""
+    """Slurm time limit, in Slurm's formats: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM, D-HH:MM:SS
+    ("30" is 30 minutes, "00:30" 30 seconds, "1-12" a day and a half)."""
     partition: str | None = None
     """Default: the site's partition."""
     account: str | None = None
@@ -232,6 +232,13 @@ class ResourcesSpec:
     """pyxis --container-image for the training step."""
     dependencies: list[str] = field(default_factory=list)
     """Slurm dependencies, e.g. ["afterok:1234"]."""
+    sbatch_options: list[str] = field(default_factory=list)
+    """Extra sbatch options for this job, each ``--name`` or ``--name=value``, e.g.
+    ["--constraint=a100", "--exclusive", "--mem=64G"]; after the site's slurm.sbatch_options
+    (one of the same name replaces the site's). Options that gantry sets itself (--nodes,
+    --ntasks-per-node, --time, --job-name, --output, --nodelist, ...) are refused: set their
+    job fields. The CLI's --sbatch-option, --constraint, --exclusive, --mem, --hint and --gres
+    replace the option of the same name."""
 
     def validate(self) -> None:
         if self.nodes < 1:
@@ -249,11 +256,21 @@ class ResourcesSpec:
         if self.container_image is not None and not is_utf8(self.container_image):
             raise FieldError("container_image",
                              f"{brief(self.container_image)} is not allowed ({NOT_UTF8})")
-        if not _TIME_RE.fullmatch(self.time_limit):
+        seen: dict[str, int] = {}
+        for index, option in enumerate(self.sbatch_options):
+            problem = (f"{brief(option)} is not allowed ({NOT_UTF8})" if not is_utf8(option)
+                       else check_option(option))
+            if problem is None and option_name(option) in seen:
+                problem = (f"{option_name(option)} is given twice (first at "
+                           f"sbatch_options[{seen[option_name(option)]}]; give it once)")
+            if problem is not None:
+                raise FieldError(f"sbatch_options[{index}]", problem)
+            seen[option_name(option)] = index
+        if time_limit_seconds(self.time_limit) is None:
             raise FieldError(
                 "time_limit",
-                f"{brief(self.time_limit)} is not allowed (expected [D-]HH:MM[:SS] or minutes)",
-            )
+                f"{brief(self.time_limit)} is not allowed (expected Slurm's {FORMATS}, above "
+                f"0 and at most {MAX_SECONDS} s; MM:SS is minutes:seconds)")
 
 
 @dataclass(frozen=True)
@@ -361,7 +378,6 @@ class JobSpec:
         if self.launch == "torchrun" and self.command is None:
             raise FieldError("launch", "'torchrun' needs a command (expected 'per-rank' for "
                              "gantry's trainer, or a command: to run under torchrun)")
-
 
 
 def check_layout(spec: JobSpec, gpus_per_node: int) -> None:

@@ -21,12 +21,11 @@ import jinja2
 from launcher import job_exit_codes
 from launcher.errors import UserInputError, brief
 from launcher.install_paths import data_dir
+from launcher.sbatch_options import SBATCH_VALUE, SBATCH_VALUE_TEXT
 
 TEMPLATE_DIR = data_dir("sbatch_templates")
 DEFAULT_TEMPLATE = "train.sbatch.j2"
 
-#: What an #SBATCH value may contain: no whitespace, quotes, `$`, backticks, `;`, `#`, `\`.
-_SBATCH_VALUE = re.compile(r"^[A-Za-z0-9_./:,=+@%\[\]{}-]+$")
 _SBATCH_FLAG = re.compile(r"^--[a-z][a-z0-9-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -72,11 +71,10 @@ class SbatchOption:
                                  "allowed (expected a long option like --switches)")
         if self.value is None:
             return Shell(self.flag)
-        if not _SBATCH_VALUE.match(self.value):
+        if not SBATCH_VALUE.match(self.value):
             raise UserInputError(
                 f"{self.source or self.flag}: {brief(self.value)} is not allowed in an #SBATCH "
-                "line (expected letters, digits and . _ / : , = + @ % [ ] { } - only; no spaces, "
-                "quotes, $, `, ; or newlines)")
+                f"line ({SBATCH_VALUE_TEXT})")
         return Shell(f"{self.flag}={self.value}")
 
 
@@ -155,7 +153,6 @@ class LaunchStep:
     launch node's address (Slurm's NodeAddr), and MASTER_PORT, that port found there."""
 
 
-
 @dataclass(frozen=True)
 class ScriptInputs:
     """Everything a batch script template needs; nothing else reaches the template."""
@@ -213,6 +210,8 @@ class ScriptInputs:
     """Health check + gate (None: preflight off)."""
     recovery: RecoveryStep | None = None
     """Recovery inside the allocation (None: a failed step requeues the job)."""
+    job_options: tuple[str, ...] = ()
+    """The job's own sbatch options (resources.sbatch_options), last in the header."""
 
     def sbatch_options(self) -> list[SbatchOption]:
         """The #SBATCH header, in order; values validated when rendered."""
@@ -249,6 +248,7 @@ class ScriptInputs:
             SbatchOption("--error", f"{self.job_dir}/logs/slurm-%j.err", "job directory"),
         ]
         opts += [parse_sbatch_option(o, "placement") for o in self.placement.sbatch_options]
+        opts += [parse_sbatch_option(o, "resources.sbatch_options") for o in self.job_options]
         return opts
 
     def check(self) -> None:

@@ -42,7 +42,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "launcher/job_spec.py", "launcher/job_request.py", "launcher/job_placement.py",
         "launcher/job_script.py", "launcher/sbatch_render.py", "launcher/job_dir.py",
         "launcher/job_exit_codes.py", "launcher/placement_record.py",
-        "launcher/sbatch_options.py", "launcher/torch_env.py",
+        "launcher/sbatch_options.py", "launcher/slurm_time.py", "launcher/torch_env.py",
         "launcher/preflight/gate.py", "launcher/preflight/gate_plan.py",
     )),
     ("train, recovery, report", (

@@ -223,15 +223,19 @@ def test_one_table_gives_the_options_the_record_and_the_fields() -> None:
     for _, flag in table:
         value = {"--nodes": "3", "--spares": "1", "--gpus-per-node": "2",
                  "--cpus-per-task": "4", "--preflight": "deep", "--env": "K=V",
+                 "--sbatch-option": "--licenses=v", "--exclusive": None,
                  "--launch": "torchrun"}.get(flag.flag, "v")
-        argv += [flag.flag, value]
+        argv += [flag.flag] if value is None else [f"{flag.flag}={value}"]
     args = parser.parse_args(argv)
     args.passthrough = ["echo"]
     merged, used = overrides_from_args(args).apply({"resources": {"dependencies": ["d0"]}})
-    assert used == [f.flag for _, f in table if f.flag not in ("--dependency", "--env")] + [
-        "--dependency", "--env", "-- COMMAND"]
+    repeatable = ("--dependency", "--sbatch-option", "--env")
+    assert used == [f.flag for _, f in table if f.flag not in repeatable] + [
+        *repeatable, "-- COMMAND"]
     for _, flag in table:
         where = merged if flag.section is None else merged[flag.section]
         assert flag.key in where, flag
     assert merged["resources"]["dependencies"] == ["d0", "v"] and merged["env"] == {"K": "V"}
     assert merged["resources"]["nodes"] == 3 and merged["command"] == ["echo"]
+    assert merged["resources"]["sbatch_options"] == [
+        "--constraint=v", "--exclusive", "--mem=v", "--hint=v", "--gres=v", "--licenses=v"]
