@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import yaml
 
+from launcher.job_dir import RECOVERIES_FILE
 from launcher.site_config import DEFAULT_SITE
 from tests.embedded_cluster import EmbeddedCluster, start_embedded_cluster
 from tests.integration.resilience_helpers import (
@@ -72,7 +73,7 @@ def one_run(cluster: EmbeddedCluster, cwd: Path, name: str, in_allocation: bool 
         seconds, redone = recovery_seconds(job, killed_at)
         row.update(recovery_s=round(seconds, 2), steps_redone=redone,
                    bit_exact=trajectory == reference)
-        lines = job.job_dir / "recoveries.jsonl"
+        lines = job.job_dir / RECOVERIES_FILE
         row["recoveries"] = ([json.loads(x) for x in lines.read_text().splitlines()]
                              if lines.is_file() else [])
     row["trajectory"] = trajectory
