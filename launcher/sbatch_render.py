@@ -18,9 +18,11 @@ from typing import Any, Literal
 
 import jinja2
 
+import launcher.job_dir
 from launcher import job_exit_codes
 from launcher.errors import UserInputError, brief
 from launcher.install_paths import data_dir
+from launcher.job_dir import LOGS_DIR, log_file_name
 from launcher.sbatch_options import SBATCH_VALUE, SBATCH_VALUE_TEXT
 
 TEMPLATE_DIR = data_dir("sbatch_templates")
@@ -244,8 +246,10 @@ class ScriptInputs:
               if self.recovery is not None else []),
             SbatchOption("--open-mode", "append"),
             SbatchOption("--chdir", self.submit_dir, "working directory"),
-            SbatchOption("--output", f"{self.job_dir}/logs/slurm-%j.out", "job directory"),
-            SbatchOption("--error", f"{self.job_dir}/logs/slurm-%j.err", "job directory"),
+            SbatchOption("--output", f"{self.job_dir}/{LOGS_DIR}/{log_file_name('%j', 'out')}",
+                         "job directory"),
+            SbatchOption("--error", f"{self.job_dir}/{LOGS_DIR}/{log_file_name('%j', 'err')}",
+                         "job directory"),
         ]
         opts += [parse_sbatch_option(o, "placement") for o in self.placement.sbatch_options]
         opts += [parse_sbatch_option(o, "resources.sbatch_options") for o in self.job_options]
@@ -268,6 +272,23 @@ class ScriptInputs:
             raise UserInputError("resources.container_image: needs the srun launcher")
         if not self.launch.argv:
             raise UserInputError("command: the launch step has no command")
+
+
+_NAME_WORD = re.compile(r"[A-Za-z0-9_.-]+", re.ASCII)
+
+
+@functools.cache
+def job_dir_names() -> dict[str, Shell]:
+    """The templates' ``names``: launcher/job_dir.py's names of files, directories and
+    environment variables (its ``*_FILE``, ``*_DIR`` and ``*_ENV`` constants) by constant,
+    each a plain word that needs no quoting, even inside double quotes."""
+    names: dict[str, Shell] = {}
+    for key, value in vars(launcher.job_dir).items():
+        if key.endswith(("_FILE", "_DIR", "_ENV")) and isinstance(value, str):
+            if not _NAME_WORD.fullmatch(value):
+                raise ValueError(f"launcher/job_dir.py: {key} = {value!r} is not a plain word")
+            names[key] = Shell(value)
+    return names
 
 
 def _finalize(value: Any) -> Shell:
@@ -327,6 +348,7 @@ def render_script(inputs: ScriptInputs, template: str = DEFAULT_TEMPLATE,
             exit_codes=job_exit_codes.DOCUMENTED,
             codes=job_exit_codes,
             raw=Shell,
+            names=job_dir_names(),
         )
     except Exception as err:
         if template_dir == TEMPLATE_DIR:

@@ -1,10 +1,10 @@
 """launcher/job_dir.py owns the names in a job, attempt and checkpoint directory.
 
 Three checks: the rendered batch scripts (tests/golden/*.sbatch) name only files the owner
-defines, under the environment names it defines; the modules that still keep a constant of
-their own (listed in PENDING) keep the owner's value; and no other Python module of
-launcher/ or bench/ spells one of the names (of a file, a directory, an environment
-variable) as a string literal.
+defines, under the environment names it defines; the templates (sbatch_templates/) spell
+none of them but take each from the renderer's ``names`` (launcher/sbatch_render.py); and
+no Python module of launcher/ or bench/ but the owner spells one of the names (of a file, a
+directory, an environment variable) as a string literal.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from launcher import job_dir
 
 REPO = Path(__file__).resolve().parents[2]
 GOLDEN = sorted((REPO / "tests" / "golden").glob("*.sbatch"))
+TEMPLATES = sorted((REPO / "sbatch_templates").rglob("*.j2"))
 
 #: Files in an attempt directory the batch script reads or writes.
 GATE_FILES = {job_dir.PREFLIGHT_REPORT_FILE, job_dir.CHOSEN_NODES_FILE,
@@ -27,14 +28,7 @@ OWNED = {value for key, value in vars(job_dir).items()
          if key.endswith(("_FILE", "_DIR", "_ENV")) and isinstance(value, str)}
 ENV_NAMES = {value for key, value in vars(job_dir).items() if key.endswith("_ENV")}
 
-#: Modules that keep their own copy of an owned name for now, with the constant and the
-#: owner's name for it: (path, constant, owner constant).
-PENDING = (
-    ("launcher/job_script.py", "RANK_ORDER_FILE", "RANK_ORDER_FILE"),
-    ("launcher/job_script.py", "PLACEMENT_FILE", "PLACEMENT_FILE"),
-)
-#: Modules whose literals are not checked yet (they spell names outside a constant).
-UNCHECKED = {"launcher/job_dir.py", "launcher/job_script.py"}
+OWNER = "launcher/job_dir.py"
 #: Modules that name the job directory's environment variables as data: the environment
 #: reference lists every GANTRY_* variable, in the base layer below the owner.
 REFERENCE = {"launcher/environment.py"}
@@ -59,21 +53,26 @@ def test_the_golden_scripts_use_the_owners_names() -> None:
             assert in_attempt >= GATE_FILES, path.name
 
 
-def module_constant(path: str, name: str) -> object:
-    """The value of module-level ``name = <literal>`` in ``path`` (read, not imported)."""
-    tree = ast.parse((REPO / path).read_text(encoding="utf-8"))
-    for node in tree.body:
-        if (isinstance(node, ast.Assign) and len(node.targets) == 1
-                and isinstance(node.targets[0], ast.Name) and node.targets[0].id == name):
-            return ast.literal_eval(node.value)
-    raise AssertionError(f"{path}: no constant {name}")
+def template_spelled(text: str) -> list[str]:
+    """The owned names a template spells outside its ``{{ }}``, ``{% %}`` and ``{# #}``: an
+    owned name after a ``/`` (a path; the bare words are shell variables and English), an
+    environment name anywhere."""
+    plain = re.sub(r"\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\}", "", text, flags=re.DOTALL)
+    paths = {m.group(1) for m in re.finditer(r"/([A-Za-z0-9_.-]+)", plain)} & OWNED
+    return sorted(paths | {name for name in ENV_NAMES if name in plain})
 
 
-def test_modules_with_their_own_constant_keep_the_owners_value() -> None:
-    differ = [(path, name, module_constant(path, name), getattr(job_dir, owned))
-              for path, name, owned in PENDING
-              if module_constant(path, name) != getattr(job_dir, owned)]
-    assert not differ, differ
+def test_the_templates_take_the_names_from_the_renderer() -> None:
+    assert TEMPLATES
+    spelled = {path.relative_to(REPO).as_posix(): hits for path in TEMPLATES
+               if (hits := template_spelled(path.read_text(encoding="utf-8")))}
+    assert not spelled, f"use {{{{ names.<constant> }}}} of launcher/job_dir.py: {spelled}"
+
+
+def test_the_template_check_finds_a_spelled_name() -> None:
+    text = ('x="$GANTRY_JOB_DIR/runs/$id"\n{# $attempt_dir/nodes #}\n'
+            'y="$attempt_dir/{{ names.STOP_FILE }}" "$attempt_dir/launch_nodes"\n')
+    assert template_spelled(text) == ["GANTRY_JOB_DIR", "launch_nodes", "runs"]
 
 
 def spelled_names(path: Path, names: set[str] = OWNED - COMMON_WORDS) -> list[str]:
@@ -96,7 +95,7 @@ def test_no_other_module_spells_an_owned_name() -> None:
     for path in sorted([*(REPO / "launcher").rglob("*.py"), *(REPO / "bench").rglob("*.py")]):
         rel = path.relative_to(REPO).as_posix()
         names = OWNED - COMMON_WORDS - (ENV_NAMES if rel in REFERENCE else set())
-        if rel not in UNCHECKED and (hits := spelled_names(path, names)):
+        if rel != OWNER and (hits := spelled_names(path, names)):
             spelled[rel] = hits
     assert not spelled, f"use the constants of launcher/job_dir.py: {spelled}"
 
