@@ -85,7 +85,7 @@ def main() -> int:
         x, y = x[rank * local:(rank + 1) * local].to(device), y[rank * local:(rank + 1) * local]
         loss = nn.functional.mse_loss(ddp(x), y.to(device))
         optimizer.zero_grad(set_to_none=True)
-        loss.backward()  # DDP averages the gradients over the ranks
+        torch.autograd.backward(loss)  # DDP averages the gradients over the ranks
         optimizer.step()
         mean = loss.detach().clone()
         dist.all_reduce(mean)
