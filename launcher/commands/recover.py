@@ -1,7 +1,8 @@
 """``gantry recover``: after a failed step, pin it on its nodes, swap in spares or requeue.
 
 Exit 0: relaunch on the nodes written to --nodes-out; 75: the job was requeued (the script
-stops quietly); 1: neither (requeue off, or nothing left to run on).
+stops quietly); 3: neither (nothing left to run on and requeue off or used up); 2: bad
+input; 1: recover itself failed (the script then takes the requeue path).
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -16,13 +18,14 @@ from typing import Any
 
 from launcher.atomic_write import WriteError, write_text
 from launcher.console import make_console
-from launcher.errors import EXIT_FAILURE, EXIT_OK, GantryError, UserInputError
+from launcher.errors import EXIT_OK, GantryError, UserInputError
 from launcher.job_dir import LAUNCH_NODES_FILE
 from launcher.preflight.verdict import LEVELS
 from launcher.site_config import LoadedSite, load_site
 from topology import hostlists
 
 EXIT_REQUEUED = 75
+EXIT_NOTHING_TO_RUN = 3
 
 
 def register(subparsers: Any) -> None:
@@ -80,6 +83,19 @@ def run(args: argparse.Namespace) -> int:
                                  f"({err.strerror}); pass --launch-nodes") from None
     launch = [n for part in listed.split(",") if part
               for n in hostlists.expand(part, "--launch-nodes")]
+    if not launch:
+        raise UserInputError("--launch-nodes: no node named (expected the step's nodes, "
+                             "e.g. n1,n2)")
+    if job_id is not None and not re.fullmatch(r"[0-9]{1,18}(_[0-9]{1,9})?", job_id,
+                                                re.ASCII):
+        raise UserInputError(f"--job-id: {job_id[:40]!r} is not a Slurm job id")
+    if not 0 <= args.step_rc <= 255:
+        raise UserInputError(f"--step-rc: {args.step_rc} is not an exit status (0 .. 255)")
+    if not args.attempt_dir.is_dir():
+        raise UserInputError(f"--attempt-dir {args.attempt_dir}: not a directory")
+    out_dir = args.nodes_out.parent
+    if not out_dir.is_dir() or not os.access(out_dir, os.W_OK):
+        raise UserInputError(f"--nodes-out {args.nodes_out}: its directory cannot be written")
     try:
         topology = site_topology(site)
     except GantryError:
@@ -107,4 +123,4 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(record, sort_keys=True))
         return EXIT_OK
     print(json.dumps(record, sort_keys=True))
-    return EXIT_REQUEUED if outcome.decision == "requeue" else EXIT_FAILURE
+    return EXIT_REQUEUED if outcome.decision == "requeue" else EXIT_NOTHING_TO_RUN

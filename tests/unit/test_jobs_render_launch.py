@@ -63,7 +63,7 @@ def test_golden(variant: str, tmp_path: Path) -> None:
 
 
 def launch_line(text: str) -> str:
-    start = text.index("run_step \"${launch_prefix[@]}\"")
+    start = text.index("run_step ${launch_prefix[@]+")
     return text[start:text.index("\nstep_rc=", start)]
 
 

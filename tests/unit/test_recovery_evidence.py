@@ -260,3 +260,28 @@ def test_step_watch_refuses_a_program_it_cannot_run(tmp_path: Path) -> None:
         watch_step(["/nonexistent/srun"], tmp_path, grace_s=0.5)
     with pytest.raises(UserInputError, match="--attempt-dir"):
         watch_step([sys.executable, "-c", "pass"], Path("/dev/null/x"), grace_s=0.5)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--launch-nodes", ",,"], "--launch-nodes: no node named"),
+    (["--launch-nodes", "n1", "--job-id", "1;rm -rf /"], "--job-id: '1;rm -rf /' is not"),
+    (["--launch-nodes", "n1", "--step-rc", "-4"], "--step-rc: -4 is not an exit status"),
+    (["--launch-nodes", "n1", "--attempt-dir", "/nonexistent/a"], "not a directory"),
+    (["--launch-nodes", "n1", "--nodes-out", "/dev/null/x"], "cannot be written"),
+])
+def test_recover_refuses_bad_input_in_one_line(tmp_path: Path, args: list[str],
+                                               message: str) -> None:
+    import subprocess
+
+    base = ["--job-dir", str(tmp_path), "--attempt-dir", str(tmp_path),
+            "--nodes-out", str(tmp_path / "next")]
+    for flag, value in zip(args[::2], args[1::2], strict=True):
+        if flag in base:
+            base[base.index(flag) + 1] = value
+        else:
+            base += [flag, value]
+    done = subprocess.run([sys.executable, "-m", "launcher", "recover", *base],
+                          capture_output=True, text=True, check=False)
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stderr.startswith("error: ") and message in done.stderr, done.stderr
+    assert not (tmp_path / "next").exists() and not (tmp_path / "recoveries.jsonl").exists()
