@@ -88,6 +88,9 @@ def test_ddp_trains_on_the_spare_like_torchrun_standalone(
         embedded_cluster: EmbeddedCluster, tmp_path: Path, reference: list[float],
         mode: str) -> None:
     cluster = embedded_cluster
+    # The plan below must be the one submit makes: no node still drained or busy from
+    # an earlier test (its RESUME takes a moment to show).
+    cluster.wait_all_idle()
     job, out = write_job(tmp_path, mode, tmp_path / "sysfs")
     client = make_client("cli", runner=CommandRunner(env=cluster.env))
     placement = demo_placement(job, cluster.site_path, client)
@@ -141,6 +144,7 @@ def test_per_rank_under_mpirun_two_ranks_a_node(embedded_cluster: EmbeddedCluste
     Open MPI (it inherits SLURM_LOCALID 0 of the orted srun started), and the losses are
     the same world size's as before."""
     cluster = embedded_cluster
+    cluster.wait_all_idle()
     site = yaml.safe_load(cluster.site_path.read_text())
     site["mpi"]["launcher"] = "mpirun"
     site["mpi"]["env"] = {**site["mpi"]["env"], "OMPI_ALLOW_RUN_AS_ROOT": "1",
@@ -160,11 +164,15 @@ def test_per_rank_under_mpirun_two_ranks_a_node(embedded_cluster: EmbeddedCluste
         result = gantry(cluster, tmp_path, "submit", str(job), "--site", str(site_path),
                         "--follow")
         assert result.returncode == 0, (result.stdout[-4000:], result.stderr[-3000:])
+        job_id = result.stdout.split()[2]
+        job_dir = Path(result.stdout.split(": ", 1)[1].splitlines()[0])
+        first, second = (job_dir / "runs" / f"{job_id}-0" / "launch_nodes").read_text() \
+            .strip().split(",")
         # mpirun forwards the ranks' lines, not always one per line: find them anywhere.
         found = sorted(re.findall(r"rank (\d+)/4 local (\d+) on \S+ node (\S+)",
                                   result.stdout))
-        assert found == [("0", "0", "n1"), ("1", "1", "n1"), ("2", "0", "n2"),
-                         ("3", "1", "n2")], result.stdout
+        assert found == [("0", "0", first), ("1", "1", first), ("2", "0", second),
+                         ("3", "1", second)], result.stdout
         assert losses(out) == reference
     finally:
         cluster.cancel_all()
