@@ -125,8 +125,8 @@ YAML
   python3 - "$sw/run-ok" <<'PY'
 import json, pathlib, sys
 from launcher.native.runtime_config import SWITCHES
-from launcher.train import metrics
-path = pathlib.Path(sys.argv[1]) / metrics.EVENTS
+from launcher.job_dir import EVENTS_FILE
+path = pathlib.Path(sys.argv[1]) / EVENTS_FILE
 start = next(e for e in map(json.loads, path.read_text().splitlines()) if e["event"] == "start")
 got = start.get("native_switches")
 want = {s.name: s.default for s in SWITCHES}
