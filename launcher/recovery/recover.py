@@ -10,6 +10,8 @@ then, unless told not to relaunch:
   nearest healthy spare of the allocation (launcher/recovery/spares.py) that passes the
   preflight level on its own (only the replacements are checked);
 - no culprit found: the step is relaunched on the same nodes;
+- the same rank failing the same way on the spare that took its place (a fault of the
+  program, not of a node): no node is drained and the job stops;
 - too few spares: the job is requeued excluding every node that failed in this job (the
   submit-time domain fence dropped, so the requeue may run anywhere healthy), or it stops
   when requeue is off.
@@ -36,7 +38,7 @@ from launcher.preflight.slurm_nodes import Scontrol
 from launcher.preflight.state import load_history, policy_lock, save_history, state_dir
 from launcher.preflight.state_access import state_access
 from launcher.recovery.evidence import Finding, find_culprits
-from launcher.recovery.node_faults import add_faults, read_faults
+from launcher.recovery.node_faults import add_faults, read_faults, read_recoveries
 from launcher.recovery.spares import candidates, nearest_first
 from launcher.site_config import LoadedSite
 from topology import hostlists
@@ -165,6 +167,11 @@ def recover(site: LoadedSite, job_dir: Path, attempt_dir: Path, launch_nodes: li
     finding = find_culprits(attempt_dir, launch_nodes, allocation, states, now)
     drained: list[str] = []
     notes: list[str] = []
+    repeated = program_fault(read_recoveries(job_dir), finding)
+    if repeated:
+        return RecoveryOutcome(
+            "stop", [], finding, message=f"{repeated} failed the same way again on a fresh "
+            "node: a fault of the program, not of a node (no node drained, no relaunch)")
     if finding.culprits:
         add_faults(job_dir, finding.culprits, now)
         drained, notes = drain_culprits(site, finding.culprits, scontrol, now)
@@ -206,6 +213,25 @@ def recover(site: LoadedSite, job_dir: Path, attempt_dir: Path, launch_nodes: li
     swaps = ", ".join(f"{new} takes {old}'s place" for old, new in replaced)
     return RecoveryOutcome("relaunch", nodes, finding, replaced, drained, rejected, notes, [],
                            f"relaunching on {hostlists.collect(nodes)}: {swaps}")
+
+
+_NODE_WORDS = ("unresponsive", "hung", "vanished")
+
+
+def program_fault(history: Sequence[dict[str, Any]], finding: Finding) -> str | None:
+    """``rankR`` when this failure is the one the last recovery blamed on another node: the
+    same rank exiting with the same status (or killed the same way) on the spare that took
+    its place. A program's own fault (a bug, running out of memory) follows its rank from
+    node to node; draining each node it lands on would take healthy nodes from the site."""
+    if not history or len(finding.culprits) != 1:
+        return None
+    last = history[-1].get("culprits")
+    what = next(iter(finding.culprits.values()))
+    rank = what.partition("-")[0]
+    if (not isinstance(last, dict) or what not in last.values() or not rank.startswith("rank")
+            or what.endswith(_NODE_WORDS)):
+        return None
+    return rank if next(iter(finding.culprits)) not in last else None
 
 
 def plan_of(job_dir: Path) -> NodePlan | None:

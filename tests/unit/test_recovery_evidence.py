@@ -285,3 +285,17 @@ def test_recover_refuses_bad_input_in_one_line(tmp_path: Path, args: list[str],
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("error: ") and message in done.stderr, done.stderr
     assert not (tmp_path / "next").exists() and not (tmp_path / "recoveries.jsonl").exists()
+
+
+def test_a_failure_that_follows_its_rank_to_the_spare_is_the_programs() -> None:
+    from launcher.recovery.evidence import Finding
+    from launcher.recovery.recover import program_fault
+
+    first = [{"culprits": {"n2": "rank1-exit77"}}]
+    assert program_fault(first, Finding({"n5": "rank1-exit77"})) == "rank1"
+    assert program_fault(first, Finding({"n5": "rank1-exit1"})) is None  # another failure
+    assert program_fault(first, Finding({"n2": "rank1-exit77"})) is None  # the same node
+    assert program_fault([], Finding({"n5": "rank1-exit77"})) is None
+    hung = [{"culprits": {"n2": "rank1-unresponsive"}}]
+    assert program_fault(hung, Finding({"n5": "rank1-unresponsive"})) is None  # node-like
+    assert program_fault(first, Finding({"n5": "rank1-exit77", "n6": "rank2-exit77"})) is None
