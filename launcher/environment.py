@@ -129,6 +129,10 @@ VARIABLES: dict[str, tuple[Variable, ...]] = {
                  "(ranks/), the watchdog its hang.json",
                  "set by sbatch_templates/train.sbatch.j2; read by launcher/train/trainer.py, "
                  "launcher/train/rank_records.py, launcher/train/watchdog.py"),
+        Variable("GANTRY_TASK_ID", "-",
+                 "in a command job's ranks: the launcher's task number of this rank (what "
+                 "`srun --label` prints), beside RANK, WORLD_SIZE, LOCAL_RANK and NODE_RANK",
+                 "set by `gantry torch-env` (launcher/torch_env.py)"),
         Variable("GANTRY_NODE_NAME", "the host name",
                  "a rank's node name where SLURMD_NODENAME is unset (mpirun outside Slurm)",
                  "launcher/train/layout.py"),
