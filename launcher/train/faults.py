@@ -126,24 +126,28 @@ def _say(message: str) -> None:
     sys.stderr.flush()
 
 
+def _step_hook_fires(variable: str, name: str, step: int, rank: int, world: int) -> bool:
+    """A STEP[:RANK] hook (default rank: the last) fires on this rank before this step, the
+    first time in this job."""
+    fault = step_fault(variable)
+    if fault is None or fault.step != step:
+        return False
+    target = world - 1 if fault.rank is None else fault.rank
+    return rank == target and claim(name)
+
+
 def maybe_hang(step: int, rank: int, world: int) -> None:
     """GANTRY_FAULT_HANG: SIGSTOP this process before step ``step`` (1-based)."""
-    fault = step_fault(HANG)
-    target = world - 1 if fault is None or fault.rank is None else fault.rank
-    if fault is None or fault.step != step or rank != target or not claim("hang"):
-        return
-    _say(f"rank {rank} stops itself before step {step} (SIGSTOP)")
-    os.kill(os.getpid(), signal.SIGSTOP)
+    if _step_hook_fires(HANG, "hang", step, rank, world):
+        _say(f"rank {rank} stops itself before step {step} (SIGSTOP)")
+        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 def maybe_kill(step: int, rank: int, world: int) -> None:
     """GANTRY_FAULT_KILL: SIGKILL this process before step ``step`` (1-based)."""
-    fault = step_fault(KILL)
-    target = world - 1 if fault is None or fault.rank is None else fault.rank
-    if fault is None or fault.step != step or rank != target or not claim("kill"):
-        return
-    _say(f"rank {rank} kills itself before step {step} (SIGKILL)")
-    os.kill(os.getpid(), signal.SIGKILL)
+    if _step_hook_fires(KILL, "kill", step, rank, world):
+        _say(f"rank {rank} kills itself before step {step} (SIGKILL)")
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def crash_point(step: int, rank: int) -> bool:
