@@ -37,6 +37,7 @@ from tests.integration.resilience_helpers import (
     kill_node,
     record_recovery,
     submit,
+    uninterrupted_run,
     wait_for,
 )
 
@@ -77,12 +78,7 @@ def _healthy_nodes(request: pytest.FixtureRequest) -> Iterator[None]:
 
 @pytest.fixture(scope="module")
 def reference(cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPathFactory) -> Trajectory:
-    job = submit(cluster, tmp_path_factory.mktemp("reference"), job_body("reference"))
-    info = job.wait_done()
-    assert info["state"] == "COMPLETED" and info["restarts"] == 0, job.log()
-    trajectory = job.trajectory()
-    assert [step for step, _, _ in trajectory] == list(range(1, STEPS + 1))
-    return trajectory
+    return uninterrupted_run(cluster, tmp_path_factory.mktemp("reference")).trajectory()
 
 
 def attempts(job: Job) -> list[str]:
