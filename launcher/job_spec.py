@@ -297,6 +297,16 @@ class PolicySpec:
     healthy spare is left."""
     max_recoveries: int = 3
     """Relaunches inside one allocation before the job requeues (or stops)."""
+    straggler_action: Literal["warn", "swap", "off"] = "warn"
+    """A rank whose compute time stays above straggler_threshold times its reference (the
+    median of the ranks running the same stage shape, else the layer split's cost model) over
+    straggler_window_steps steps: "warn" records it (stragglers.jsonl, `gantry status`, the
+    live view, the report); "swap" also has its node replaced like a failed one; "off": not
+    watched."""
+    straggler_threshold: float = 1.2
+    """Ratio of a rank's compute time to its reference above which it is slow (1.2: 20 %)."""
+    straggler_window_steps: int = 10
+    """Steps the ratio's median is taken over (after 3 warm-up steps per attempt)."""
 
     def validate(self) -> None:
         if self.max_restarts < 0:
@@ -313,6 +323,12 @@ class PolicySpec:
         if not 0 <= self.max_recoveries <= 1000:
             raise FieldError("max_recoveries",
                              f"{self.max_recoveries} is not allowed (expected 0 .. 1000)")
+        if not 1.0 < self.straggler_threshold <= 100.0:
+            raise FieldError("straggler_threshold", f"{self.straggler_threshold} is not allowed "
+                             "(expected a ratio above 1 and at most 100, e.g. 1.2)")
+        if not 1 <= self.straggler_window_steps <= 100_000:
+            raise FieldError("straggler_window_steps", f"{self.straggler_window_steps} is not "
+                             "allowed (expected 1 .. 100000 steps)")
 
 
 @dataclass(frozen=True)

@@ -61,6 +61,12 @@ def test_layout_error_names_every_factor() -> None:
         ({"checkpoint": {"dir": ""}}, "checkpoint.dir: '' is not allowed"),
         ({"policy": {"signal_lead_s": 10**20}}, "policy.signal_lead_s: 100000000000000000000 is "
          "not allowed (expected 0 .. 86400 s)"),
+        ({"policy": {"straggler_threshold": 1.0}}, "policy.straggler_threshold: 1.0 is not "
+         "allowed (expected a ratio above 1 and at most 100, e.g. 1.2)"),
+        ({"policy": {"straggler_window_steps": 0}}, "policy.straggler_window_steps: 0 is not "
+         "allowed (expected 1 .. 100000 steps)"),
+        ({"policy": {"straggler_action": "drain"}}, "policy.straggler_action: 'drain' is not "
+         "allowed"),
     ],
 )
 def test_bad_job_names_field(tmp_path: Path, edit: dict[str, object], message: str) -> None:
