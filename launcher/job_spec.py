@@ -307,6 +307,9 @@ class PolicySpec:
     """Ratio of a rank's compute time to its reference above which it is slow (1.2: 20 %)."""
     straggler_window_steps: int = 10
     """Steps the ratio's median is taken over (after 3 warm-up steps per attempt)."""
+    straggler_min_excess_s: float = 0.001
+    """Seconds a slow rank's median compute time must also exceed its reference by (below it
+    differences are timer and scheduling noise)."""
 
     def validate(self) -> None:
         if self.max_restarts < 0:
@@ -329,6 +332,9 @@ class PolicySpec:
         if not 1 <= self.straggler_window_steps <= 100_000:
             raise FieldError("straggler_window_steps", f"{self.straggler_window_steps} is not "
                              "allowed (expected 1 .. 100000 steps)")
+        if not 0.0 <= self.straggler_min_excess_s <= 3600.0:
+            raise FieldError("straggler_min_excess_s", f"{self.straggler_min_excess_s} is not "
+                             "allowed (expected 0 .. 3600 s)")
 
 
 @dataclass(frozen=True)

@@ -11,13 +11,16 @@ executor's ``compute_s``) is set against a reference:
   the other ranks of compute / cost(their stage); when the rank is the only one there is
   no reference and it is never judged.
 
-A rank is *flagged* once its window (the last ``window`` judged steps) is full and the
-median of its per-step ratios (compute / reference) exceeds ``threshold``: one slow step
-moves a median of ``window`` steps by nothing. The first ``warmup`` steps a detector sees
-(allocations, autotuning, first touches) are not judged. A flagged rank stays flagged (no
-second finding) until the median of its window falls below the halfway mark between 1 and
-the threshold (hysteresis, so a rank that hovers at the threshold is one episode, not a
-flood); then it is *cleared*, and a later slowdown is a new episode.
+A rank is *flagged* once its window (the last ``window`` judged steps) is full, the
+median of its per-step ratios (compute / reference) exceeds ``threshold`` and its median
+compute time exceeds its median reference by more than ``min_excess_s`` (timer and
+scheduling noise: a 60 µs stage measured at 120 µs is twice as slow and costs nothing).
+One slow step moves a median of ``window`` steps by nothing. The first ``warmup`` steps a
+detector sees (allocations, autotuning, first touches) are not judged. A flagged rank stays
+flagged (no second finding) until the median of its window falls below the halfway mark
+between 1 and the threshold, or its excess below half of ``min_excess_s`` (hysteresis, so
+a rank that hovers at the threshold is one episode, not a flood); then it is *cleared*, and
+a later slowdown is a new episode.
 
 Cost per step: one sort of the step's compute times per shape (and one of the per-cost rates
 when some shape has a single rank), then O(1) per rank.
@@ -85,6 +88,8 @@ class StragglerSettings:
     """Flag above this ratio of compute time to reference (1.2: 20 % slower)."""
     window: int
     """Judged steps the ratio's median is taken over."""
+    min_excess_s: float = 0.0
+    """Seconds a rank's median compute must exceed its median reference by, too."""
     warmup: int = WARMUP_STEPS
     """Steps ignored at the start."""
 
@@ -221,10 +226,12 @@ class StragglerDetector:
             if len(track.ratios) < self.settings.window:
                 continue
             ratio = statistics.median(track.ratios)
-            if not track.flagged and ratio > self.settings.threshold:
+            excess = statistics.median(track.computes) - statistics.median(track.references)
+            limit = self.settings.min_excess_s
+            if not track.flagged and ratio > self.settings.threshold and excess > limit:
                 track.flagged = True
                 findings.append(self._finding("flagged", rank, step, ratio, track))
-            elif track.flagged and ratio < self.settings.clear_below:
+            elif track.flagged and (ratio < self.settings.clear_below or excess < limit / 2):
                 track.flagged = False
                 findings.append(self._finding("cleared", rank, step, ratio, track))
         return findings

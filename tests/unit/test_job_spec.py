@@ -65,6 +65,8 @@ def test_layout_error_names_every_factor() -> None:
          "allowed (expected a ratio above 1 and at most 100, e.g. 1.2)"),
         ({"policy": {"straggler_window_steps": 0}}, "policy.straggler_window_steps: 0 is not "
          "allowed (expected 1 .. 100000 steps)"),
+        ({"policy": {"straggler_min_excess_s": -1}}, "policy.straggler_min_excess_s: -1.0 is "
+         "not allowed (expected 0 .. 3600 s)"),
         ({"policy": {"straggler_action": "drain"}}, "policy.straggler_action: 'drain' is not "
          "allowed"),
     ],

@@ -114,6 +114,17 @@ def test_a_rank_alone_in_its_shape_is_compared_with_the_cost_model() -> None:
     assert run(StragglerDetector(shapes, StragglerSettings(1.2, 5)), slow) == []
 
 
+def test_differences_below_the_minimum_excess_are_noise() -> None:
+    # microsecond stages: twice as slow, 60 us more, below a 1 ms floor
+    steps = [[60e-6, 100e-6, 120e-6, 100e-6]] * 20
+    detector = StragglerDetector(pp2_dp2(), StragglerSettings(1.2, 5, min_excess_s=1e-3))
+    assert run(detector, steps) == []
+    # the same ratio at a tenth of a second is a straggler
+    detector = StragglerDetector(pp2_dp2(), StragglerSettings(1.2, 5, min_excess_s=1e-3))
+    found = run(detector, [[t * 1000 for t in row] for row in steps])
+    assert [(f.kind, f.rank) for f in found] == [("flagged", 2)]
+
+
 def test_a_single_rank_is_never_judged() -> None:
     shape = [(ChunkShape(4, True, True),)]
     detector = StragglerDetector(shape, StragglerSettings(1.2, 2), [1.0])
