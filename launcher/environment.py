@@ -161,6 +161,9 @@ VARIABLES: dict[str, tuple[Variable, ...]] = {
         Variable("GANTRY_FAULT_SLOW_CHECKPOINT_S", "unset: off",
                  "`SECONDS`: every shard write sleeps this long before it writes",
                  _FAULT_HOOKS),
+        Variable("GANTRY_FAULT_SLOW_NODE", "unset: off",
+                 "`NODE:SECONDS`: every rank on node NODE sleeps SECONDS before each step and "
+                 "adds them to the compute time it records (a straggler)", _FAULT_HOOKS),
         Variable("GANTRY_FAULT_STATE_DIR", "`$GANTRY_JOB_DIR`; neither: hooks fire every time",
                  "directory of the fired-once markers", _FAULT_HOOKS),
     ),

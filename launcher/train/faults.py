@@ -17,6 +17,13 @@ from it).
   that a test can act while the job is mid-run.
 - ``GANTRY_FAULT_SLOW_CHECKPOINT_S=SECONDS``: every shard write sleeps this long before it
   writes (slow storage), so that a test can see a background write outlast steps.
+- ``GANTRY_FAULT_SLOW_NODE=NODE:SECONDS``: every rank on node NODE (the node name the
+  trainer records: SLURMD_NODENAME, else GANTRY_NODE_NAME, else the host name) sleeps
+  SECONDS right before each native step and adds SECONDS to the ``compute_s`` (and
+  ``total_s``) it reports for that step: a slow node, as the straggler detector sees it.
+  The native executor times its compute ops inside the step, where Python cannot sleep, so
+  the delay is added to the recorded time; its peers really wait for it (their step time
+  grows by it). Not fire-once: a slow node stays slow.
 
 Malformed values are one-line errors naming the variable (exit 2).
 """
@@ -40,6 +47,7 @@ HANG = "GANTRY_FAULT_HANG"
 KILL = "GANTRY_FAULT_KILL"
 STEP_DELAY = "GANTRY_FAULT_STEP_DELAY_S"
 SLOW_CHECKPOINT = "GANTRY_FAULT_SLOW_CHECKPOINT_S"
+SLOW_NODE = "GANTRY_FAULT_SLOW_NODE"
 STATE_DIR = "GANTRY_FAULT_STATE_DIR"
 
 
@@ -86,6 +94,28 @@ def step_delay() -> float:
     return _seconds(STEP_DELAY)
 
 
+def parse_slow_node(value: str) -> tuple[str, float]:
+    """``NODE:SECONDS`` -> (node, seconds); anything else is a UserInputError."""
+    node, _, seconds = value.rpartition(":")
+    try:
+        delay = float(seconds)
+    except ValueError:
+        delay = -1.0
+    if not node or not 0.0 <= delay <= 3600.0:
+        raise UserInputError(f"{SLOW_NODE}: {value!r} is not allowed (expected NODE:SECONDS, "
+                             "SECONDS in 0..3600)")
+    return node, delay
+
+
+def slow_node_delay(node: str) -> float:
+    """GANTRY_FAULT_SLOW_NODE: the seconds a rank on ``node`` adds to each step (0: none)."""
+    value = os.environ.get(SLOW_NODE)
+    if not value:
+        return 0.0
+    slow, delay = parse_slow_node(value)
+    return delay if slow == node else 0.0
+
+
 def slow_checkpoint() -> None:
     """GANTRY_FAULT_SLOW_CHECKPOINT_S: sleep before a shard write (slow storage)."""
     delay = _seconds(SLOW_CHECKPOINT)
@@ -100,6 +130,7 @@ def check_environment() -> None:
     step_fault(KILL)
     step_delay()
     _seconds(SLOW_CHECKPOINT)
+    slow_node_delay("")
 
 
 def _state_dir() -> Path | None:

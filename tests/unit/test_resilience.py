@@ -50,6 +50,19 @@ def test_step_delay_rejects_garbage(monkeypatch: pytest.MonkeyPatch) -> None:
     assert faults.step_delay() == 0.25
 
 
+def test_slow_node_hook(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert faults.slow_node_delay("n3") == 0.0
+    monkeypatch.setenv(faults.SLOW_NODE, "n3:0.25")
+    assert faults.slow_node_delay("n3") == 0.25
+    assert faults.slow_node_delay("n4") == 0.0
+    assert faults.parse_slow_node("a:b:1") == ("a:b", 1.0)  # the delay follows the last colon
+    for value in ("n3", ":1", "n3:-1", "n3:soon", "n3:4000"):
+        monkeypatch.setenv(faults.SLOW_NODE, value)
+        with pytest.raises(UserInputError, match=r"^GANTRY_FAULT_SLOW_NODE: .* is not allowed "
+                                                 r"\(expected NODE:SECONDS"):
+            faults.check_environment()
+
+
 def test_hooks_fire_once_per_state_dir(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     monkeypatch.setenv(faults.STATE_DIR, str(tmp_path))
     monkeypatch.setenv(faults.CRASH_IN_CHECKPOINT, "6:1")
