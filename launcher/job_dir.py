@@ -23,6 +23,7 @@ Layout (root: --jobs-dir, else $GANTRY_JOBS_DIR, else ./gantry-jobs)::
             trainer-stop      the signal the trainer stopped on ("USR1 <step>")
         runs/<jobid>-<restart>.<k>/   the k-th relaunch inside that allocation (recovery)
         node_faults.json, recoveries.jsonl   nodes a failed step was pinned on, recoveries
+        stragglers.jsonl  ranks found slow and back to pace, every attempt (rank 0 writes it)
     <root>/by-id/<jobid> -> ../<dir>   lookup by Slurm job id
 
 A checkpoint directory (the job's checkpoint.dir) holds ``step_<N>/`` (N zero-padded to 8
@@ -68,6 +69,9 @@ RUNS_DIR = "runs"
 SCHEDULES_DIR = "schedules"
 NODE_FAULTS_FILE = "node_faults.json"
 RECOVERIES_FILE = "recoveries.jsonl"
+STRAGGLERS_FILE = "stragglers.jsonl"
+"""Straggler findings of every attempt (launcher/train/straggler_log.py); in a plain
+`gantry train --run-dir` run, in the run directory."""
 #: Beside the job directories, in the jobs root.
 BY_ID_DIR = "by-id"
 

@@ -10,7 +10,8 @@ trace spans, checkpoints.
 Resilience: USR1/TERM stop every rank at the same step boundary after a checkpoint (exit
 TRAINER_STOPPED); a per-rank watchdog aborts a rank that stops making progress; checkpoints
 are written in the background (launcher/train/checkpoint_writer.py); rank 0 logs start/stop
-events with wall times to events.jsonl (recovery times are measured from them).
+events with wall times to events.jsonl (recovery times are measured from them) and watches
+the gathered per-rank compute times for stragglers (launcher/train/straggler_watch.py).
 Errors found on any rank are agreed on collectively (launcher/train/agreement.py) so that
 every rank stops together and only rank 0 reports.
 """
@@ -55,6 +56,7 @@ from launcher.train.native_pipeline import (
 )
 from launcher.train.split import ranges_from_counts, split_layers
 from launcher.train.stop_signals import StopRequest, signal_name
+from launcher.train.straggler_watch import StragglerWatch, watch_for
 from launcher.train.watchdog import Watchdog
 
 
@@ -134,6 +136,9 @@ def _run(spec: JobSpec, opts: TrainOptions, stop: StopRequest, watchdog: Watchdo
             ranges = (ranges_from_counts(par.stage_layers) if par.stage_layers is not None
                       else split_layers(model.n_layer, par.pp * par.virtual_stages,
                                         model.n_embd, model.seq_len, model.vocab_size))
+            watch = (watch_for(spec, [make_layout(r, size, par.pp, par.dp, order).pipe_rank
+                                      for r in range(size)], ranges, names, opts.run_dir)
+                     if rank == 0 else None)
         except ScheduleError as err:
             raise UserInputError(f"parallelism: {err}") from None
     table = schedule_cache.load(world.bcast(blob, root=0), par.schedule)
@@ -156,7 +161,7 @@ def _run(spec: JobSpec, opts: TrainOptions, stop: StopRequest, watchdog: Watchdo
     if rank == 0:
         print(f"info: stage layers {ranges}", flush=True)
     try:
-        return _train(world, spec, opts, layout, table, pipe, lib, stop, watchdog)
+        return _train(world, spec, opts, layout, table, pipe, lib, stop, watchdog, watch)
     finally:
         pipe.close()
 
@@ -235,7 +240,8 @@ def _load_start(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any,
 
 
 def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: Any,
-           pipe: Pipeline, lib: Any, stop: StopRequest, watchdog: Watchdog) -> int:
+           pipe: Pipeline, lib: Any, stop: StopRequest, watchdog: Watchdog,
+           watch: StragglerWatch | None) -> int:
     par, model, train = spec.parallelism, spec.model, spec.train
     rank = world.Get_rank()
     watchdog.beat("checkpoint load", starting=True)
@@ -278,6 +284,7 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
     # share one time axis in trace.json, so the report can line their timelines up.
     t_begin = float(world.bcast(time.time(), root=0))
     warned_unpinned = False
+    slow_node_s = faults.slow_node_delay(node_name())  # test hook: a straggler
     try:
         for step in range(start, end):
             faults.maybe_hang(step + 1, rank, world.Get_size())
@@ -289,8 +296,13 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
             args = StepArgs(step, train.steps, 1 if train.lr_schedule == "cosine" else 0,
                             train.warmup_steps, train.lr, train.min_lr, train.beta1,
                             train.beta2, train.eps, train.weight_decay, train.grad_clip)
+            if slow_node_s:
+                time.sleep(slow_node_s)
             t_step = time.time() - t_begin
             result = pipe.step(actions, inputs[rows].copy(), targets[rows].copy(), args)
+            if slow_node_s:  # the hook's delay counts as this step's compute (faults.py)
+                result.compute_s += slow_node_s
+                result.total_s += slow_node_s
             events.extend(metrics.trace_events(rank, step, t_step, pipe.trace()))
             timings: dict[str, float] = {k: getattr(result, k) for k in
                                          ("compute_s", "send_s", "recv_s", "bubble_s",
@@ -312,6 +324,8 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
                 metrics.append_jsonl(opts.run_dir / METRICS_FILE, record)
                 print(f"step {step + 1}/{train.steps} loss {result.loss:.6f} "
                       f"norm {result.grad_norm:.4f} lr {result.lr:.3e}", flush=True)
+                if watch is not None:
+                    watch.after_step(step + 1, [t["compute_s"] for t in per_rank])
             faults.after_step()
             watchdog.beat(f"after step {step + 1}")
             signum = stop.agreed(world)
