@@ -181,7 +181,8 @@ def job_summary(job_dir: JobDir, info: JobInfo | None) -> dict[str, Any]:
 
 def run_history(job_dir: JobDir) -> dict[str, Any]:
     """Attempts (runs/<job id>-<restart>[.<k>]), the recoveries inside the allocation and the
-    nodes they blamed, the checkpoint directory and its newest complete checkpoint (a
+    nodes they blamed, the stragglers found (stragglers.jsonl's records, each with its
+    ``line``), the checkpoint directory and its newest complete checkpoint (a
     step_<N> directory holding manifest.json, written last by the trainer)."""
     runs = job_dir.runs
     names = [p.name for p in runs.iterdir() if p.is_dir()] if runs.is_dir() else []
@@ -199,9 +200,11 @@ def run_history(job_dir: JobDir) -> dict[str, Any]:
 
         latest = max(complete_steps(root), default=None)
     from launcher.recovery.node_faults import describe_recovery, read_faults, read_recoveries
+    from launcher.train.straggler_log import describe, read_stragglers
 
     return {"attempts": attempts,
             "recoveries": [describe_recovery(r) for r in read_recoveries(job_dir.path)],
+            "stragglers": [{**r, "line": describe(r)} for r in read_stragglers(job_dir.path)],
             "faulty_nodes": {node: {"count": fault.count, "last": fault.last}
                              for node, fault in read_faults(job_dir.path).items()},
             "checkpoint_dir": configured,

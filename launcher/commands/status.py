@@ -80,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
         console.print(f"{'attempts':<10} {', '.join(row['attempts']) or '-'}")
         for line in row["recoveries"]:
             console.print(f"{'recovery':<10} {line}", markup=False, highlight=False)
+        for record in row["stragglers"]:
+            console.print(f"{'straggler':<10} {record['line']}", markup=False, highlight=False)
         console.print(f"{'checkpoints':<10} {_checkpoints(row)}")
         for stream, path in row["logs"].items():
             console.print(f"{'log ' + stream:<10} {path}", markup=False, highlight=False)

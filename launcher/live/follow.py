@@ -1,6 +1,7 @@
 """`gantry submit --follow`'s live view: the placement tree with stage labels, the job's log,
 the preflight table once the gate decided, per-step loss / tokens/s / ETA with a progress
-bar, and the summary at the end. Rich on a terminal; plain lines when piped (one line per
+bar, a line per recovery and per straggler found (or back to pace), and the summary at the
+end. Rich on a terminal; plain lines when piped (one line per
 step instead of the bar)."""
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from launcher.live.watcher import (
     PreflightDone,
     Recovered,
     StepDone,
+    Straggler,
 )
 from launcher.placement_record import PlacementRecord
 from launcher.report.run_data import StepRecord
@@ -202,6 +204,9 @@ class _Follower:
                 self.view.print(f"new attempt {event.name} ({how})", style="bold")
             elif isinstance(event, Recovered):
                 self.view.print(f"recovery {event.line}", style="bold yellow")
+            elif isinstance(event, Straggler):
+                self.view.print(f"straggler {event.line}",
+                                style="bold yellow" if event.flagged else "yellow")
             elif isinstance(event, PreflightDone):
                 names = list(event.verdicts) + [r.node for r in self.placement.roles]
                 states = _node_states(self.client, sorted(set(names)))

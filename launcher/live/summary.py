@@ -1,5 +1,6 @@
 """What a followed job did, accumulated from the watcher's events, and the end-of-job summary:
-loss first vs last, nodes used, nodes excluded or drained and why, time per phase."""
+loss first vs last, nodes used, nodes excluded or drained and why, recoveries, stragglers
+found, time per phase."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ from typing import Any
 
 from launcher.live.log_markers import attempt_marks
 from launcher.live.preflight_rows import PreflightRow, preflight_rows
-from launcher.live.watcher import Event, LogLines, PreflightDone, Recovered, StepDone
+from launcher.live.watcher import Event, LogLines, PreflightDone, Recovered, StepDone, Straggler
 from launcher.placement_record import PlacementRecord
 from launcher.report.run_data import StepRecord
 from launcher.slurm import JobInfo, NodeInfo
@@ -28,6 +29,8 @@ class FollowState:
     """Metrics by step (a restart's re-run of a step replaces the first)."""
     recoveries: list[str] = field(default_factory=list)
     """One line per recovery of a failed step (launcher/recovery/node_faults.py)."""
+    stragglers: list[str] = field(default_factory=list)
+    """One line per rank found slow (launcher/train/straggler_log.py)."""
 
     def apply(self, event: Event) -> None:
         if isinstance(event, LogLines):
@@ -38,6 +41,8 @@ class FollowState:
             self.records[event.record.step] = event.record
         elif isinstance(event, Recovered):
             self.recoveries.append(event.line)
+        elif isinstance(event, Straggler) and event.flagged:
+            self.stragglers.append(event.line)
 
     def steps(self) -> list[StepRecord]:
         return [self.records[s] for s in sorted(self.records)]
@@ -87,6 +92,8 @@ class RunSummary:
     """Seconds: queued, preflight, gate, training, total (those known)."""
     recoveries: tuple[str, ...] = ()
     """One line per recovery of a failed step inside the allocation or by requeue."""
+    stragglers: tuple[str, ...] = ()
+    """One line per rank found slow."""
 
     @property
     def loss_went_down(self) -> bool:
@@ -103,6 +110,7 @@ class RunSummary:
             "excluded": [{"node": e.node, "status": e.status, "finding": e.finding,
                           "outcome": e.outcome} for e in self.excluded],
             "phases_s": {k: round(v, 1) for k, v in self.phases.items()},
+            "stragglers": list(self.stragglers),
         }
 
 
@@ -146,7 +154,8 @@ def summarize(state: FollowState, job_id: str, info: JobInfo | None,
         last_loss=steps[-1].loss if steps else None,
         median_tokens_per_s=statistics.median(r.tokens_per_s for r in steps) if steps else None,
         nodes_used=used, spares_used=spares, excluded=tuple(excluded.values()),
-        phases=_phases(state.log_lines, submitted_at), recoveries=tuple(state.recoveries))
+        phases=_phases(state.log_lines, submitted_at), recoveries=tuple(state.recoveries),
+        stragglers=tuple(state.stragglers))
 
 
 def summary_lines(summary: RunSummary) -> list[str]:
@@ -169,6 +178,7 @@ def summary_lines(summary: RunSummary) -> list[str]:
     for item in summary.excluded:
         lines.append(f"{item.node} {item.outcome} — {item.status}: {item.finding}")
     lines += [f"recovery {line}" for line in summary.recoveries]
+    lines += [f"straggler {line}" for line in summary.stragglers]
     if summary.phases:
         order = ("queued", "preflight", "gate", "training", "total")
         lines.append("time: " + " · ".join(f"{k} {summary.phases[k]:.0f} s" for k in order

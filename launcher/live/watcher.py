@@ -2,7 +2,8 @@
 
 Polled by the follow loop: new lines of the Slurm output file, a new attempt directory
 (``runs/<job id>-<restart>[.<k>]``), a recovery inside the allocation (a new line of
-``recoveries.jsonl``), the preflight outcome of an attempt (its verdicts once the gate
+``recoveries.jsonl``), a straggler found or back to pace (a new line of
+``stragglers.jsonl``), the preflight outcome of an attempt (its verdicts once the gate
 wrote the chosen nodes, or once the job moved on or ended), and new metrics records. Files are
 read from where the last poll stopped; only complete lines count.
 """
@@ -28,6 +29,8 @@ from launcher.preflight.gate import read_verdicts
 from launcher.preflight.verdict import NodeVerdict
 from launcher.recovery.node_faults import describe_recovery
 from launcher.report.run_data import StepRecord, parse_metrics_text
+from launcher.train.straggler_log import CLEARED, read_stragglers
+from launcher.train.straggler_log import describe as describe_straggler
 
 
 @dataclass(frozen=True)
@@ -81,6 +84,16 @@ class Recovered:
 
 
 @dataclass(frozen=True)
+class Straggler:
+    """A rank found slow, or back to pace (a new line of the job's stragglers.jsonl)."""
+
+    line: str
+    """launcher/train/straggler_log.describe's line."""
+    flagged: bool
+    """Found slow (else back to pace)."""
+
+
+@dataclass(frozen=True)
 class Note:
     """Something the watcher could not read (the follow goes on)."""
 
@@ -88,7 +101,7 @@ class Note:
     """One line."""
 
 
-Event = LogLines | AttemptStarted | PreflightDone | StepDone | Recovered | Note
+Event = LogLines | AttemptStarted | PreflightDone | StepDone | Recovered | Straggler | Note
 
 
 def _read_from(path: Path, offset: int) -> tuple[str, int]:
@@ -133,6 +146,7 @@ class JobDirWatcher:
     """Nodes a verdict may name (the site's nodes)."""
     log_offset: int = 0
     recoveries_offset: int = 0
+    stragglers_seen: int = 0
     attempts: list[_Attempt] = field(default_factory=list)
 
     def poll(self, final: bool = False) -> list[Event]:
@@ -164,6 +178,11 @@ class JobDirWatcher:
                 continue
             if isinstance(record, dict):
                 events.append(Recovered(describe_recovery(record)))
+        found = read_stragglers(self.job_dir.path)
+        for record in found[self.stragglers_seen:]:
+            events.append(Straggler(describe_straggler(record),
+                                    record["event"] != CLEARED))
+        self.stragglers_seen = max(self.stragglers_seen, len(found))
         # Order within one poll: new attempts and steps, then the log (so "training finished"
         # follows the last step), then the gate's outcome (after the log's gate lines).
         if text:

@@ -1,5 +1,5 @@
 """Builds a report directory: loss.png, timeline.png, report.html (with one line per recovery
-of a failed step) and a copy of trace.json.
+of a failed step and per straggler found) and a copy of trace.json.
 
 All files are written under temporary names and renamed into place together
 (launcher/atomic_write.FileSet), so a failed report leaves no half-written file behind: an
@@ -43,6 +43,8 @@ from launcher.report.timeline import (
     totals_by_rank,
     typical_step,
 )
+from launcher.train.straggler_log import describe as describe_straggler
+from launcher.train.straggler_log import read_stragglers
 
 
 @dataclass(frozen=True)
@@ -79,6 +81,8 @@ class ReportResult:
     """The checkpoints every attempt completed (events.jsonl)."""
     recoveries: tuple[str, ...] = field(default=())
     """One line per recovery of a failed step (the job's recoveries.jsonl)."""
+    stragglers: tuple[str, ...] = field(default=())
+    """One line per rank found slow or back to pace (stragglers.jsonl)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -98,6 +102,7 @@ class ReportResult:
             "shown_step": self.shown_step, "notes": list(self.notes),
             "checkpoints": [c.to_json() for c in self.checkpoints],
             "recoveries": list(self.recoveries),
+            "stragglers": list(self.stragglers),
         }
 
 
@@ -222,6 +227,10 @@ def _write(files: FileSet, sources: RunSources, name: str, records: list[StepRec
     recoveries = ([describe_recovery(r) for r in read_recoveries(sources.job_dir)]
                   if sources.job_dir is not None else [])
     summary += [(f"recovery {i}", _shown(line)) for i, line in enumerate(recoveries, 1)]
+    found = read_stragglers(sources.job_dir if sources.job_dir is not None
+                            else sources.run_dirs[-1])
+    stragglers = [describe_straggler(r) for r in found]
+    summary += [(f"straggler {i}", _shown(line)) for i, line in enumerate(stragglers, 1)]
     attempts = []
     for run_dir in sources.run_dirs:
         mine = [r for r in records if r.attempt == run_dir.name]
@@ -234,4 +243,4 @@ def _write(files: FileSet, sources: RunSources, name: str, records: list[StepRec
     files.write_text(report_html, page)
     return ReportResult(out, report_html, loss_png, timeline_png, trace_copy, len(records),
                         first.loss, last.loss, tokens, bubble, theory, shown, tuple(notes),
-                        tuple(checkpoints), tuple(recoveries))
+                        tuple(checkpoints), tuple(recoveries), tuple(stragglers))

@@ -127,3 +127,30 @@ def test_the_lines_shown() -> None:
     cleared = {**flagged, "event": "straggler_cleared", "step": 30, "ratio": 1.02}
     assert straggler_log.describe(cleared) == (
         "n3 (rank 2) back to pace at step 30: 1.02x over 5 steps")
+
+
+def test_stragglers_reach_the_live_view_once(tmp_path: Path) -> None:
+    from launcher.job_dir import JobDir
+    from launcher.live.summary import FollowState
+    from launcher.live.watcher import JobDirWatcher, Straggler
+
+    job = JobDir(tmp_path / "job")
+    (job.path / "runs" / "7-0").mkdir(parents=True)
+    watcher = JobDirWatcher(job, "7")
+    assert not [e for e in watcher.poll() if isinstance(e, Straggler)]
+    flagged = {"event": "straggler", "step": 9, "rank": 2, "node": "n3", "compute_s": 0.112,
+               "reference_s": 0.0101, "ratio": 11.09, "window": 5, "basis": "peers",
+               "peers": 1, "threshold": 1.2, "action": "warn", "swap": None}
+    cleared = {**flagged, "event": "straggler_cleared", "step": 30, "ratio": 1.02}
+    path = job.path / STRAGGLERS_FILE
+    path.write_text(json.dumps(flagged) + "\n" + json.dumps(cleared)[:20])  # torn last line
+    events = [e for e in watcher.poll() if isinstance(e, Straggler)]
+    assert events == [Straggler(straggler_log.describe(flagged), True)]
+    assert not [e for e in watcher.poll() if isinstance(e, Straggler)]
+    path.write_text(json.dumps(flagged) + "\n" + json.dumps(cleared) + "\n")
+    later = [e for e in watcher.poll() if isinstance(e, Straggler)]
+    assert later == [Straggler(straggler_log.describe(cleared), False)]
+    state = FollowState()
+    for event in [*events, *later]:
+        state.apply(event)
+    assert state.stragglers == [events[0].line]  # the summary lists the ranks found slow
