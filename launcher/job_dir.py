@@ -21,6 +21,7 @@ Layout (root: --jobs-dir, else $GANTRY_JOBS_DIR, else ./gantry-jobs)::
             launch_nodes      the nodes the step was launched on
             metrics.jsonl, metrics.replayed.jsonl, events.jsonl, trace.json   the trainer's
             trainer-stop      the signal the trainer stopped on ("USR1 <step>")
+            evictions/<node>.json   a node asked to leave the job (health monitor, straggler)
         runs/<jobid>-<restart>.<k>/   the k-th relaunch inside that allocation (recovery)
         node_faults.json, recoveries.jsonl   nodes a failed step was pinned on, recoveries
         stragglers.jsonl  ranks found slow and back to pace, every attempt (rank 0 writes it)
@@ -94,6 +95,8 @@ RECOVERY_FILE = "recovery.json"
 """What `gantry recover` found and did after this attempt's step failed."""
 NEXT_NODES_FILE = "next_nodes"
 """The nodes `gantry recover` chose for the relaunch after this attempt."""
+EVICTIONS_DIR = "evictions"
+"""Requests that a node leave the job, one file per node (launcher/recovery/evictions.py)."""
 
 # In a checkpoint directory.
 CHECKPOINT_MANIFEST_FILE = "manifest.json"

@@ -168,6 +168,7 @@ def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,
         pythonpath=str(root) if (root := import_root()) is not None else None,
         placement=placement, job_options=job_options, preflight=preflight,
         recovery=recovery_step(request, job_dir, gantry, site_args),
+        evict_argv=evict_argv(request, job_dir, gantry, site_args),
         launch=launch_step(request, job_dir, gantry, library, rank_order=bool(placement.nodes)),
     )
 
@@ -186,6 +187,16 @@ def recovery_step(request: JobRequest, job_dir: Path, gantry: Sequence[str],
         recover_argv=(*gantry, "recover", *site_args, "--job-dir", str(job_dir),
                       "--level", level),
     )
+
+
+def evict_argv(request: JobRequest, job_dir: Path, gantry: Sequence[str],
+               site_args: Sequence[str]) -> tuple[str, ...]:
+    """`gantry recover` for a node evicted from a job without recovery in the allocation
+    (gantry's trainer only: a command writes no rank records and reads no evictions); empty
+    when the recovery step handles evictions or the job runs a command."""
+    if request.spec.policy.recover_in_allocation or request.spec.command:
+        return ()
+    return (*gantry, "recover", *site_args, "--job-dir", str(job_dir), "--level", "off")
 
 
 def template_location(request: JobRequest) -> tuple[str, Path]:

@@ -212,6 +212,10 @@ class ScriptInputs:
     """Health check + gate (None: preflight off)."""
     recovery: RecoveryStep | None = None
     """Recovery inside the allocation (None: a failed step requeues the job)."""
+    evict_argv: tuple[str, ...] = ()
+    """Without recovery in the allocation: `gantry recover` (before --attempt-dir ...), run
+    with --no-relaunch after the trainer stopped for an eviction (exit TRAINER_EVICTED), so
+    that the named node is drained and the job requeued excluding it (empty: not rendered)."""
     job_options: tuple[str, ...] = ()
     """The job's own sbatch options (resources.sbatch_options), last in the header."""
 

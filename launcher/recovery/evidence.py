@@ -2,6 +2,10 @@
 
 Evidence, strongest first:
 
+0. a node asked to leave the job (launcher/recovery/evictions.py: the health monitor saw a
+   FAIL-grade event there, or the straggler finder a slow rank): the ranks checkpointed
+   and stopped on it (TRAINER_EVICTED), so it is the culprit (``health-<check>``,
+   ``straggler-...``);
 1. a launch node Slurm no longer holds for the job or reports DOWN/FAIL: ``node-lost``;
 2. the watchdog's ``hang.json`` (launcher/train/watchdog.py): the ranks that stopped proving
    they are alive (``rankR-unresponsive``: killed, stopped, their node gone) or fell behind
@@ -31,8 +35,9 @@ from pathlib import Path
 from typing import Any
 
 from launcher.job_dir import HANG_FILE, STEP_ERR_FILE
-from launcher.job_exit_codes import TRAINER_HUNG, TRAINER_STOPPED
+from launcher.job_exit_codes import TRAINER_EVICTED, TRAINER_HUNG, TRAINER_STOPPED
 from launcher.preflight.drain_policy import NodeState
+from launcher.recovery.evictions import pending_evictions
 from launcher.train.rank_records import RankState, read_ranks
 
 _LOST_FLAGS = ("DOWN", "FAIL", "POWER_DOWN", "POWERED_DOWN")
@@ -112,6 +117,13 @@ def find_culprits(attempt_dir: Path, launch_nodes: Sequence[str],
                   now: float) -> Finding:
     """The culprits of the step that ran in ``attempt_dir`` on ``launch_nodes`` (see the
     module docstring for the order of evidence)."""
+    mine = set(launch_nodes)
+    asked = [e for e in pending_evictions(attempt_dir) if e.node in mine]
+    if asked:
+        evicted = {e.node: e.what for e in asked}
+        return Finding(evicted, "eviction requested: " + "; ".join(
+            f"{e.node} by the {e.source} check ({e.reason})" for e in asked),
+            min(e.time for e in asked))
     ranks = read_ranks(attempt_dir)
     hang = _hang(attempt_dir)
     at = _fault_time(ranks, hang)
@@ -119,7 +131,6 @@ def find_culprits(attempt_dir: Path, launch_nodes: Sequence[str],
     if lost:
         return Finding({n: "node-lost" for n in lost},
                        f"Slurm reports {', '.join(lost)} lost (down or gone from the job)", at)
-    mine = set(launch_nodes)
     if hang is not None:
         stalled = [r for r in hang.get("stalled_ranks") or [] if isinstance(r, int)]
         silent = {r for r in hang.get("silent") or [] if isinstance(r, int)}
@@ -177,8 +188,8 @@ def _fault_time(ranks: Mapping[int, RankState], hang: dict[str, Any] | None) -> 
 
 
 def _own_failure(state: RankState) -> bool:
-    return state.exit_code is not None and state.exit_code not in (0, TRAINER_STOPPED,
-                                                                    TRAINER_HUNG)
+    return state.exit_code is not None and state.exit_code not in (
+        0, TRAINER_STOPPED, TRAINER_HUNG, TRAINER_EVICTED)
 
 
 def _vanished(ranks: Mapping[int, RankState], now: float) -> list[RankState]:

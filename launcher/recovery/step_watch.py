@@ -26,6 +26,7 @@ from launcher.errors import UserInputError
 from launcher.job_dir import HANG_FILE, STEP_ERR_FILE
 from launcher.job_exit_codes import (
     TRAINER_BAD_INPUT,
+    TRAINER_EVICTED,
     TRAINER_FAULT_INJECTED,
     TRAINER_HUNG,
     TRAINER_STOPPED,
@@ -80,10 +81,10 @@ def _copy_stderr(source: object, log_path: Path) -> None:
 def killed_status(failed_code: int | None) -> int:
     """The step's status when step-watch had to kill the launcher after a rank failed: the
     rank's own status when it is bad input (2, final) or a recoverable one (hang, injected
-    fault, a signal); else that of a killed task (128 + SIGKILL), since the launcher was
+    fault, eviction, a signal); else that of a killed task (128 + SIGKILL), since the launcher was
     waiting for a rank it could no longer reach."""
     if failed_code is not None and (failed_code in (TRAINER_BAD_INPUT, TRAINER_HUNG,
-                                                    TRAINER_FAULT_INJECTED)
+                                                    TRAINER_FAULT_INJECTED, TRAINER_EVICTED)
                                     or failed_code >= 128):
         return failed_code
     return 128 + signal.SIGKILL

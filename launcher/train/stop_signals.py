@@ -1,19 +1,35 @@
-"""USR1/TERM handling of the trainer: remember the signal, stop at an agreed step boundary.
+"""USR1/TERM handling of the trainer and node evictions: stop at an agreed step boundary.
 
 Slurm sends USR1 ahead of the time limit (``--signal=B:USR1@lead``, forwarded by the batch
 script) or on ``scancel --signal=USR1``, and TERM on cancel/preemption. The handler only
-records the signal (Python runs it between bytecodes, i.e. after the native step returns);
-after every step the ranks agree with one all-reduce (MAX of the signal numbers, so TERM wins
-over USR1) and all of them checkpoint the same step and exit with TRAINER_STOPPED.
+records the signal (Python runs it between bytecodes, i.e. after the native step returns).
+Rank 0 also says whether a node was asked to leave the job (launcher/recovery/evictions.py).
+After every step the ranks agree on both with one all-reduce (element-wise MAX of [signal,
+eviction], so TERM wins over USR1 and any rank's eviction counts): on a signal all of them
+checkpoint the same step and exit TRAINER_STOPPED; on an eviction alone, TRAINER_EVICTED.
 """
 
 from __future__ import annotations
 
 import signal
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
 HANDLED = (signal.SIGUSR1, signal.SIGTERM)
+
+
+@dataclass(frozen=True)
+class Agreed:
+    """What every rank acts on after a step."""
+
+    signum: int = 0
+    """The strongest stop signal any rank received (0: none)."""
+    evict: bool = False
+    """A node must leave the job (checkpoint, then exit TRAINER_EVICTED)."""
+
+    def __bool__(self) -> bool:
+        return bool(self.signum) or self.evict
 
 
 class StopRequest:
@@ -35,11 +51,16 @@ class StopRequest:
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         self.signum = max(self.signum, signum)
 
-    def agreed(self, world: Any) -> int:
-        """Collective: the signal every rank acts on (0: go on)."""
+    def agreed(self, world: Any, evict: bool = False) -> Agreed:
+        """Collective (one all-reduce): the signal and eviction every rank acts on; falsy
+        when training goes on. ``evict``: this rank (rank 0) saw an eviction request."""
+        import numpy as np
         from mpi4py import MPI
 
-        return int(world.allreduce(self.signum, op=MPI.MAX))
+        mine = np.array([self.signum, 1 if evict else 0], dtype=np.int64)
+        out = np.zeros_like(mine)
+        world.Allreduce(mine, out, op=MPI.MAX)
+        return Agreed(int(out[0]), bool(out[1]))
 
 
 def signal_name(signum: int) -> str:

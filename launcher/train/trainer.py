@@ -8,7 +8,9 @@ handed over as a Fortran handle plus the id) -> weights (checkpoint, init file o
 init) -> steps: this replica's slice of the global batch, one native step, metrics (rank 0),
 trace spans, checkpoints.
 Resilience: USR1/TERM stop every rank at the same step boundary after a checkpoint (exit
-TRAINER_STOPPED); a per-rank watchdog aborts a rank that stops making progress; checkpoints
+TRAINER_STOPPED); so does a node asked to leave the job (rank 0 looks for eviction requests
+in the attempt directory after every step, launcher/recovery/evictions.py; exit
+TRAINER_EVICTED); a per-rank watchdog aborts a rank that stops making progress; checkpoints
 are written in the background (launcher/train/checkpoint_writer.py); rank 0 logs start/stop
 events with wall times to events.jsonl (recovery times are measured from them) and watches
 the gathered per-rank compute times for stragglers (launcher/train/straggler_watch.py).
@@ -36,10 +38,11 @@ from launcher.job_dir import (
     TRACE_FILE,
     checkpoint_step_dir,
 )
-from launcher.job_exit_codes import TRAINER_STOPPED
+from launcher.job_exit_codes import TRAINER_EVICTED, TRAINER_STOPPED
 from launcher.job_spec import JobSpec
 from launcher.native import runtime_config as native_switches
 from launcher.native.model_config import GPTConfig
+from launcher.recovery.evictions import pending_evictions
 from launcher.schedules import ScheduleError
 from launcher.train import checkpoint, data, faults, metrics, rank_records, schedule_cache
 from launcher.train.agreement import agree, agreed
@@ -285,6 +288,8 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
     t_begin = float(world.bcast(time.time(), root=0))
     warned_unpinned = False
     slow_node_s = faults.slow_node_delay(node_name())  # test hook: a straggler
+    attempt = os.environ.get(ATTEMPT_DIR_ENV)
+    evictions_at = Path(attempt) if attempt and rank == 0 else None
     try:
         for step in range(start, end):
             faults.maybe_hang(step + 1, rank, world.Get_size())
@@ -328,10 +333,11 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
                     watch.after_step(step + 1, [t["compute_s"] for t in per_rank])
             faults.after_step()
             watchdog.beat(f"after step {step + 1}")
-            signum = stop.agreed(world)
+            evict = evictions_at is not None and bool(pending_evictions(evictions_at))
+            decision = stop.agreed(world, evict)
             interval = spec.checkpoint.interval
             if writer is not None and ((interval and (step + 1) % interval == 0)
-                                       or step + 1 == train.steps or signum):
+                                       or step + 1 == train.steps or decision):
                 watchdog.beat(f"checkpoint {step + 1}")
                 writer.save(step + 1, pipe.chunks)
                 if writer.unpinned is not None and not warned_unpinned:
@@ -340,11 +346,13 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
                                      f"unpinned (slower): {writer.unpinned}\n")
             elif writer is not None:
                 writer.poll(step + 1)
-            if signum and step + 1 < end:
+            if decision and step + 1 < end:
                 watchdog.beat(f"checkpoint {step + 1} (stopping)")
                 if writer is not None:
                     writer.wait()
-                return _stopped(world, opts, signum, step + 1, writer)
+                if decision.signum:
+                    return _stopped(world, opts, decision.signum, step + 1, writer)
+                return _evicted(world, opts, step + 1, writer, evictions_at)
         watchdog.beat("final checkpoint")
         if writer is not None:
             writer.wait()
@@ -393,3 +401,20 @@ def _stopped(world: Any, opts: TrainOptions, signum: int, step: int,
                 raise as_run_failure(err) from None
     world.barrier()
     return TRAINER_STOPPED
+
+
+def _evicted(world: Any, opts: TrainOptions, step: int, writer: CheckpointWriter | None,
+             attempt_dir: Path | None) -> int:
+    """After an agreed eviction: record it (rank 0) and return TRAINER_EVICTED on every rank."""
+    saved = writer is not None and step in writer.completed
+    if world.Get_rank() == 0:
+        asked = pending_evictions(attempt_dir) if attempt_dir is not None else []
+        named = ", ".join(f"{e.node} ({e.source}: {e.reason})" for e in asked[:4]) or "?"
+        where = f"checkpoint step {step}" if saved else "no checkpoint (checkpoint.dir unset)"
+        sys.stderr.write(f"gantry train: eviction of {named}: stopped after step {step}, "
+                         f"{where}\n")
+        metrics.append_jsonl(opts.run_dir / EVENTS_FILE, {
+            "event": "evict", "time": time.time(), "step": step, "checkpointed": saved,
+            "nodes": {e.node: e.what for e in asked}})
+    world.barrier()
+    return TRAINER_EVICTED

@@ -2,8 +2,8 @@
 tensors of synchronous ones (the one from reused staging arrays, the other from fresh copies;
 events.jsonl names each save's bytes and phase times) and overlap up to
 checkpoint.max_lag_steps steps, SIGUSR1 stops every rank at one step after a checkpoint (exit
-75) and the resume is bit-exact, a hung rank is aborted by the watchdog (exit 76), bad hook
-values are one-line errors."""
+75) and the resume is bit-exact, so does an eviction request (exit 78), a hung rank is
+aborted by the watchdog (exit 76), bad hook values are one-line errors."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 from safetensors import safe_open
 
-from launcher.job_exit_codes import TRAINER_HUNG, TRAINER_STOPPED
+from launcher.job_exit_codes import TRAINER_EVICTED, TRAINER_HUNG, TRAINER_STOPPED
+from launcher.recovery.evictions import request_eviction
 from launcher.train.checkpoint import matches
 from tests.integration.pipeline_helpers import MPI_ENV, REPO, gantry_train, read_metrics, write_job
 from tests.native.conftest import build_native
@@ -146,6 +147,42 @@ def test_sigusr1_stops_at_one_step_and_resumes_bit_exact(sync_run: Path, lib: Pa
     assert (tmp_path / "trainer-stop").read_text() == f"USR1 {stop['step']}\n"
     assert (tmp_path / "ckpt" / f"step_{stop['step']:08d}" / "manifest.json").is_file()
     assert [r["step"] for r in read_metrics(tmp_path / "run")][-1] == stop["step"]
+    resumed = gantry_train(job, 2, lib, "--resume", run_dir=tmp_path / "run")
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert _trajectory(tmp_path / "run") == _trajectory(sync_run / "run")
+
+
+def test_an_eviction_stops_at_one_step_and_resumes_bit_exact(sync_run: Path, lib: Path,
+                                                              tmp_path: Path) -> None:
+    job = _job(tmp_path)
+    attempt = tmp_path / "attempt"
+    env = {**os.environ, **MPI_ENV, "PYTHONPATH": str(REPO), "GANTRY_FAULT_STEP_DELAY_S": "0.5",
+           "GANTRY_ATTEMPT_DIR": str(attempt)}
+    cmd = ["mpirun", "--oversubscribe", "-np", "2", sys.executable, "-m", "launcher", "train",
+           str(job), "--lib", str(lib), "--run-dir", str(tmp_path / "run")]
+    proc = subprocess.Popen(cmd, env=env, cwd=REPO, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            path = tmp_path / "run" / "metrics.jsonl"
+            if path.is_file() and len(path.read_text().splitlines()) >= 3:
+                break
+            time.sleep(0.2)
+        assert request_eviction(attempt, "n2", "health", "Xid 79", {"check": "gpu.xid 79"})
+        _out, err = proc.communicate(timeout=180)
+    finally:
+        proc.kill()
+    assert proc.returncode == TRAINER_EVICTED, err[-3000:]
+    events = [json.loads(line) for line in
+              (tmp_path / "run" / "events.jsonl").read_text().splitlines()]
+    evict = next(e for e in events if e["event"] == "evict")
+    assert evict["checkpointed"] and evict["nodes"] == {"n2": "health-gpu.xid-79"}
+    assert f"eviction of n2 (health: Xid 79): stopped after step {evict['step']}" in err
+    assert not (attempt / "trainer-stop").exists()  # not a signal: the script must not requeue
+    assert evict["step"] < 10
+    assert (tmp_path / "ckpt" / f"step_{evict['step']:08d}" / "manifest.json").is_file()
+    assert [r["step"] for r in read_metrics(tmp_path / "run")][-1] == evict["step"]
     resumed = gantry_train(job, 2, lib, "--resume", run_dir=tmp_path / "run")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert _trajectory(tmp_path / "run") == _trajectory(sync_run / "run")

@@ -21,7 +21,7 @@ from launcher import job_dir, job_exit_codes
 from launcher.errors import UserInputError
 from launcher.job_spec import CheckpointSpec, PolicySpec
 from launcher.train import checkpoint, faults, metrics
-from launcher.train.stop_signals import StopRequest, signal_name
+from launcher.train.stop_signals import Agreed, StopRequest, signal_name
 from launcher.train.watchdog import Watchdog
 from launcher.typed_config import FieldError
 
@@ -142,12 +142,14 @@ def test_stop_request_records_the_strongest_signal() -> None:
     stop = StopRequest()
     stop.install()
     try:
-        assert stop.agreed(MPI.COMM_SELF) == 0
+        assert not stop.agreed(MPI.COMM_SELF)
+        assert stop.agreed(MPI.COMM_SELF, evict=True) == Agreed(0, True)
         os.kill(os.getpid(), signal.SIGUSR1)
         assert stop.signum == signal.SIGUSR1
         os.kill(os.getpid(), signal.SIGTERM)
         os.kill(os.getpid(), signal.SIGUSR1)
-        assert stop.agreed(MPI.COMM_SELF) == signal.SIGTERM  # TERM wins over USR1
+        assert stop.agreed(MPI.COMM_SELF).signum == signal.SIGTERM  # TERM wins over USR1
+        assert stop.agreed(MPI.COMM_SELF, evict=True) == Agreed(signal.SIGTERM, True)
     finally:
         stop.uninstall()
     assert signal.getsignal(signal.SIGUSR1) == signal.SIG_DFL
