@@ -12,9 +12,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
+from launcher.errors import GantryError
 from launcher.job_dir import ATTEMPT_DIR_ENV
 from launcher.job_spec import JobSpec
+from launcher.recovery.evictions import request_eviction
 from launcher.train import straggler_log
 from launcher.train.straggler import (
     Finding,
@@ -29,16 +32,18 @@ EVICTION_KIND = "straggler"
 """What an eviction request of the watch says it is for."""
 
 
-def request_swap(attempt_dir: Path, node: str, reason: str) -> str:
-    """Ask recovery to replace ``node``; returns what the record says (``requested``, or why
-    not).
-
-    SEAM(h/monitor): launcher/recovery/evictions.request_eviction(attempt_dir, node,
-    "straggler", reason) is written on that branch with the trainer's check-and-agree hook;
-    until it is merged, a swap is recorded as not available and the rank is only warned of.
-    """
-    del attempt_dir, node, reason
-    return "not available (no eviction path in this build)"
+def request_swap(attempt_dir: Path, node: str, reason: str,
+                 detail: dict[str, Any] | None = None) -> str:
+    """Ask recovery to replace ``node`` (launcher/recovery/evictions.py: the ranks agree on
+    it after this step, checkpoint it and exit TRAINER_EVICTED; `gantry recover` drains the
+    node ``gantry:run:straggler-slow-compute`` and relaunches on a spare); returns what the
+    record says: ``requested``, or why not."""
+    try:
+        request_eviction(attempt_dir, node, EVICTION_KIND, reason,
+                         {"check": "slow-compute", **(detail or {})})
+    except (GantryError, OSError) as err:
+        return f"not requested ({err})"
+    return "requested"  # by this call, or already by another source (the first one stands)
 
 
 @dataclass
@@ -79,7 +84,10 @@ class StragglerWatch:
                 reason = (f"rank {finding.rank} compute {seconds(finding.compute_s)} vs "
                           f"{seconds(finding.reference_s)} ({finding.ratio:.2f}x over "
                           f"{finding.window} steps)")
-                swap = request_swap(self.attempt_dir, node, reason)
+                swap = request_swap(self.attempt_dir, node, reason, {
+                    "rank": finding.rank, "step": finding.step, "ratio": finding.ratio,
+                    "compute_s": finding.compute_s, "reference_s": finding.reference_s,
+                    "window": finding.window, "basis": finding.basis})
                 if swap == "requested":
                     self.swapped.add(node)
         elif not flagged and not any(self.nodes[r] == node for r in self.detector.flagged()):

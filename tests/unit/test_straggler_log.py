@@ -82,7 +82,7 @@ def test_outside_a_job_the_run_dir_holds_the_file(tmp_path: Path,
 def test_a_swap_is_asked_once_per_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[tuple[Path, str, str]] = []
 
-    def request(attempt_dir: Path, node: str, reason: str) -> str:
+    def request(attempt_dir: Path, node: str, reason: str, detail: object = None) -> str:
         asked.append((attempt_dir, node, reason))
         return "requested"
 
@@ -154,3 +154,22 @@ def test_stragglers_reach_the_live_view_once(tmp_path: Path) -> None:
     for event in [*events, *later]:
         state.apply(event)
     assert state.stragglers == [events[0].line]  # the summary lists the ranks found slow
+
+
+def test_swap_requests_the_nodes_eviction(tmp_path: Path,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from launcher.recovery.evictions import pending_evictions
+
+    monkeypatch.setenv(ATTEMPT_DIR_ENV, str(tmp_path))
+    monkeypatch.delenv(JOB_DIR_ENV, raising=False)
+    w = watch(tmp_path, "swap")
+    feed(w, [SLOW] * 5)
+    assert pending_evictions(tmp_path) == []  # not judged yet: warm-up + window
+    w.after_step(6, SLOW)
+    (eviction,) = pending_evictions(tmp_path)
+    assert (eviction.node, eviction.source, eviction.what) == (
+        "n3", "straggler", "straggler-slow-compute")
+    assert eviction.reason == "rank 2 compute 50 ms vs 10 ms (5.00x over 3 steps)"
+    assert eviction.detail["rank"] == 2 and eviction.detail["step"] == 6
+    (record,) = straggler_log.read_stragglers(tmp_path)
+    assert record["swap"] == "requested" and record["action"] == "swap"
