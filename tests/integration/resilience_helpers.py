@@ -118,13 +118,15 @@ def submit(cluster: EmbeddedCluster, cwd: Path, body: dict[str, Any]) -> Job:
     return Job(cluster, cwd, data["job_id"], Path(data["job_dir"]), body["name"])
 
 
-def uninterrupted_run(cluster: EmbeddedCluster, cwd: Path) -> Job:
-    """The test job run without a fault, checked to finish every step in its first attempt
-    (the trajectory every recovered run must equal)."""
-    job = submit(cluster, cwd, job_body("reference"))
+def uninterrupted_run(cluster: EmbeddedCluster, cwd: Path,
+                      body: dict[str, Any] | None = None) -> Job:
+    """The test job (or ``body``, a job without fault hooks) run without a fault, checked to
+    finish every step in its first attempt (the trajectory every recovered run must equal)."""
+    job = submit(cluster, cwd, body or job_body("reference"))
     info = job.wait_done()
+    steps = (body or {}).get("train", {}).get("steps", STEPS)
     assert info["state"] == "COMPLETED" and info["restarts"] == 0, job.log()
-    assert [step for step, _, _ in job.trajectory()] == list(range(1, STEPS + 1))
+    assert [step for step, _, _ in job.trajectory()] == list(range(1, steps + 1))
     return job
 
 
