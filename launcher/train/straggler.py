@@ -226,9 +226,11 @@ class StragglerDetector:
             if len(track.ratios) < self.settings.window:
                 continue
             ratio = statistics.median(track.ratios)
+            if not track.flagged and ratio <= self.settings.threshold:
+                continue  # the common case: one median per rank and step
             excess = statistics.median(track.computes) - statistics.median(track.references)
             limit = self.settings.min_excess_s
-            if not track.flagged and ratio > self.settings.threshold and excess > limit:
+            if not track.flagged and excess > limit:
                 track.flagged = True
                 findings.append(self._finding("flagged", rank, step, ratio, track))
             elif track.flagged and (ratio < self.settings.clear_below or excess < limit / 2):

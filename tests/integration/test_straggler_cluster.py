@@ -45,7 +45,9 @@ def body(name: str, action: str = "warn", slow_node: str | None = None) -> dict[
         "checkpoint": {"dir": "ckpt", "interval": 4, "keep": 2, "async_write": True},
         "resources": {"nodes": 4, "spares": 1, "time_limit": "00:10:00"},
         "policy": {"preflight_level": "off", "max_restarts": 1, "hang_timeout_s": 30,
-                   "straggler_action": action, "straggler_window_steps": WINDOW},
+                   "straggler_action": action, "straggler_window_steps": WINDOW,
+                   # well below the injected delay, well above a loaded host's jitter
+                   "straggler_min_excess_s": DELAY_S / 4},
         "env": {"OMP_NUM_THREADS": "1",
                 **({"GANTRY_FAULT_SLOW_NODE": f"{slow_node}:{DELAY_S}"} if slow_node else {})},
     }
