@@ -22,6 +22,8 @@ Layout (root: --jobs-dir, else $GANTRY_JOBS_DIR, else ./gantry-jobs)::
             metrics.jsonl, metrics.replayed.jsonl, events.jsonl, trace.json   the trainer's
             trainer-stop      the signal the trainer stopped on ("USR1 <step>")
             evictions/<node>.json   a node asked to leave the job (health monitor, straggler)
+            node-health/<node>.jsonl   the run monitor's events on that node
+            monitor-stop, monitor.log   the monitors' stop file and output
         runs/<jobid>-<restart>.<k>/   the k-th relaunch inside that allocation (recovery)
         node_faults.json, recoveries.jsonl   nodes a failed step was pinned on, recoveries
         stragglers.jsonl  ranks found slow and back to pace, every attempt (rank 0 writes it)
@@ -97,6 +99,12 @@ NEXT_NODES_FILE = "next_nodes"
 """The nodes `gantry recover` chose for the relaunch after this attempt."""
 EVICTIONS_DIR = "evictions"
 """Requests that a node leave the job, one file per node (launcher/recovery/evictions.py)."""
+HEALTH_DIR = "node-health"
+"""The run monitor's events, one JSONL per node (launcher/monitor/run.py)."""
+MONITOR_STOP_FILE = "monitor-stop"
+"""Written by the batch script when the step ended: the monitors stop."""
+MONITOR_LOG_FILE = "monitor.log"
+"""The monitors' srun output (their stderr)."""
 
 # In a checkpoint directory.
 CHECKPOINT_MANIFEST_FILE = "manifest.json"

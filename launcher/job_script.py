@@ -22,6 +22,7 @@ from launcher.sbatch_options import option_name
 from launcher.sbatch_render import (
     TEMPLATE_DIR,
     LaunchStep,
+    MonitorStep,
     Placement,
     PreflightStep,
     RecoveryStep,
@@ -168,6 +169,7 @@ def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,
         pythonpath=str(root) if (root := import_root()) is not None else None,
         placement=placement, job_options=job_options, preflight=preflight,
         recovery=recovery_step(request, job_dir, gantry, site_args),
+        monitor=monitor_step(request, gantry, site_args),
         evict_argv=evict_argv(request, job_dir, gantry, site_args),
         launch=launch_step(request, job_dir, gantry, library, rank_order=bool(placement.nodes)),
     )
@@ -187,6 +189,19 @@ def recovery_step(request: JobRequest, job_dir: Path, gantry: Sequence[str],
         recover_argv=(*gantry, "recover", *site_args, "--job-dir", str(job_dir),
                       "--level", level),
     )
+
+
+def monitor_step(request: JobRequest, gantry: Sequence[str],
+                 site_args: Sequence[str]) -> MonitorStep | None:
+    """The run monitor of ``request``: every policy.monitor_interval_s (else the site's
+    preflight.monitor_interval_s) seconds; None when that is 0 or the job runs a command
+    (only gantry's trainer acts on an eviction)."""
+    interval = request.spec.policy.monitor_interval_s
+    if interval is None:
+        interval = request.site.config.preflight.monitor_interval_s
+    if not interval or request.spec.command:
+        return None
+    return MonitorStep(argv=(*gantry, "monitor", *site_args), interval_s=interval)
 
 
 def evict_argv(request: JobRequest, job_dir: Path, gantry: Sequence[str],

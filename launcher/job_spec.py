@@ -297,6 +297,10 @@ class PolicySpec:
     healthy spare is left."""
     max_recoveries: int = 3
     """Relaunches inside one allocation before the job requeues (or stops)."""
+    monitor_interval_s: float | None = None
+    """Seconds between two health samples of the run monitor on each node that runs ranks
+    (docs/monitor.md): a FAIL-grade event checkpoints the job and swaps the node for a spare;
+    0: no monitor; None: the site's preflight.monitor_interval_s (30 s by default)."""
     straggler_action: Literal["warn", "swap", "off"] = "warn"
     """A rank whose compute time stays above straggler_threshold times its reference (the
     median of the ranks running the same stage shape, else the layer split's cost model) over
@@ -323,6 +327,9 @@ class PolicySpec:
         if self.startup_timeout_s < 0:
             raise FieldError("startup_timeout_s",
                              f"{self.startup_timeout_s} is not allowed (expected >= 0 s)")
+        if self.monitor_interval_s is not None and not 0 <= self.monitor_interval_s <= 86400:
+            raise FieldError("monitor_interval_s", f"{self.monitor_interval_s:g} is not allowed "
+                             "(expected seconds 0 .. 86400, 0 = off)")
         if not 0 <= self.max_recoveries <= 1000:
             raise FieldError("max_recoveries",
                              f"{self.max_recoveries} is not allowed (expected 0 .. 1000)")

@@ -135,6 +135,22 @@ class RecoveryStep:
 
 
 @dataclass(frozen=True)
+class MonitorStep:
+    """The run monitor: ``argv`` (`gantry monitor` before --attempt-dir ...) on every node
+    that runs ranks, beside each training step (srun --overlap, one task per node), stopped
+    when the step ends; its own failure never fails the training."""
+
+    argv: tuple[str, ...]
+    interval_s: float
+    """Seconds between two samples (> 0)."""
+
+    @property
+    def interval(self) -> str:
+        """``interval_s`` as the script writes it (``30``, ``0.5``)."""
+        return f"{self.interval_s:g}"
+
+
+@dataclass(frozen=True)
 class LaunchStep:
     """How the ranks are started."""
 
@@ -212,6 +228,8 @@ class ScriptInputs:
     """Health check + gate (None: preflight off)."""
     recovery: RecoveryStep | None = None
     """Recovery inside the allocation (None: a failed step requeues the job)."""
+    monitor: MonitorStep | None = None
+    """The run monitor (None: policy.monitor_interval_s 0, or a command job)."""
     evict_argv: tuple[str, ...] = ()
     """Without recovery in the allocation: `gantry recover` (before --attempt-dir ...), run
     with --no-relaunch after the trainer stopped for an eviction (exit TRAINER_EVICTED), so

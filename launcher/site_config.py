@@ -16,6 +16,7 @@ from typing import Literal
 from launcher.errors import UserInputError, brief
 from launcher.install_paths import data_dir
 from launcher.preflight.thresholds import check_threshold_names
+from launcher.preflight.xid_actions import XidAction, check_xid_actions
 from launcher.typed_config import FieldError, load_dataclass
 from topology import hostlists
 
@@ -273,13 +274,6 @@ class BuildSection:
                                  "like '90a' or '80': letters and digits)")
 
 
-DEFAULT_XID_FAIL_CODES = [
-    48, 62, 63, 64, 74, 79, 92, 94, 95, 109, 119, 120, 123, 136, 140, 143, 154,
-]
-"""Xids that mean the GPU (not the application) is broken: DBE, row-remap events, NVLink,
-fallen off the bus, high SBE rate, contained/uncontained ECC, GSP errors, recovery actions."""
-
-
 @dataclass(frozen=True)
 class PreflightSection:
     """Per-site preflight settings: level, thresholds, what to check, how to drain."""
@@ -297,8 +291,14 @@ class PreflightSection:
     """Directories whose free space is checked (checkpoint, scratch); $VARS are expanded."""
     required_mounts: list[str] = field(default_factory=list)
     """Mount points that must be mounted (e.g. /scratch, /home)."""
-    xid_fail_codes: list[int] = field(default_factory=lambda: list(DEFAULT_XID_FAIL_CODES))
-    """Xids that fail the node; any other Xid in the window warns."""
+    xid_actions: dict[int, XidAction] = field(default_factory=dict)
+    """What an Xid calls for, by code, merged onto gantry's table from NVIDIA's catalogue
+    (launcher/preflight/xid_actions.py; docs/monitor.md lists it): drain or reset (a FAIL:
+    preflight drains the node, the run monitor evicts it), warn, or ignore; a code in
+    neither table warns. Used by preflight's gpu.xid and the run monitor alike."""
+    monitor_interval_s: float = 30.0
+    """Seconds between two samples of the run monitor (`gantry monitor`, one per node that
+    runs ranks, docs/monitor.md) when the job sets no policy.monitor_interval_s; 0: off."""
     state_dir: str | None = None
     """Where drain history and counter baselines live (shared by all nodes on real sites):
     written by its owner (root's Slurm scripts), read by jobs; not used when others may write
@@ -315,6 +315,11 @@ class PreflightSection:
 
     def validate(self) -> None:
         check_threshold_names(self.thresholds)
+        if (problem := check_xid_actions(self.xid_actions)) is not None:
+            raise FieldError("xid_actions", problem)
+        if not 0 <= self.monitor_interval_s <= 86400:
+            raise FieldError("monitor_interval_s", f"{self.monitor_interval_s:g} is not allowed "
+                             "(expected seconds 0 .. 86400, 0 = off)")
         if self.resume_after_passes < 1:
             raise FieldError(
                 "resume_after_passes",

@@ -12,6 +12,7 @@ from launcher.preflight.context import Expectations, NodeFacts, counter_deltas
 from launcher.preflight.facts import GpuFacts
 from launcher.preflight.result import CheckResult, passed, skipped, token
 from launcher.preflight.thresholds import Thresholds
+from launcher.preflight.xid_actions import FAILING, action_of, failing_codes
 
 GpuCheck = Callable[[NodeFacts, Expectations, Thresholds], CheckResult]
 
@@ -206,7 +207,9 @@ def check_row_remap(facts: NodeFacts, exp: Expectations, th: Thresholds) -> Chec
 
 
 def check_xid(facts: NodeFacts, exp: Expectations, th: Thresholds) -> CheckResult:
-    """Xids within the window, de-duplicated per (boot, GPU, code): critical codes fail."""
+    """Xids within the window, de-duplicated per (boot, GPU, code), acted on per code
+    (launcher/preflight/xid_actions.py): drain and reset fail, warn warns, ignore is not
+    reported."""
     cid, log = "gpu.xid", facts.kernel
     if not facts.gpu.gpus and exp.gpus_per_node == 0:
         return skipped(cid, "no GPU on this node or site (nodes.gpus_per_node=0)")
@@ -221,22 +224,24 @@ def check_xid(facts: NodeFacts, exp: Expectations, th: Thresholds) -> CheckResul
             and uptime - ev.uptime_s > th.xid_window_s
         ):
             continue
+        if action_of(exp.xid_actions, ev.code) == "ignore":
+            continue
         seen[(ev.pci, ev.code)] = seen.get((ev.pci, ev.code), 0) + 1
-    expected = f"no Xid in {sorted(exp.xid_fail_codes)} within {th.xid_window_s:g} s"
+    expected = (f"no Xid in {failing_codes(exp.xid_actions)} (preflight.xid_actions: drain, "
+                f"reset) within {th.xid_window_s:g} s")
     evidence = f"dmesg (boot {log.boot_id or '?'})"
     if not seen:
         return passed(cid, "no Xid in window", expected, evidence)
     items = [f"Xid {code} on {pci} (x{n})" for (pci, code), n in sorted(seen.items())]
-    critical = sorted({code for (_, code) in seen if code in exp.xid_fail_codes})
+    critical = sorted({code for (_, code) in seen
+                       if action_of(exp.xid_actions, code) in FAILING})
     if critical:
-        return _fail(
-            cid,
-            items,
-            expected,
-            evidence,
-            "see NVIDIA's Xid catalog; reset/reboot the GPU, RMA if it recurs",
-            f"xid-{critical[0]}",
-        )
+        drain = [c for c in critical if action_of(exp.xid_actions, c) == "drain"]
+        action = ("reboot the node; RMA the GPU if it recurs (see NVIDIA's Xid catalog)"
+                  if drain else "reset the GPU (nvidia-smi -r) or reboot before the next job; "
+                  "RMA if it recurs")
+        return _fail(cid, items, expected, evidence, action,
+                     f"xid-{(drain or critical)[0]}")
     return _fail(
         cid,
         items,

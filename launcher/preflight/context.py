@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from launcher.preflight.facts import DiskFacts, GpuInventory, HostFacts, IbPort, KernelLog
+from launcher.preflight.xid_actions import DEFAULT_XID_ACTIONS, xid_table
 from launcher.site_config import SiteConfig
 
 
@@ -26,8 +28,8 @@ class Expectations:
     """Directories whose free space is checked."""
     required_mounts: tuple[str, ...] = ()
     """Mount points that must exist."""
-    xid_fail_codes: frozenset[int] = frozenset()
-    """Xids that fail the node."""
+    xid_actions: Mapping[int, str] = field(default_factory=lambda: dict(DEFAULT_XID_ACTIONS))
+    """What each Xid calls for (launcher/preflight/xid_actions.py): the site's table."""
 
     @classmethod
     def from_site(cls, site: SiteConfig) -> Expectations:
@@ -40,7 +42,7 @@ class Expectations:
             real_memory_mb=site.nodes.real_memory_mb,
             disk_paths=tuple(pf.disk_paths),
             required_mounts=tuple(pf.required_mounts),
-            xid_fail_codes=frozenset(pf.xid_fail_codes),
+            xid_actions=xid_table(pf.xid_actions),
         )
 
 

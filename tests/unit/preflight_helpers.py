@@ -23,7 +23,8 @@ H200_EXPECT = Expectations(
     cpus=1,
     real_memory_mb=1,
     disk_paths=("/tmp",),
-    xid_fail_codes=frozenset({48, 63, 64, 74, 79, 94, 95}),
+    xid_actions={48: "reset", 63: "reset", 64: "drain", 74: "reset", 79: "drain", 94: "reset",
+                 95: "reset"},
 )
 
 

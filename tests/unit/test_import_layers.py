@@ -31,7 +31,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("schedules, data", ("launcher/schedules/", "launcher/data/")),
     ("site config", (
         "launcher/site_config.py", "launcher/site_topology.py",
-        "launcher/preflight/thresholds.py",
+        "launcher/preflight/thresholds.py", "launcher/preflight/xid_actions.py",
     )),
     ("slurm, plugins", ("launcher/slurm/", "launcher/plugins/")),
     ("preflight, native", (
@@ -45,8 +45,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "launcher/sbatch_options.py", "launcher/slurm_time.py", "launcher/torch_env.py",
         "launcher/preflight/gate.py", "launcher/preflight/gate_plan.py",
     )),
-    ("train, recovery, report", (
-        "launcher/train/", "launcher/recovery/", "launcher/report/",
+    ("train, recovery, monitor, report", (
+        "launcher/train/", "launcher/recovery/", "launcher/monitor/", "launcher/report/",
     )),
     ("live, site check", ("launcher/live/", "launcher/site_check/")),
     ("demo", ("launcher/demo/",)),

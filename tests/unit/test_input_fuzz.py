@@ -56,7 +56,7 @@ BASE_SITE: dict[str, Any] = {
                 "preflight_env": {"GANTRY_X": "1"}},
 }
 BASE_SITE["preflight"] = {**BASE_SITE["preflight"], "thresholds": {}, "disk_paths": ["/tmp"],
-                          "xid_fail_codes": [48, 79], "max_drain_fraction": 0.25}
+                          "xid_actions": {48: "reset", 79: "drain"}, "max_drain_fraction": 0.25}
 BASE_SITE["slurm"] = {**BASE_SITE["slurm"], "sbatch_options": ["--exclusive"]}
 
 BASE_TOPOLOGY_YAML: list[Any] = [

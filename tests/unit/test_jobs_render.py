@@ -16,6 +16,7 @@ import pytest
 from launcher.errors import UserInputError
 from launcher.sbatch_render import (
     LaunchStep,
+    MonitorStep,
     Placement,
     PreflightStep,
     RecoveryStep,
@@ -45,6 +46,8 @@ def base_inputs(**changes: object) -> ScriptInputs:
                                             "/opt/gantry/site_configs/local.yaml", "--job-dir",
                                             "/scratch/gantry-jobs/gpt2-tiny-pp2-dp2-x",
                                             "--level", "quick")),
+        monitor=MonitorStep(argv=("gantry", "monitor", "--site",
+                                  "/opt/gantry/site_configs/local.yaml"), interval_s=30.0),
         launch=LaunchStep(launcher="srun", srun_mpi="pmix",
                           argv=("gantry", "train", "/scratch/gantry-jobs/x/spec.yaml",
                                 "--site", "/opt/gantry/site_configs/local.yaml")),
@@ -56,7 +59,9 @@ VARIANTS: dict[str, ScriptInputs] = {
     "srun-preflight-spare": base_inputs(),
     "mpirun-no-preflight": base_inputs(
         preflight=None, recovery=None, spares=0, requeue=False, nodes=2, ranks_per_node=2,
-        layout="pp 2 x dp 2 = 4 ranks on 2 nodes x 2 ranks",
+        layout="pp 2 x dp 2 = 4 ranks on 2 nodes x 2 ranks", monitor=None,
+        evict_argv=("gantry", "recover", "--job-dir", "/scratch/gantry-jobs/x", "--level",
+                    "off"),
         launch=LaunchStep(launcher="mpirun", argv=("python3", "-u", "train.py", "--lr=3e-4"))),
     "gpu-container-placement": base_inputs(
         job_name="llm-350m", nodes=2, spares=0, ranks_per_node=8, gpus_per_node=8,

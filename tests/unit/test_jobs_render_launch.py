@@ -33,7 +33,7 @@ def command_inputs(mode: str, launcher: str = "srun", nodes: int = 4,
                                python="/opt/venv/bin/python")
     launch = LaunchStep(launcher=launcher, argv=argv, tasks_per_node=tasks,  # type: ignore[arg-type]
                         rendezvous_argv=(*GANTRY, "torch-env", "--free-port"))
-    return base_inputs(job_name="ddp", nodes=nodes, ranks_per_node=ranks_per_node,
+    return base_inputs(job_name="ddp", monitor=None, nodes=nodes, ranks_per_node=ranks_per_node,
                        gpus_per_node=ranks_per_node if ranks_per_node > 1 else 0,
                        layout=f"{nodes * ranks_per_node} ranks ({mode}) on {nodes} nodes x "
                               f"{ranks_per_node} rank (+1 spare)", launch=launch)

@@ -1,0 +1,1 @@
+"""The run monitor: node health sampled while the job trains (docs/monitor.md)."""

@@ -1,0 +1,158 @@
+"""The monitor's loop on one node: sample, compare, write events, ask for an eviction on FAIL.
+
+``gantry monitor`` runs this once per node that runs ranks, beside the training step. Every
+``interval_s`` it takes a sample (launcher/monitor/sample.py) and writes each new finding
+(a new key, or a new observation of one) as a line of ``<attempt dir>/node-health/<node>.jsonl``
+(``{"time", "node", "check", "grade", "observed", "expected"}``; one writer per file, so
+writers on several nodes never append to one file); a ``start`` line (grade INFO) says what
+it watches. A FAIL asks that the node leave the job (launcher/recovery/evictions.py): the
+trainer then checkpoints the step and stops, and ``gantry recover`` swaps the node for a
+spare. It stops on TERM/INT, when ``<attempt dir>/monitor-stop`` appears, or after
+``max_samples``; nothing it meets (an unreadable tool, a full disk) is allowed to stop the
+training: it reports on stderr and goes on, or ends quietly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from launcher.atomic_write import WriteError
+from launcher.job_dir import HEALTH_DIR, MONITOR_STOP_FILE
+from launcher.monitor.sample import Finding, Sample, compare, describe, take_sample
+from launcher.preflight.thresholds import Thresholds
+from launcher.recovery.evictions import request_eviction
+
+POLL_S = 0.1
+"""How often the stop file and signals are looked at between samples."""
+
+
+@dataclass(frozen=True)
+class MonitorOptions:
+    """What one node's monitor needs."""
+
+    attempt_dir: Path
+    node: str
+    interval_s: float
+    xid_table: Mapping[int, str]
+    thresholds: Thresholds
+    gpus: bool
+    """Sample the GPUs and the kernel log (launcher/monitor/sample.py: gpus_watched)."""
+    evict: bool = True
+    """Ask for an eviction on FAIL."""
+    max_samples: int | None = None
+
+
+def health_file(attempt_dir: Path, node: str) -> Path:
+    return attempt_dir / HEALTH_DIR / f"{node}.jsonl"
+
+
+def _append(path: Path, record: dict[str, Any]) -> None:
+    line = (json.dumps(record, sort_keys=True, default=str) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    try:
+        os.write(fd, line)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def read_health_events(attempt_dir: Path) -> list[dict[str, Any]]:
+    """Every node's events of the attempt, by time; torn or foreign lines skipped."""
+    directory = attempt_dir / HEALTH_DIR
+    try:
+        paths = sorted(p for p in directory.iterdir() if p.suffix == ".jsonl")
+    except OSError:
+        return []
+    events = []
+    for path in paths:
+        try:
+            text = path.read_text(encoding="utf-8", errors="replace")[: 16 << 20]
+        except OSError:
+            continue
+        for line in text.splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and isinstance(record.get("time"), int | float):
+                events.append(record)
+    return sorted(events, key=lambda e: (e["time"], str(e.get("node"))))
+
+
+class _Writer:
+    """Writes the node's events; a failed write is reported once on stderr, never raised."""
+
+    def __init__(self, opts: MonitorOptions) -> None:
+        self.opts = opts
+        self.path = health_file(opts.attempt_dir, opts.node)
+        self.broken = False
+
+    def event(self, check: str, grade: str, observed: str, expected: str,
+              **extra: Any) -> None:
+        record = {"time": time.time(), "node": self.opts.node, "check": check,
+                  "grade": grade, "observed": observed, "expected": expected, **extra}
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _append(self.path, record)
+        except OSError as err:
+            if not self.broken:
+                sys.stderr.write(f"gantry monitor: {self.opts.node}: cannot write "
+                                 f"{self.path} ({err.strerror})\n")
+            self.broken = True
+
+
+def _evict(opts: MonitorOptions, finding: Finding) -> None:
+    try:
+        request_eviction(opts.attempt_dir, opts.node, "health",
+                         f"{finding.check}: {finding.observed}",
+                         {"check": finding.check, "grade": finding.grade,
+                          "observed": finding.observed, "expected": finding.expected},
+                         what=f"health-{finding.word}"[:48])
+    except (OSError, WriteError) as err:
+        sys.stderr.write(f"gantry monitor: {opts.node}: cannot ask for an eviction ({err})\n")
+
+
+def run_monitor(opts: MonitorOptions, stop: threading.Event,
+                sample: Callable[[float], Sample] | None = None) -> int:
+    """The loop (see the module docstring); returns the number of FAIL findings."""
+    take = sample or (lambda now: take_sample(now, opts.gpus, opts.thresholds.tool_timeout_s))
+    writer = _Writer(opts)
+    stop_file = opts.attempt_dir / MONITOR_STOP_FILE
+    first = take(time.time())
+    writer.event("monitor", "INFO", describe(first),
+                 f"a sample every {opts.interval_s:g} s", event="start", pid=os.getpid())
+    previous = first
+    reported: dict[str, str] = {}
+    fails = 0
+    samples = 1
+    while opts.max_samples is None or samples < opts.max_samples:
+        deadline = time.monotonic() + opts.interval_s
+        while time.monotonic() < deadline and not stop.is_set() and not stop_file.exists():
+            stop.wait(min(POLL_S, max(0.0, deadline - time.monotonic())))
+        if stop.is_set() or stop_file.exists():
+            break
+        now = take(time.time())
+        samples += 1
+        for finding in compare(first, previous, now, opts.xid_table, opts.thresholds):
+            if reported.get(finding.key) == finding.observed:
+                continue
+            reported[finding.key] = finding.observed
+            writer.event(finding.check, finding.grade, finding.observed, finding.expected)
+            if finding.grade == "FAIL":
+                fails += 1
+                if opts.evict:
+                    _evict(opts, finding)
+        previous = now
+    with contextlib.suppress(OSError):
+        writer.event("monitor", "INFO", f"{samples} samples, {fails} FAIL findings",
+                     "stopped with the step", event="stop")
+    return fails
