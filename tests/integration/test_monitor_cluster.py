@@ -175,3 +175,31 @@ def test_a_fault_seen_mid_run_swaps_the_node(cluster: EmbeddedCluster, reference
     later = (job.job_dir / "runs" / f"{job.job_id}-0.1" / "launch_nodes").read_text().split(",")
     assert sorted(n.strip() for n in later) == sorted([launch[0], spares[1]]), later
     assert "recovery 1 of 3 in this allocation" in log, log
+
+
+def test_without_recovery_in_the_allocation_the_job_requeues_without_the_node(
+        cluster: EmbeddedCluster, reference: Trajectory, tmp_path: Path) -> None:
+    nodes = [f"n{i}" for i in range(1, 9)]
+    body = job_body("monitor-requeue", env=fault_tools(tmp_path, nodes),
+                    recover_in_allocation=False)
+    body["policy"]["monitor_interval_s"] = INTERVAL_S
+    job = submit(cluster, tmp_path, body)
+    first = f"{job.job_id}-0"
+    wait_for(lambda: (job.job_dir / "runs" / first / "launch_nodes").is_file(),
+             "the launch nodes", 120, job.log)
+    victim = job.launch_nodes(0)[1]
+    wait_for(lambda: len({e["node"] for e in health_events(job, first)
+                          if e.get("event") == "start"}) == 2,
+             "a monitor on every launch node", 120, job.log)
+    job.wait_step(1)
+    xid79(tmp_path, victim)
+
+    info = job.wait_done()
+    log = job.log()
+    assert (info["state"], info["restarts"]) == ("COMPLETED", 1), log
+    assert job.trajectory() == reference, log
+    assert "requeued by gantry recover without the evicted node" in log, log
+    [line] = [json.loads(x) for x in (job.job_dir / "recoveries.jsonl").read_text().splitlines()]
+    assert (line["decision"], line["culprits"]) == ("requeue", {victim: "health-xid-79"}), line
+    assert victim not in job.launch_nodes(1)
+    assert reasons(cluster).get(victim) == "gantry:run:health-xid-79"
