@@ -211,7 +211,7 @@ def evict_argv(request: JobRequest, job_dir: Path, gantry: Sequence[str],
     when the recovery step handles evictions or the job runs a command."""
     if request.spec.policy.recover_in_allocation or request.spec.command:
         return ()
-    return (*gantry, "recover", *site_args, "--job-dir", str(job_dir), "--level", "off")
+    return (*gantry, "recover", *site_args, "--job-dir", str(job_dir))  # --no-relaunch: no spare
 
 
 def template_location(request: JobRequest) -> tuple[str, Path]:

@@ -3,7 +3,8 @@
 ``gantry monitor`` runs this once per node that runs ranks, beside the training step. Every
 ``interval_s`` it takes a sample (launcher/monitor/sample.py) and writes each new finding
 (a new key, or a new observation of one) as a line of ``<attempt dir>/node-health/<node>.jsonl``
-(``{"time", "node", "check", "grade", "observed", "expected"}``; one writer per file, so
+(``{"time", "node", "check", "grade", "observed", "expected", "sampled_at", "previous_at"}``:
+when the sample that saw it began, and the sample before it; one writer per file, so
 writers on several nodes never append to one file); a ``start`` line (grade INFO) says what
 it watches. A FAIL asks that the node leave the job (launcher/recovery/evictions.py): the
 trainer then checkpoints the step and stops, and ``gantry recover`` swaps the node for a
@@ -146,7 +147,8 @@ def run_monitor(opts: MonitorOptions, stop: threading.Event,
             if reported.get(finding.key) == finding.observed:
                 continue
             reported[finding.key] = finding.observed
-            writer.event(finding.check, finding.grade, finding.observed, finding.expected)
+            writer.event(finding.check, finding.grade, finding.observed, finding.expected,
+                         sampled_at=now.time, previous_at=previous.time)
             if finding.grade == "FAIL":
                 fails += 1
                 if opts.evict:

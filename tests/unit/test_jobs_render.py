@@ -60,8 +60,7 @@ VARIANTS: dict[str, ScriptInputs] = {
     "mpirun-no-preflight": base_inputs(
         preflight=None, recovery=None, spares=0, requeue=False, nodes=2, ranks_per_node=2,
         layout="pp 2 x dp 2 = 4 ranks on 2 nodes x 2 ranks", monitor=None,
-        evict_argv=("gantry", "recover", "--job-dir", "/scratch/gantry-jobs/x", "--level",
-                    "off"),
+        evict_argv=("gantry", "recover", "--job-dir", "/scratch/gantry-jobs/x"),
         launch=LaunchStep(launcher="mpirun", argv=("python3", "-u", "train.py", "--lr=3e-4"))),
     "gpu-container-placement": base_inputs(
         job_name="llm-350m", nodes=2, spares=0, ranks_per_node=8, gpus_per_node=8,
