@@ -21,6 +21,7 @@ Layout (root: --jobs-dir, else $GANTRY_JOBS_DIR, else ./gantry-jobs)::
             launch_nodes      the nodes the step was launched on
             metrics.jsonl, metrics.replayed.jsonl, events.jsonl, trace.json   the trainer's
             trainer-stop      the signal the trainer stopped on ("USR1 <step>")
+            torchrun_logs/    a torchrun job's worker output, per node and local rank
         runs/<jobid>-<restart>.<k>/   the k-th relaunch inside that allocation (recovery)
         node_faults.json, recoveries.jsonl   nodes a failed step was pinned on, recoveries
     <root>/by-id/<jobid> -> ../<dir>   lookup by Slurm job id
@@ -90,6 +91,9 @@ RECOVERY_FILE = "recovery.json"
 """What `gantry recover` found and did after this attempt's step failed."""
 NEXT_NODES_FILE = "next_nodes"
 """The nodes `gantry recover` chose for the relaunch after this attempt."""
+TORCHRUN_LOGS_DIR = "torchrun_logs"
+"""A torchrun job's per-worker output files (torchrun's --log-dir: <run id>_<random>/attempt_0/
+<local rank>/stdout.log, stderr.log)."""
 
 # In a checkpoint directory.
 CHECKPOINT_MANIFEST_FILE = "manifest.json"
