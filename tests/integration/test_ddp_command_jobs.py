@@ -197,6 +197,9 @@ def test_per_rank_under_mpirun_two_ranks_a_node(embedded_cluster: EmbeddedCluste
             assert re.fullmatch(rf"rank {rank}/4 local {local} on \S+ node {node} .*",
                                 lines[0]), (rank, lines)
             assert len(lines) == (STEPS + 2 if rank == 0 else 1), lines
+        followed = gantry(cluster, tmp_path, "logs", job_id, "-f", "--rank", "3", timeout=60)
+        assert followed.returncode == 0, followed.stderr
+        assert followed.stdout.splitlines() == rank_lines(cluster, tmp_path, job_id, 3)
         assert losses(out) == reference
     finally:
         cluster.cancel_all()
