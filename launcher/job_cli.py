@@ -25,6 +25,7 @@ from launcher.job_placement import site_client
 from launcher.job_request import CliOverrides
 from launcher.site_config import load_site
 from launcher.slurm import JobInfo, SlurmClient, make_client
+from launcher.step_labels import RankFilter
 
 
 def add_jobs_dir_arg(parser: argparse.ArgumentParser) -> None:
@@ -115,26 +116,30 @@ def resolve_job(args: argparse.Namespace) -> tuple[Path, JobDir]:
 
 def follow_log(job_dir: JobDir, job_id: str, client: SlurmClient, out: IO[str] = sys.stdout,
                stream: str = "out", poll_s: float = 0.5, state_every_s: float = 2.0,
-               from_start: bool = True) -> JobInfo | None:
-    """Copy the job's log to ``out`` as it grows until the job ends; return its last state."""
+               from_start: bool = True, keep: RankFilter | None = None) -> JobInfo | None:
+    """Copy the job's log to ``out`` as it grows until the job ends; return its last state.
+    ``keep``: only one rank's lines (launcher/step_labels.py), the rest at the end."""
     path = job_dir.log_file(job_id, stream)
     offset = 0 if from_start else (path.stat().st_size if path.exists() else 0)
     last_check = 0.0
     info: JobInfo | None = None
     while True:
-        offset = _copy_new(path, offset, out)
+        offset = _copy_new(path, offset, out, keep)
         now = time.monotonic()
         if now - last_check >= state_every_s:
             last_check = now
             info = client.job_states([job_id]).get(job_id)
             if info is None or info.terminal:
                 time.sleep(poll_s)  # the last lines may land just after the state changes
-                _copy_new(path, offset, out)
+                _copy_new(path, offset, out, keep)
+                if keep is not None:
+                    out.write(keep.finish())
+                    out.flush()
                 return info
         time.sleep(poll_s)
 
 
-def _copy_new(path: Path, offset: int, out: IO[str]) -> int:
+def _copy_new(path: Path, offset: int, out: IO[str], keep: RankFilter | None = None) -> int:
     try:
         with path.open("rb") as handle:
             handle.seek(offset)
@@ -142,7 +147,8 @@ def _copy_new(path: Path, offset: int, out: IO[str]) -> int:
     except FileNotFoundError:
         return offset
     if chunk:
-        out.write(chunk.decode("utf-8", errors="replace"))
+        text = chunk.decode("utf-8", errors="replace")
+        out.write(text if keep is None else keep.feed(text))
         out.flush()
     return offset + len(chunk)
 

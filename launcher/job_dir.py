@@ -24,6 +24,7 @@ Layout (root: --jobs-dir, else $GANTRY_JOBS_DIR, else ./gantry-jobs)::
             evictions/<node>.json   a node asked to leave the job (health monitor, straggler)
             node-health/<node>.jsonl   the run monitor's events on that node
             monitor-stop, monitor.log   the monitors' stop file and output
+            torchrun_logs/    a torchrun job's worker output, per node and local rank
         runs/<jobid>-<restart>.<k>/   the k-th relaunch inside that allocation (recovery)
         node_faults.json, recoveries.jsonl   nodes a failed step was pinned on, recoveries
         stragglers.jsonl  ranks found slow and back to pace, every attempt (rank 0 writes it)
@@ -105,6 +106,9 @@ MONITOR_STOP_FILE = "monitor-stop"
 """Written by the batch script when the step ended: the monitors stop."""
 MONITOR_LOG_FILE = "monitor.log"
 """The monitors' srun output (their stderr)."""
+TORCHRUN_LOGS_DIR = "torchrun_logs"
+"""A torchrun job's per-worker output files (torchrun's --log-dir: <run id>_<random>/attempt_0/
+<local rank>/stdout.log, stderr.log)."""
 
 # In a checkpoint directory.
 CHECKPOINT_MANIFEST_FILE = "manifest.json"

@@ -15,7 +15,14 @@ from pathlib import Path
 import launcher
 from launcher.errors import UserInputError
 from launcher.install_paths import import_root
-from launcher.job_dir import PLACEMENT_FILE, RANK_ORDER_FILE, RUNS_DIR, SPEC_FILE
+from launcher.job_dir import (
+    ATTEMPT_DIR_ENV,
+    PLACEMENT_FILE,
+    RANK_ORDER_FILE,
+    RUNS_DIR,
+    SPEC_FILE,
+    TORCHRUN_LOGS_DIR,
+)
 from launcher.job_request import JobRequest, spec_source
 from launcher.job_spec import LaunchMode
 from launcher.sbatch_options import option_name
@@ -31,6 +38,7 @@ from launcher.sbatch_render import (
     env_pairs,
     render_script,
 )
+from launcher.step_labels import TORCHRUN_PREFIX_ENV, TORCHRUN_PREFIX_TEMPLATE
 
 #: gantry subcommand (after the gantry argv) that checks one node and prints a JSON line.
 PREFLIGHT_CHECK: tuple[str, ...] = ("preflight", "--json")
@@ -99,15 +107,20 @@ def command_argv(mode: LaunchMode, command: Sequence[str], gantry: Sequence[str]
     --nproc-per-node G``, a c10d rendezvous at ``$MASTER_ADDR:$MASTER_PORT`` with the job
     id as its id, no agent restarts (gantry's recovery and requeue relaunch the step), and
     ``--no-python ARGV`` (the command is a program, as in per-rank mode). The agent runs on
-    ``python``: the interpreter that submitted the job, which needs torch.
+    ``python``: the interpreter that submitted the job, which needs torch; unbuffered
+    (``-u``), it tees each worker's lines (``--tee=3``: stdout and stderr) as they come, each
+    with the worker's global rank before it (launcher/step_labels.py), and keeps them per
+    rank under ``$GANTRY_ATTEMPT_DIR/torchrun_logs`` (torchrun's ``--log-dir``).
     """
     if mode == "per-rank":
         return (*gantry, "torch-env", Shell('--nodes="$launch_nodes"'),
                 f"--ranks-per-node={ranks_per_node}", "--", *command), None
-    agent = (python or sys.executable, *TORCHRUN_MODULE, f"--nnodes={nodes}",
+    agent = ("env", f"{TORCHRUN_PREFIX_ENV}={TORCHRUN_PREFIX_TEMPLATE}",
+             python or sys.executable, "-u", *TORCHRUN_MODULE, f"--nnodes={nodes}",
              f"--nproc-per-node={ranks_per_node}", "--rdzv-backend=c10d",
              Shell('--rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT"'),
-             Shell('--rdzv-id="$SLURM_JOB_ID"'), "--max-restarts=0", "--no-python")
+             Shell('--rdzv-id="$SLURM_JOB_ID"'), "--max-restarts=0", "--tee=3",
+             Shell(f'--log-dir="${ATTEMPT_DIR_ENV}/{TORCHRUN_LOGS_DIR}"'), "--no-python")
     return (*agent, *command), 1
 
 

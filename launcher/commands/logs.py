@@ -1,4 +1,5 @@
-"""`gantry logs JOB [-f]`: print a job's Slurm output (or error) file; follow it to the end."""
+"""`gantry logs JOB [-f] [--err] [--rank N]`: print a job's Slurm output (or error) file, all
+of it (the ranks' labels kept) or one rank's lines (labels removed); follow it to the end."""
 
 from __future__ import annotations
 
@@ -6,38 +7,59 @@ import argparse
 import sys
 from typing import Any
 
-from launcher.errors import GantryError
+from launcher.errors import GantryError, UserInputError
 from launcher.job_cli import add_jobs_dir_arg, client_for_job, follow_log, resolve_job
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser("logs", help="print a job's output",
                                    description="Print the job's Slurm output file (all attempts, "
-                                               "appended across requeues).")
+                                               "appended across requeues). Each line a rank "
+                                               "printed carries its rank's label (srun's "
+                                               "`R: `, Open MPI's `[J,R]<stdout>:`, "
+                                               "torchrun's `[torchrun:R] `).")
     parser.add_argument("job_ref", metavar="JOB", help="job id, directory or name")
     add_jobs_dir_arg(parser)
     parser.add_argument("-f", "--follow", action="store_true",
                         help="keep printing as the log grows until the job ends")
     parser.add_argument("--err", action="store_true", help="the error file instead of output")
+    parser.add_argument("--rank", metavar="N", default=None,
+                        help="only the lines rank N printed, without their labels (N: the "
+                             "rank the program sees, RANK of a command job)")
     parser.set_defaults(func=run)
 
 
+def parse_rank(value: str | None) -> int | None:
+    """--rank's value: a rank number, or None when not given."""
+    if value is None:
+        return None
+    if not (value.isascii() and value.isdigit()) or len(value) > 7:
+        raise UserInputError(f"--rank {value!r} is not allowed (expected a rank number: 0, "
+                             "1, ...)")
+    return int(value)
+
+
 def run(args: argparse.Namespace) -> int:
+    from launcher.live.job_log import log_chunks, rank_filter
+
+    rank = parse_rank(args.rank)
     _root, job_dir = resolve_job(args)
     job_id = job_dir.job_id
     if job_id is None:
         raise GantryError(f"{job_dir.path}: the job was never submitted (no job id)")
     stream = "err" if args.err else "out"
     if args.follow:
-        info = follow_log(job_dir, job_id, client_for_job(job_dir), stream=stream)
+        keep = rank_filter(job_dir, rank) if rank is not None else None
+        info = follow_log(job_dir, job_id, client_for_job(job_dir), stream=stream,
+                          keep=keep)
         if info is not None:
             job_dir.update_meta(last_state=info.to_json())
         return 0
     path = job_dir.log_file(job_id, stream)
+    chunks = log_chunks(job_dir, job_id, stream, rank)  # checks --rank first
     if not path.exists():
         sys.stderr.write(f"no output yet ({path} does not exist; the job may be pending)\n")
         return 0
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 16), b""):
-            sys.stdout.write(chunk.decode("utf-8", errors="replace"))
+    for text in chunks:
+        sys.stdout.write(text)
     return 0

@@ -38,6 +38,7 @@ from launcher.job_placement import (
     slurm_conf_problem,
 )
 from launcher.job_request import JobRequest, resolve_request
+from launcher.step_labels import scheme_for
 
 if TYPE_CHECKING:  # the renderer (jinja2) and the live view load when a job is submitted
     from launcher.sbatch_render import Placement
@@ -82,6 +83,8 @@ def request_record(request: JobRequest, placement: Placement,
         "placement": dataclasses.asdict(placement),
         "native_library": None if library is None else str(library),
         "checkpoint_dir": checkpoint_dir(request),
+        "rank_labels": scheme_for(request.site.config.mpi.launcher,
+                                  bool(request.spec.command) and request.spec.launch == "torchrun"),
     }
 
 

@@ -41,15 +41,18 @@ from launcher.report.run_data import StepRecord
 from launcher.site_config import load_site
 from launcher.site_topology import site_topology
 from launcher.slurm import JobInfo, NodeInfo, SlurmClient
+from launcher.step_labels import strip_label
 from topology.model import Topology
 
 _STATUS_STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "MISSING": "red"}
 
 
 def _is_trainer_step_line(line: str) -> bool:
-    """`step N/M loss ...` lines of gantry's trainer (rank 0): the view shows its own step
-    lines from the metrics instead (a command job's lines are shown as they are)."""
-    return line.startswith("step ") and " loss " in line
+    """`step N/M loss ...` lines of gantry's trainer (rank 0, after its rank label): the view
+    shows its own step lines from the metrics instead (a command job's lines are shown as
+    they are)."""
+    text = strip_label(line)
+    return text.startswith("step ") and " loss " in text
 
 
 def format_eta(seconds: float | None) -> str:

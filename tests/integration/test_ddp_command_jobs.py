@@ -6,7 +6,8 @@ the node wins). The gate drains that node and the spare takes its place; the fir
 gate kept hosts rank 0, MASTER_ADDR and the rendezvous; the script trains on gloo. Its loss
 trajectory must equal the same script under a local ``torchrun --standalone`` with the same
 seed and world size, exactly: rank R trains on slice R of each step's global batch, in every
-mode.
+mode. `gantry logs JOB --rank R` shows exactly the lines rank R printed (its RANK), in every
+mode and under mpirun.
 """
 
 from __future__ import annotations
@@ -67,6 +68,13 @@ def gantry(cluster: EmbeddedCluster, cwd: Path, *args: str,
                           text=True, cwd=cwd, env=env, timeout=timeout, check=False)
 
 
+def rank_lines(cluster: EmbeddedCluster, cwd: Path, job_id: str, rank: int) -> list[str]:
+    """`gantry logs JOB --rank N`: the lines rank N printed (labels removed)."""
+    shown = gantry(cluster, cwd, "logs", job_id, "--rank", str(rank), timeout=60)
+    assert shown.returncode == 0 and shown.stderr == "", shown.stderr
+    return shown.stdout.splitlines()
+
+
 def write_job(tmp_path: Path, mode: str, sysfs: Path) -> tuple[Path, Path]:
     out = tmp_path / "losses.jsonl"
     body: dict[str, Any] = {
@@ -113,14 +121,27 @@ def test_ddp_trains_on_the_spare_like_torchrun_standalone(
         log = (job_dir / "logs" / f"slurm-{job_id}.out").read_text()
         assert "rendezvous MASTER_ADDR=localhost MASTER_PORT=" in log
         assert f"(node {kept[0]})" in log
-        if mode == "per-rank":  # the script prints each rank's node
-            for rank, node in enumerate(kept):
-                assert f"rank {rank}/{WORLD} local 0 on" in log
-                assert any(line.startswith(f"rank {rank}/") and f"node {node} " in line
-                           for line in log.splitlines()), (rank, node, log)
-        else:  # torchrun's c10d rendezvous numbers the ranks itself
-            assert sorted(line.split("node ")[1].split()[0] for line in log.splitlines()
-                          if line.startswith("rank ")) == sorted(kept)
+        # Every rank's lines carry its label: srun's task number (= RANK in per-rank mode),
+        # under torchrun the agent's (node's) task number and the worker's global rank.
+        own = {rank: rank_lines(cluster, tmp_path, job_id, rank) for rank in range(WORLD)}
+        nodes = []
+        for rank, lines in own.items():
+            assert lines, (rank, log[-3000:])
+            node = re.fullmatch(rf"rank {rank}/{WORLD} local 0 on \S+ node (\S+) .*",
+                                lines[0])
+            assert node is not None, (rank, lines)  # the line this rank printed, first
+            nodes.append(node.group(1))
+            assert not any(line.startswith("rank ") for line in lines[1:]), lines
+            last_step = any(line.startswith(f"step {STEPS}/{STEPS} loss ") for line in lines)
+            assert last_step == (rank == 0), lines
+            assert len(lines) == (STEPS + 2 if rank == 0 else 1), lines
+            if mode == "per-rank":  # RANK follows the launch nodes, as srun numbers tasks
+                assert node.group(1) == kept[rank]
+                assert f"\n{rank}: {lines[0]}\n" in log
+            else:  # torchrun's c10d rendezvous numbers the ranks itself
+                task = kept.index(node.group(1))
+                assert f"\n{task}: [torchrun:{rank}] {lines[0]}\n" in log
+        assert sorted(nodes) == sorted(kept)
         states = {n.name: n for n in client.node_states([broken])}
         assert states[broken].reason is not None
         assert states[broken].reason.startswith("gantry:net.ib_ports:")
@@ -168,11 +189,17 @@ def test_per_rank_under_mpirun_two_ranks_a_node(embedded_cluster: EmbeddedCluste
         job_dir = Path(result.stdout.split(": ", 1)[1].splitlines()[0])
         first, second = (job_dir / "runs" / f"{job_id}-0" / "launch_nodes").read_text() \
             .strip().split(",")
-        # mpirun forwards the ranks' lines, not always one per line: find them anywhere.
-        found = sorted(re.findall(r"rank (\d+)/4 local (\d+) on \S+ node (\S+)",
-                                  result.stdout))
-        assert found == [("0", "0", first), ("1", "1", first), ("2", "0", second),
-                         ("3", "1", second)], result.stdout
+        # Open MPI tags each piece a rank wrote ([1,R]<stdout>:); `logs --rank` joins a
+        # rank's pieces back into its lines.
+        where = {0: ("0", first), 1: ("1", first), 2: ("0", second), 3: ("1", second)}
+        for rank, (local, node) in where.items():
+            lines = rank_lines(cluster, tmp_path, job_id, rank)
+            assert re.fullmatch(rf"rank {rank}/4 local {local} on \S+ node {node} .*",
+                                lines[0]), (rank, lines)
+            assert len(lines) == (STEPS + 2 if rank == 0 else 1), lines
+        followed = gantry(cluster, tmp_path, "logs", job_id, "-f", "--rank", "3", timeout=60)
+        assert followed.returncode == 0, followed.stderr
+        assert followed.stdout.splitlines() == rank_lines(cluster, tmp_path, job_id, 3)
         assert losses(out) == reference
     finally:
         cluster.cancel_all()

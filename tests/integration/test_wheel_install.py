@@ -22,6 +22,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from launcher.step_labels import strip_label
 from tests.embedded_cluster import REPO_ROOT, EmbeddedCluster
 
 pytestmark = pytest.mark.slow
@@ -119,8 +120,10 @@ def test_the_installed_wheel_renders_plans_builds_and_runs_a_job(
         c.cancel_all()
     assert done.returncode == 0, (done.stdout[-3000:], done.stderr[-3000:])
     logs = "".join(p.read_text() for p in (tmp_path / "jobs").rglob("slurm-*.out"))
-    ranks = sorted(line.split()[1:] for line in logs.splitlines()
-                   if line.startswith("wheel-rank"))
+    # srun --label: "R: wheel-rank R <path>" (launcher/step_labels.py)
+    ranks = sorted(strip_label(line).split()[1:] for line in logs.splitlines()
+                   if strip_label(line).startswith("wheel-rank"))
+    assert all(f"{r}: wheel-rank {r} " in logs for r in (0, 1)), logs[-3000:]
     installed = str(venv.resolve() / "lib")
     assert [rank for rank, _ in ranks] == ["0", "1"], logs[-3000:]
     assert all(path.startswith(installed) for _, path in ranks), ranks

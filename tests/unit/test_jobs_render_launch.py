@@ -21,6 +21,7 @@ from launcher.job_script import command_argv, script_inputs
 from launcher.sbatch_render import LaunchStep, render_script
 from launcher.torch_env import rank_env
 from tests.unit.test_jobs_render import GOLDEN, base_inputs
+from tests.unit.test_jobs_render import VARIANTS as TRAINER_VARIANTS
 
 REPO = Path(__file__).resolve().parents[2]
 GANTRY = ("/opt/venv/bin/python", "-m", "launcher")
@@ -85,12 +86,25 @@ def test_torchrun_starts_one_agent_per_node_with_a_c10d_rendezvous() -> None:
     line = launch_line(render_script(VARIANTS["command-torchrun"]))  # type: ignore[arg-type]
     assert '--ntasks="$((ranks_nodes * 1))" --ntasks-per-node=1' in line
     assert "--cpus-per-task=8" in line  # the agent holds its 8 ranks' CPUs
-    assert ('/opt/venv/bin/python -m torch.distributed.run --nnodes=2 --nproc-per-node=8 '
+    # Unbuffered, teeing every worker's lines with its global rank (launcher/step_labels.py).
+    assert ("env 'TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[torchrun:${rank}] ' "
+            '/opt/venv/bin/python -u -m torch.distributed.run --nnodes=2 --nproc-per-node=8 '
             '--rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$MASTER_PORT" '
-            '--rdzv-id="$SLURM_JOB_ID" --max-restarts=0 --no-python python '
+            '--rdzv-id="$SLURM_JOB_ID" --max-restarts=0 --tee=3 '
+            '--log-dir="$GANTRY_ATTEMPT_DIR/torchrun_logs" --no-python python '
             "examples/ddp/train_ddp.py") in line
+    assert "--label" in line  # srun labels each agent's (node's) lines too
     mpirun = launch_line(render_script(VARIANTS["command-torchrun-mpirun"]))  # type: ignore[arg-type]
     assert 'mpirun -np "$((ranks_nodes * 1))"' in mpirun and '"ppr:1:node"' in mpirun
+    assert "--tag-output" in mpirun
+
+
+def test_every_launch_labels_its_ranks_lines() -> None:
+    """srun --label, mpirun --tag-output: for the trainer and command jobs alike."""
+    for name, inputs in [*TRAINER_VARIANTS.items(), *VARIANTS.items()]:
+        line = launch_line(render_script(inputs))  # type: ignore[arg-type]
+        flag = "--tag-output" if " mpirun -np " in line else "--label"
+        assert flag in line, name
 
 
 def test_the_trainer_gets_no_rendezvous() -> None:
