@@ -143,9 +143,6 @@ def print_report(report: GateReport) -> None:
         console.print(f"  {o.node:<12} {o.status:<7} {why:<48} {act}")
     for key, problem in report.problems.items():
         console.print(f"  problem {key}: {problem}")
-    if report.fabric is not None:
-        for culprit, reason in report.fabric.culprits.items():
-            console.print(f"  {culprit:<12} FAIL    {reason}")
     console.print(f"gantry gate: {report.decision.message}")
     if report.requeue_steps:
         console.print(f"gantry gate: requeue steps: {', '.join(report.requeue_steps)}")
