@@ -12,7 +12,8 @@ and the rendezvous; the data moves over MPI (backend ``mpi``, host memory) or ov
    1-byte answer back (warm-up, then ``repeats``; median). One link at a time, so a link's
    time is that link's alone.
 3. Rank 0 prints the record (schema gantry.preflight.fabric) on one line; every rank exits 0.
-   Past ``timeout_s`` a rank prints its stack to stderr and exits 1 (no record).
+   A rank that fails (no GPU for NCCL, MPI trouble) prints one ``error:`` line and exits 1;
+   past ``timeout_s`` a rank prints its stack to stderr and exits 1 (no record either way).
 
 The test-only hook ``GANTRY_FAULT_SLOW_FABRIC`` (launcher/preflight/fabric_fault.py) slows
 one node's transfers.
@@ -185,6 +186,11 @@ def run(backend: str, nbytes: int, repeats: int, timeout_s: float) -> int:
     faulthandler.dump_traceback_later(timeout_s, exit=True)
     try:
         result = measure(backend, nbytes, repeats)
+    except Exception as err:  # any runtime failure: one line, no record
+        node = os.environ.get("SLURMD_NODENAME") or socket.gethostname()
+        why = " ".join(f"{type(err).__name__}: {err}".split())
+        sys.stderr.write(f"error: fabric test ({backend}) on {node}: {why}\n")
+        return 1
     finally:
         faulthandler.cancel_dump_traceback_later()
     if result is not None:
