@@ -39,7 +39,8 @@ GROUPS: tuple[tuple[str, str], ...] = (
     (ROOTS, "Where gantry keeps or finds its files."),
     (SET_BY_GANTRY, "Set by gantry in the environment of what it starts; read by gantry's "
                     "own processes there (a user may read them too)."),
-    (FAULTS, "Read by every rank of `gantry train`, for the recovery tests; real jobs never "
+    (FAULTS, "Read by every rank of `gantry train` (the fabric hook: of the gate's fabric "
+             "test), for the recovery and gate tests; real jobs never "
              "set them. A hook that names a step fires once per job (a marker file in the "
              "state dir); a malformed value is a one-line error naming the variable."),
 )
@@ -164,6 +165,10 @@ VARIABLES: dict[str, tuple[Variable, ...]] = {
         Variable("GANTRY_FAULT_SLOW_NODE", "unset: off",
                  "`NODE:SECONDS`: every rank on node NODE sleeps SECONDS before each step and "
                  "adds them to the compute time it records (a straggler)", _FAULT_HOOKS),
+        Variable("GANTRY_FAULT_SLOW_FABRIC", "unset: off",
+                 "`NODE:SECONDS`: the gate's fabric test rank on NODE sleeps this long before "
+                 "each transfer it takes part in (a slow node); fires on every test",
+                 "every rank of `gantry preflight fabric` (launcher/preflight/fabric_fault.py)"),
         Variable("GANTRY_FAULT_STATE_DIR", "`$GANTRY_JOB_DIR`; neither: hooks fire every time",
                  "directory of the fired-once markers", _FAULT_HOOKS),
     ),

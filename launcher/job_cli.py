@@ -14,6 +14,7 @@ from typing import IO, Any
 
 from launcher.errors import UserInputError
 from launcher.job_dir import (
+    GATE_RECORD_FILE,
     JobDir,
     attempt_key,
     checkpoint_step_dir,
@@ -185,6 +186,20 @@ def job_summary(job_dir: JobDir, info: JobInfo | None) -> dict[str, Any]:
     return data
 
 
+def fabric_line(runs: Path, attempts: list[str]) -> str | None:
+    """The fabric verdict of the newest attempt whose gate ran it, from its gate record
+    (``PASS on 3 nodes: ...``, ``FAIL: slow node n2 ...``); None when none did."""
+    for name in reversed(attempts):
+        try:
+            record = json.loads((runs / name / GATE_RECORD_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError):
+            continue
+        fabric = record.get("fabric") if isinstance(record, dict) else None
+        if isinstance(fabric, dict) and isinstance(fabric.get("message"), str):
+            return str(fabric["message"]).removeprefix("fabric ")
+    return None
+
+
 def run_history(job_dir: JobDir) -> dict[str, Any]:
     """Attempts (runs/<job id>-<restart>[.<k>]), the recoveries inside the allocation and the
     nodes they blamed, the stragglers found (stragglers.jsonl's records, each with its
@@ -208,7 +223,7 @@ def run_history(job_dir: JobDir) -> dict[str, Any]:
     from launcher.recovery.node_faults import describe_recovery, read_faults, read_recoveries
     from launcher.train.straggler_log import describe, read_stragglers
 
-    return {"attempts": attempts,
+    return {"attempts": attempts, "fabric": fabric_line(runs, attempts),
             "recoveries": [describe_recovery(r) for r in read_recoveries(job_dir.path)],
             "stragglers": [{**r, "line": describe(r)} for r in read_stragglers(job_dir.path)],
             "faulty_nodes": {node: {"count": fault.count, "last": fault.last}

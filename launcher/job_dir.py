@@ -17,6 +17,9 @@ Layout (root: --jobs-dir, else $GANTRY_JOBS_DIR, else ./gantry-jobs)::
         schedules/       the schedule tables of the job, built once (train/schedule_cache.py)
         runs/<jobid>-<restart>/   one attempt, written by the script ($GANTRY_ATTEMPT_DIR):
             preflight.jsonl   the preflight verdicts, one line per node
+            passed_nodes      the nodes that passed them (the fabric test's nodes)
+            fabric.json       the fabric test's record (rank 0's output)
+            gate.json         the gate's report: verdicts, fabric verdict, drains, decision
             nodes             the nodes the gate chose
             launch_nodes      the nodes the step was launched on
             metrics.jsonl, metrics.replayed.jsonl, events.jsonl, trace.json   the trainer's
@@ -81,6 +84,9 @@ BY_ID_DIR = "by-id"
 
 # In an attempt directory (also a `gantry train --run-dir`).
 PREFLIGHT_REPORT_FILE = "preflight.jsonl"
+PASSED_NODES_FILE = "passed_nodes"
+FABRIC_FILE = "fabric.json"
+GATE_RECORD_FILE = "gate.json"
 CHOSEN_NODES_FILE = "nodes"
 LAUNCH_NODES_FILE = "launch_nodes"
 METRICS_FILE = "metrics.jsonl"

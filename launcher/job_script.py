@@ -44,6 +44,8 @@ from launcher.step_labels import TORCHRUN_PREFIX_ENV, TORCHRUN_PREFIX_TEMPLATE
 PREFLIGHT_CHECK: tuple[str, ...] = ("preflight", "--json")
 #: gantry subcommand that aggregates the reports and picks the nodes (see PreflightStep).
 PREFLIGHT_GATE: tuple[str, ...] = ("preflight", "gate")
+#: gantry subcommand of one rank of the gate's fabric test (see PreflightStep).
+PREFLIGHT_FABRIC: tuple[str, ...] = ("preflight", "fabric")
 
 def gantry_argv() -> tuple[str, ...]:
     """How a job step runs gantry: this interpreter with ``-m launcher`` (the script puts
@@ -155,9 +157,12 @@ def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,
     # A planned job's gate keeps the planned nodes that pass (spares fill the others' places).
     plan_args = ("--placement", str(job_dir / PLACEMENT_FILE)) if placement.nodes else ()
     if request.preflight_level != "off":
+        fabric = ((*gantry, *PREFLIGHT_FABRIC, *site_args)
+                  if site.preflight.fabric.enabled else ())
         preflight = PreflightStep(level=request.preflight_level,
                                   check_argv=(*gantry, *PREFLIGHT_CHECK, *site_args),
-                                  gate_argv=(*gantry, *PREFLIGHT_GATE, *site_args, *plan_args))
+                                  gate_argv=(*gantry, *PREFLIGHT_GATE, *site_args, *plan_args),
+                                  fabric_argv=fabric)
     job_options = tuple(spec.resources.sbatch_options)
     job_names = {option_name(option) for option in job_options}
     site_options = tuple(option for option in site.slurm.sbatch_options

@@ -104,7 +104,8 @@ class PreflightStep:
     """The health check run once per node, then the gate that decides which nodes train.
 
     Contract with the preflight commands: ``check_argv`` prints one JSON line per node on
-    stdout; ``gate_argv`` is called with ``--reports FILE --need N --nodes-out FILE``, writes
+    stdout; ``gate_argv`` is called with ``--reports FILE --need N --nodes-out FILE
+    --record FILE``, writes
     the comma-separated names of the N nodes to train on (healthy; spares replace failures)
     and exits 0, or exits non-zero when fewer than N are healthy (draining as it sees fit).
     """
@@ -115,6 +116,10 @@ class PreflightStep:
     """Per-node check command (before --level)."""
     gate_argv: tuple[str, ...]
     """Gate command (before --reports ...)."""
+    fabric_argv: tuple[str, ...] = ()
+    """The fabric test's rank program, one task per node that passed (empty: no fabric
+    test); the gate is first called with ``--passed-out FILE`` (lists those nodes, changes
+    nothing), then with ``--fabric`` the test's output as well."""
 
 
 @dataclass(frozen=True)

@@ -275,6 +275,52 @@ class BuildSection:
 
 
 @dataclass(frozen=True)
+class FabricSection:
+    """The gate's fabric test: after the per-node checks, one rank on every node that passed
+    times an all-reduce and two rings of point-to-point transfers (docs/preflight.md)."""
+
+    enabled: bool = True
+    """Run the test in a job's gate (with at least 2 nodes that passed the node checks)."""
+    backend: Literal["auto", "mpi", "nccl"] = "auto"
+    """mpi: mpi4py on host memory; nccl: torch.distributed NCCL on GPU 0 of each node (MPI
+    only passes the rendezvous and the results); auto: nccl when nodes.gpus_per_node > 0."""
+    bytes: int = 1 << 20
+    """Bytes of the all-reduce and of each point-to-point transfer (1 KiB..16 GiB)."""
+    repeats: int = 3
+    """Timed repetitions of the all-reduce and of each link, after one warm-up; the median
+    counts (1..50)."""
+    slow_link_ratio: float = 4.0
+    """A link is slow when its time exceeds this many times the reference link time (the
+    median over nodes of each node's fastest link) ..."""
+    slow_link_excess_ms: float = 50.0
+    """... and exceeds it by at least this many milliseconds (the noise floor: on a GPU
+    fabric with large transfers a few ms; on the embedded cluster tens)."""
+    min_link_gbps: float = 0.0
+    """A link below this bandwidth (bytes / its time) is slow whatever the others do
+    (0: not checked); the only judgement of a 2-node test."""
+    min_busbw_gbps: float = 0.0
+    """The all-reduce bus bandwidth below which the fabric fails (0: not checked)."""
+    timeout_s: float = 120.0
+    """Each rank exits (the test gives no result) after this long."""
+
+    def validate(self) -> None:
+        if not 1 << 10 <= self.bytes <= 16 << 30:
+            raise FieldError("bytes", f"{self.bytes} is not allowed (expected 1024..{16 << 30})")
+        if not 1 <= self.repeats <= 50:
+            raise FieldError("repeats", f"{self.repeats} is not allowed (expected 1..50)")
+        if not self.slow_link_ratio > 1.0:
+            raise FieldError("slow_link_ratio",
+                             f"{self.slow_link_ratio} is not allowed (expected a number > 1)")
+        for name in ("slow_link_excess_ms", "min_link_gbps", "min_busbw_gbps"):
+            value = getattr(self, name)
+            if not 0.0 <= value < float("inf"):
+                raise FieldError(name, f"{value} is not allowed (expected a number >= 0)")
+        if not 1.0 <= self.timeout_s <= 3600.0:
+            raise FieldError("timeout_s",
+                             f"{self.timeout_s} is not allowed (expected seconds in 1..3600)")
+
+
+@dataclass(frozen=True)
 class PreflightSection:
     """Per-site preflight settings: level, thresholds, what to check, how to drain."""
 
@@ -312,6 +358,8 @@ class PreflightSection:
     """The rate-limit window in seconds."""
     gate_timeout_s: float = 300.0
     """How long the gate waits for all nodes' verdicts."""
+    fabric: FabricSection = field(default_factory=FabricSection)
+    """The fabric test across the nodes that passed, in a job's gate."""
 
     def validate(self) -> None:
         check_threshold_names(self.thresholds)

@@ -7,7 +7,10 @@ Runs preflight on all allocated nodes at once, drains failed nodes (owned reason
 decides: exit 0 "go" (prints the node list to run on, or writes it to --nodes-out /
 --nodelist-out; with --placement the planned nodes that passed, healthy spares in the places
 of the others), exit 75 "requeued" (the job was requeued excluding the bad nodes; the script
-should exit), exit 1 "abort".
+should exit), exit 1 "abort". With --fabric, the nodes the fabric test's record names (a slow
+node, the two ends of a slow link) fail as a node check does; --passed-out only lists the
+nodes that passed the node checks (the fabric test's nodes) and changes nothing; --record
+writes the report.
 """
 
 from __future__ import annotations
@@ -20,15 +23,16 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.atomic_write import FileSet, WriteError
+from launcher.atomic_write import FileSet, WriteError, write_text
 from launcher.console import make_console
 from launcher.errors import EXIT_FAILURE, EXIT_OK, GantryError, UserInputError, brief
 from launcher.preflight.verdict import LEVELS
-from launcher.site_config import load_site
+from launcher.site_config import LoadedSite, load_site
 from topology import hostlists
 from topology.user_files import require_regular_file, require_writable_file
 
 if TYPE_CHECKING:  # the gate (placement, Slurm) loads when it runs, not when it registers
+    from launcher.preflight.fabric_judge import FabricVerdict
     from launcher.preflight.gate import GateReport
 
 EXIT_REQUEUED = 75
@@ -103,6 +107,26 @@ def _add_gate_arguments(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="write the chosen nodes comma-separated (n1,n2,n5) to this file on go",
     )
+    parser.add_argument(
+        "--fabric",
+        type=Path,
+        default=None,
+        help="the fabric test's output (`gantry preflight fabric` over the nodes that passed): "
+        "the nodes it names fail like a node check",
+    )
+    parser.add_argument(
+        "--passed-out",
+        type=Path,
+        default=None,
+        help="only write the nodes that passed the node checks of --reports to this file "
+        "(comma-separated) and exit 0: nothing drained, nothing decided",
+    )
+    parser.add_argument(
+        "--record",
+        type=Path,
+        default=None,
+        help="also write the report as JSON to this file (the attempt's gate record)",
+    )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
 
 
@@ -144,6 +168,31 @@ def what_was_done(report: GateReport, state: Path) -> str:
     return f"the gate had decided go on {nodes} and {' and '.join(done)}, as recorded in {state}"
 
 
+def _write_passed(args: argparse.Namespace, nodes: list[str], reports: str | None) -> int:
+    """--passed-out: the nodes that passed the node checks, nothing else."""
+    from launcher.preflight.gate import passed_nodes
+
+    if reports is None:
+        raise UserInputError("gate: --passed-out needs --reports (the preflight step's output)")
+    passed = passed_nodes(nodes, reports)
+    write_text(args.passed_out, ",".join(passed) + "\n", mode=0o644, label="--passed-out")
+    return EXIT_OK
+
+
+def _fabric(path: Path | None, site: LoadedSite) -> FabricVerdict | None:
+    """The fabric test's verdict from its output file (None without --fabric); a missing or
+    empty file is a test that gave no record (the step failed), not bad input."""
+    if path is None:
+        return None
+    from launcher.preflight.gate import fabric_verdict
+
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace") if path.is_file() else ""
+    except OSError as err:
+        text = f"cannot read ({err.strerror})"
+    return fabric_verdict(site, text, str(path))
+
+
 def run(args: argparse.Namespace) -> int:
     from launcher.preflight.gate import run_gate
     from launcher.preflight.gate_plan import read_node_plan
@@ -182,6 +231,12 @@ def run(args: argparse.Namespace) -> int:
             reports = args.reports.read_text(encoding="utf-8", errors="replace")
         except OSError as err:
             raise UserInputError(f"{args.reports}: cannot read ({err.strerror})") from None
+    if args.passed_out is not None:
+        return _write_passed(args, nodes, reports)
+    for flag, out in (("--record", args.record),):
+        if out is not None:
+            require_writable_file(out, flag)
+    fabric = _fabric(args.fabric, site)
     plan = read_node_plan(args.placement) if args.placement is not None else None
     report = run_gate(
         site,
@@ -193,11 +248,19 @@ def run(args: argparse.Namespace) -> int:
         timeout_s=site.config.preflight.gate_timeout_s,
         reports=reports,
         plan=plan,
+        fabric=fabric,
     )
     print_report(report)
     if args.json:
         json.dump(report.to_dict(), sys.stdout, indent=2, sort_keys=True)
         sys.stdout.write("\n")
+    if args.record is not None:
+        try:
+            write_text(args.record, json.dumps(report.to_dict(), indent=2, sort_keys=True)
+                       + "\n", mode=0o644, label="--record")
+        except WriteError as err:  # the drains are done: say so, and do not let the job run
+            raise GantryError(f"{err}; {what_was_done(report, state_dir(site))}: "
+                              "the job does not run") from None
     decision = report.decision.decision
     if decision == "go":
         try:

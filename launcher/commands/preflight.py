@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.commands import gate
+from launcher.commands import fabric, gate
 from launcher.console import make_console
 from launcher.errors import EXIT_FAILURE, EXIT_OK
 from launcher.preflight.verdict import LEVELS, NodeVerdict
@@ -54,6 +54,7 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
     actions = parser.add_subparsers(dest="preflight_action", metavar="ACTION", required=False)
     gate.register_alias(actions)
+    fabric.register_alias(actions)
 
 
 def options_for(site: LoadedSite, level: str | None) -> RunOptions:

@@ -78,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
         if row.get("terminal"):
             console.print(f"{'ended':<10} {_when(row.get('end_time'))}")
         console.print(f"{'attempts':<10} {', '.join(row['attempts']) or '-'}")
+        if row.get("fabric"):
+            console.print(f"{'fabric':<10} {row['fabric']}", markup=False, highlight=False)
         for line in row["recoveries"]:
             console.print(f"{'recovery':<10} {line}", markup=False, highlight=False)
         for record in row["stragglers"]:

@@ -219,6 +219,10 @@ class _Follower:
                     self.view.console.print(placement_tree(self.topology, self.placement,
                                                            outcomes))
                 self.view.preflight(event.attempt, rows)
+                if event.fabric is not None:
+                    self.view.print(f"fabric test ({event.attempt}): {event.fabric['message']}",
+                                    style=None if event.fabric.get("status") == "PASS"
+                                    else "bold yellow")
             elif isinstance(event, StepDone):
                 self.view.step(event.record)
             elif isinstance(event, Note):

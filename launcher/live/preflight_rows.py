@@ -1,5 +1,6 @@
 """The preflight table: one row per allocated node joining its verdict, its planned role and
-what became of it (runs, spare not needed, excluded, drained with gantry's reason)."""
+what became of it (runs, spare not needed, excluded, drained with gantry's reason). A node
+the gate's fabric test named shows as FAIL with the fabric finding, like a node check."""
 
 from __future__ import annotations
 
@@ -59,8 +60,11 @@ def _finding(verdict: NodeVerdict | None) -> str:
 
 def preflight_rows(verdicts: Mapping[str, NodeVerdict], placement: PlacementRecord,
                    chosen: Sequence[str], launch: Sequence[str],
-                   node_states: Mapping[str, NodeInfo]) -> list[PreflightRow]:
-    """Rows for every node with a verdict or a planned role, in placement order first."""
+                   node_states: Mapping[str, NodeInfo],
+                   fabric_culprits: Mapping[str, str] | None = None) -> list[PreflightRow]:
+    """Rows for every node with a verdict or a planned role, in placement order first;
+    ``fabric_culprits``: node -> reason, the nodes the fabric test named."""
+    culprits = fabric_culprits or {}
     order = [r.node for r in placement.roles]
     order += sorted(n for n in verdicts if n not in order)
     ran = set(launch or chosen)
@@ -72,6 +76,9 @@ def preflight_rows(verdicts: Mapping[str, NodeVerdict], placement: PlacementReco
         role = placement.role_of(node)
         state = node_states.get(node)
         status = verdict.status if verdict is not None else "MISSING"
+        finding = _finding(verdict)
+        if node in culprits and status not in ("FAIL", "MISSING"):
+            status, finding = "FAIL", f"fabric test: {culprits[node]}"
         if node in ran and node in stand_in:
             replaced = placement.role_of(stand_in[node])
             outcome = f"runs in {stand_in[node]}'s place" + (
@@ -84,6 +91,6 @@ def preflight_rows(verdicts: Mapping[str, NodeVerdict], placement: PlacementReco
             outcome = "excluded"
         else:
             outcome = "spare, not needed" if role is None or role.spare else "not used"
-        rows.append(PreflightRow(node, role.label() if role else "-", status,
-                                 _finding(verdict), outcome))
+        rows.append(PreflightRow(node, role.label() if role else "-", status, finding,
+                                 outcome))
     return rows

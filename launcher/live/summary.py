@@ -116,7 +116,9 @@ class RunSummary:
 
 def rows_for(done: PreflightDone, placement: PlacementRecord,
              node_states: Mapping[str, NodeInfo]) -> list[PreflightRow]:
-    return preflight_rows(done.verdicts, placement, done.chosen, done.launch, node_states)
+    culprits = done.fabric.get("culprits", {}) if done.fabric else {}
+    return preflight_rows(done.verdicts, placement, done.chosen, done.launch, node_states,
+                          {str(k): str(v) for k, v in culprits.items()})
 
 
 def _phases(lines: Sequence[str], submitted_at: float | None) -> dict[str, float]:

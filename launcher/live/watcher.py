@@ -14,10 +14,12 @@ import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from launcher.errors import UserInputError
 from launcher.job_dir import (
     CHOSEN_NODES_FILE,
+    GATE_RECORD_FILE,
     LAUNCH_NODES_FILE,
     METRICS_FILE,
     PREFLIGHT_REPORT_FILE,
@@ -65,6 +67,9 @@ class PreflightDone:
     """Nodes the gate let run (empty when it refused)."""
     launch: tuple[str, ...]
     """Nodes the training step was launched on (empty if not launched)."""
+    fabric: dict[str, Any] | None = None
+    """The gate record's fabric verdict (launcher/preflight/fabric_judge.py's to_dict);
+    None when the fabric test did not run or the record is unreadable."""
 
 
 @dataclass(frozen=True)
@@ -122,6 +127,19 @@ def _node_file(path: Path) -> tuple[str, ...]:
     except OSError:
         return ()
     return tuple(n for n in re.split(r"[\s,]+", text) if n)
+
+
+def _fabric(path: Path) -> dict[str, Any] | None:
+    """The fabric verdict in a gate record, if it holds one with a message and culprits."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    fabric = record.get("fabric") if isinstance(record, dict) else None
+    if not (isinstance(fabric, dict) and isinstance(fabric.get("message"), str)
+            and isinstance(fabric.get("culprits"), dict)):
+        return None
+    return fabric
 
 
 @dataclass
@@ -218,7 +236,7 @@ class JobDirWatcher:
                 names = self.known_nodes or tuple(set(re.findall(r'"node":\s*"([^"]+)"', text)))
                 verdicts, problems = read_verdicts(text, names)
             events.append(PreflightDone(attempt.name, verdicts, problems, chosen or launch,
-                                        launch))
+                                        launch, _fabric(path / GATE_RECORD_FILE)))
         text, attempt.metrics_offset = _read_from(metrics, attempt.metrics_offset)
         for line in text.splitlines():
             try:

@@ -12,6 +12,11 @@
    placement.json) the planned rank nodes that passed are kept and the places of the others
    are filled from healthy spares (see gate_plan.py); without one, the first ``need`` healthy
    nodes in allocation order run.
+5. The fabric test (when the batch script ran it over the nodes that passed: ``fabric``, its
+   output): judged by launcher/preflight/fabric_judge.py; a node it names (a slow node, or
+   both ends of a slow link) fails like a node check (``gantry:fabric.node:...`` /
+   ``gantry:fabric.link:...``): drained by the same policy, excluded, a spare in its place.
+   A test without a usable record names nobody (ERROR, in the record and the log line).
 A node whose only problem is a setup error (ERROR: a check could not run because gantry's own
 install lacks a piece, e.g. torch) is gantry's fault, not the node's: it is neither drained
 nor counted as a clean pass, it stays eligible, and the decision line names what to install.
@@ -34,6 +39,8 @@ from launcher.errors import UserInputError
 from launcher.install_paths import prepend_pythonpath
 from launcher.preflight.drain_policy import Action
 from launcher.preflight.drain_reason import DRAIN_PREFIX
+from launcher.preflight.fabric_judge import FabricVerdict, error_verdict, judge
+from launcher.preflight.fabric_result import result_from_json
 from launcher.preflight.gate_plan import NodePlan, choose_nodes
 from launcher.preflight.policy_apply import apply_policy
 from launcher.preflight.slurm_nodes import Scontrol
@@ -177,6 +184,35 @@ def outcomes_for(nodes: Sequence[str], verdicts: Mapping[str, NodeVerdict]) -> l
     return out
 
 
+def passed_nodes(nodes: Sequence[str], text: str) -> list[str]:
+    """The nodes whose verdict in ``text`` (the preflight step's output) lets them run: the
+    fabric test's nodes, in allocation order. Nothing is drained or decided."""
+    verdicts, _ = read_verdicts(text, nodes)
+    return [o.node for o in outcomes_for(nodes, verdicts) if o.reason is None]
+
+
+def fabric_verdict(site: LoadedSite, text: str, source: str) -> FabricVerdict:
+    """The fabric test's output judged under the site's preflight.fabric settings."""
+    try:
+        result = result_from_json(text, source)
+    except UserInputError as err:
+        return error_verdict(str(err))
+    return judge(result, site.config.preflight.fabric)
+
+
+def with_fabric(outcomes: Sequence[NodeOutcome], verdict: FabricVerdict) -> list[NodeOutcome]:
+    """The node outcomes with the nodes the fabric verdict names failed (check id
+    ``fabric.node`` or ``fabric.link``, the reason the verdict gives)."""
+    out = []
+    for o in outcomes:
+        reason = verdict.culprits.get(o.node)
+        if reason is not None and o.reason is None:
+            check = reason.removeprefix(DRAIN_PREFIX).split(":")[0]
+            o = NodeOutcome(o.node, "FAIL", reason, [check], o.setup_errors)
+        out.append(o)
+    return out
+
+
 def setup_note(outcomes: Sequence[NodeOutcome]) -> str:
     """``setup error on n[1-2]: gpu.gemm, gpu.membw could not run (install ...); gantry's
     install, not the nodes: not drained``, or "" when no node had one."""
@@ -299,6 +335,8 @@ class GateReport:
     """Wall time of the whole gate."""
     preflight_s: float
     """Wall time of the srun preflight step."""
+    fabric: FabricVerdict | None = None
+    """The fabric test's verdict (None: the test did not run)."""
 
     def to_dict(self) -> dict[str, Any]:
         d = self.decision
@@ -329,6 +367,7 @@ class GateReport:
             "requeue_steps": self.requeue_steps,
             "duration_s": round(self.duration_s, 3),
             "preflight_s": round(self.preflight_s, 3),
+            "fabric": self.fabric.to_dict() if self.fabric is not None else None,
         }
 
 
@@ -342,10 +381,12 @@ def run_gate(
     timeout_s: float,
     reports: str | None = None,
     plan: NodePlan | None = None,
+    fabric: FabricVerdict | None = None,
 ) -> GateReport:
     """Run preflight everywhere (or read ``reports``: the output of the srun preflight step
-    the batch script ran itself), apply the drain policy, decide (following ``plan``, the
-    job's placement, when given), requeue if so decided."""
+    the batch script ran itself), fail the nodes the ``fabric`` verdict names, apply the
+    drain policy, decide (following ``plan``, the job's placement, when given), requeue if
+    so decided."""
     start = time.monotonic()
     problems: dict[str, str] = {}
     if reports is None:
@@ -363,6 +404,8 @@ def run_gate(
     verdicts, bad_tasks = read_verdicts(text, nodes)
     problems.update(bad_tasks)
     outcomes = outcomes_for(nodes, verdicts)
+    if fabric is not None:
+        outcomes = with_fabric(outcomes, fabric)
     scontrol = Scontrol()
     # A node without a verdict is excluded from this job but not drained: the missing
     # verdict may be the gate's fault (srun, shared FS), not the node's. A setup error
@@ -370,6 +413,8 @@ def run_gate(
     judged = {o.node: o.reason for o in outcomes if o.status not in ("MISSING", "ERROR")}
     actions = gate_actions(site, judged, scontrol) if judged else []
     decision = decide(nodes, outcomes, need, job_id, plan)
+    if fabric is not None:
+        decision = replace(decision, message=f"{decision.message}; {fabric.message}")
     steps: list[str] = []
     if decision.decision == "requeue" and job_id:
         required, already = scontrol.job_node_lists(job_id)
@@ -389,6 +434,5 @@ def run_gate(
                 steps = scontrol.requeue_excluding(job_id, exclude)
             finally:
                 signal.signal(signal.SIGTERM, previous)
-    return GateReport(
-        decision, outcomes, actions, problems, steps, time.monotonic() - start, preflight_s
-    )
+    return GateReport(decision, outcomes, actions, problems, steps,
+                      time.monotonic() - start, preflight_s, fabric)

@@ -36,7 +36,9 @@ def gpu_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedCl
                   "gpus_per_node": 2, "gpu_model": "NVIDIA H200"},
         "preflight": {"level": "quick", "state_dir": str(tmp / "state"),
                       "max_drain_fraction": 0.5, "disk_paths": [str(tmp)],
-                      "thresholds": {"disk_free_gb_min": 0.1}},
+                      "thresholds": {"disk_free_gb_min": 0.1},
+                      # the GPUs are recorded outputs: the fabric test moves host memory
+                      "fabric": {"backend": "mpi"}},
     }
     with start_embedded_cluster(overrides=overrides) as cluster:
         yield cluster

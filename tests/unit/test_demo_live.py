@@ -247,3 +247,32 @@ def test_recoveries_in_the_allocation_reach_the_live_view(tmp_path: Path) -> Non
     for event in [*recovered, line]:
         state.apply(event)
     assert state.recoveries == [recovered[0].line, line.line]
+
+
+def test_a_node_the_fabric_test_named_is_a_failed_row(tmp_path: Path,
+                                                      labelled_verdicts: str) -> None:
+    job = JobDir(tmp_path / "job")
+    attempt = job.path / "runs" / "7-0"
+    attempt.mkdir(parents=True)
+    (job.path / "logs").mkdir()
+    (job.path / "placement.json").write_text(json.dumps(PLACEMENT))
+    placement = read_placement(job.path / "placement.json")
+    (attempt / "preflight.jsonl").write_text(labelled_verdicts)
+    reason = "gantry:fabric.node:links-9.0x-slower"
+    (attempt / "gate.json").write_text(json.dumps({"fabric": {
+        "status": "FAIL", "message": "fabric FAIL: slow node n2 (...)",
+        "culprits": {"n2": reason}}}))
+    (attempt / "launch_nodes").write_text("n1,n4,n5\n")
+    state = FollowState()
+    for event in JobDirWatcher(job, "7", NODES).poll(final=True):
+        state.apply(event)
+    [done] = state.preflight
+    assert done.fabric is not None and done.fabric["message"].startswith("fabric FAIL")
+    drained = {"n2": NodeInfo("n2", "IDLE", ("DRAIN",), reason)}
+    summary = summarize(state, "7", JobInfo("7", "demo", "COMPLETED", exit_code=0),
+                        placement, drained, submitted_at=None)
+    excluded = {e.node: e for e in summary.excluded}
+    assert excluded["n2"].status == "FAIL"
+    assert excluded["n2"].finding == f"fabric test: {reason}"
+    assert excluded["n2"].outcome == f"excluded, drained: {reason}"
+    assert excluded["n3"].finding.startswith("net.ib_ports")  # a node check's row as before

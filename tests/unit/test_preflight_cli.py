@@ -169,4 +169,5 @@ def test_preflight_gate_is_an_alias_of_gate() -> None:
     assert main.get_default("func") is alias.get_default("func") is gate.run
     action = next(a for a in top["preflight"]._actions
                   if isinstance(a, argparse._SubParsersAction))
-    assert [c.help for c in action._choices_actions] == ["alias of `gantry gate`"]
+    assert [c.help for c in action._choices_actions] == ["alias of `gantry gate`",
+                                                         "alias of `gantry fabric`"]
