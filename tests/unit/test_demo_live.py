@@ -18,7 +18,7 @@ from rich.console import Console
 from launcher.demo.faults import write_fake_sysfs
 from launcher.job_dir import JobDir
 from launcher.live.follow import StepClock, format_eta
-from launcher.live.log_markers import attempt_marks, parse_line
+from launcher.report.log_markers import attempt_marks, parse_line
 from launcher.live.placement_view import placement_tree
 from launcher.live.preflight_rows import PlannedRole, read_placement
 from launcher.live.summary import FollowState, summarize, summary_lines
