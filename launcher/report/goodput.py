@@ -253,3 +253,12 @@ def describe_lines(goodput: Goodput) -> list[str]:
         mine = goodput.parts_us(name)
         lines.append(f"{name}: {parts(mine, sum(mine.values()))}")
     return lines
+
+
+def status_goodput(job_dir: Path, row: dict[str, Any]) -> dict[str, Any]:
+    """`gantry status JOB`'s goodput: the breakdown as JSON with its compact text
+    (``lines``); ``row``: the job's status row (Slurm's state, or the last recorded one; a
+    job Slurm no longer knows counts as ended)."""
+    state = {**row, "terminal": True} if row.get("stale") else row
+    goodput = job_goodput(job_dir, state)
+    return {**goodput.to_json(), "lines": describe_lines(goodput)}
