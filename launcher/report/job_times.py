@@ -11,7 +11,10 @@ Sources, per timestamp (the first one present is used; ``JobTimes.sources`` says
   attempt, else the mtime of its ``launch_nodes`` file (last resort);
 - training: events.jsonl's ``start`` (the loop begins), ``end`` / ``stop`` (the loop ended;
   with ``checkpoint_s``, its final checkpoint wait) and each step record's ``time`` and
-  ``checkpoint_s`` in metrics.jsonl and metrics.replayed.jsonl (launcher/train/trainer.py);
+  ``checkpoint_s`` in metrics.jsonl and metrics.replayed.jsonl (launcher/train/trainer.py),
+  in every run directory under runs/ (a job's ``gantry train`` writes ``runs/<job name>/``
+  and every attempt resumes there); each loop run belongs to the attempt launched last
+  before its start event;
 - the end of an ended job: its last recorded time, or Slurm's end time when later.
 
 Reading never fails on a damaged line: a line that is not a JSON object with the fields
@@ -68,6 +71,8 @@ class LoopRun:
     """The end or stop event's time (None: the loop did not finish: failed or running)."""
     close_checkpoint_s: float = 0.0
     """The loop's checkpoint time after its last step record (the final save and wait)."""
+    checkpoints: int = 0
+    """Checkpoints it completed (events.jsonl)."""
 
 
 @dataclass(frozen=True)
@@ -83,9 +88,13 @@ class AttemptTimes:
     launch: float | None
     """When its training step was launched."""
     runs: tuple[LoopRun, ...]
-    """Its training loop runs (one, unless the directory was resumed in place)."""
-    checkpoints: int
-    """Checkpoints it completed (events.jsonl)."""
+    """The training loop runs its launch started (their start events follow its launch and
+    precede the next attempt's): one, or none when the step failed before its loop began."""
+
+    @property
+    def checkpoints(self) -> int:
+        """Checkpoints its runs completed."""
+        return sum(run.checkpoints for run in self.runs)
 
 
 @dataclass(frozen=True)
@@ -162,24 +171,27 @@ def _steps(path: Path, replayed: bool) -> list[StepTime]:
     return found
 
 
-def _loop_runs(attempt: Path) -> tuple[tuple[LoopRun, ...], int]:
-    """The loop runs of an attempt directory, and how many checkpoints it completed."""
-    events = _json_lines(attempt / EVENTS_FILE)
+def _loop_runs(run_dir: Path) -> list[LoopRun]:
+    """The loop runs recorded in a `gantry train` run directory (the job's
+    ``runs/<job name>/``, resumed in place by every attempt), in time order."""
+    events = _json_lines(run_dir / EVENTS_FILE)
     starts = sorted(t for e in events if e.get("event") == "start"
                     and (t := _number(e, "time")) is not None)
     closes = sorted((t, _number(e, "checkpoint_s") or 0.0) for e in events
                     if e.get("event") in ("end", "stop") and (t := _number(e, "time")) is not None)
-    checkpoints = sum(1 for e in events if e.get("event") == "checkpoint")
-    steps = sorted(_steps(attempt / METRICS_FILE, False)
-                   + _steps(attempt / REPLAYED_METRICS_FILE, True), key=lambda s: s.time)
+    saved = [t for e in events if e.get("event") == "checkpoint"
+             and (t := _number(e, "time")) is not None]
+    steps = sorted(_steps(run_dir / METRICS_FILE, False)
+                   + _steps(run_dir / REPLAYED_METRICS_FILE, True), key=lambda s: s.time)
     runs = []
     for index, start in enumerate(starts):
         until = starts[index + 1] if index + 1 < len(starts) else math.inf
         mine = tuple(s for s in steps if start < s.time <= until)
         close = next(((t, c) for t, c in closes if start < t <= until), None)
         runs.append(LoopRun(start, mine, None if close is None else close[0],
-                            0.0 if close is None else max(close[1], 0.0)))
-    return tuple(runs), checkpoints
+                            0.0 if close is None else max(close[1], 0.0),
+                            sum(1 for t in saved if start < t <= until)))
+    return runs
 
 
 def _rank_start(attempt: Path) -> float | None:
@@ -222,6 +234,25 @@ def _scripts(marks: list[LogMark]) -> list[ScriptTimes]:
     return scripts
 
 
+def _assign(attempts: list[AttemptTimes], loops: list[LoopRun],
+            job_id: str) -> list[AttemptTimes]:
+    """Each loop run given to the attempt launched last before it started (the first
+    attempt, for one that started before every launch known)."""
+    if not loops:
+        return attempts
+    if not attempts:
+        attempts = [AttemptTimes(f"{job_id}-0", 0, 0, None, ())]
+    owned: list[list[LoopRun]] = [[] for _ in attempts]
+    for run in loops:
+        owner = 0
+        for index, attempt in enumerate(attempts):
+            if attempt.launch is not None and attempt.launch <= run.start:
+                owner = index
+        owned[owner].append(run)
+    return [AttemptTimes(a.name, a.restart, a.relaunch, a.launch, tuple(mine))
+            for a, mine in zip(attempts, owned, strict=True)]
+
+
 def read_job_times(job_dir: Path, state: dict[str, Any] | None = None) -> JobTimes:
     """The times of job directory ``job_dir``. ``state``: Slurm's view of the job as `gantry
     status` records it (``terminal``, ``start_time``, ``end_time``); default: meta.json's
@@ -258,9 +289,12 @@ def read_job_times(job_dir: Path, state: dict[str, Any] | None = None) -> JobTim
                                    first.finished if first else False,
                                    first.failed_last if first else False)]
         sources.append("first script start: Slurm's start time (no log line)")
-    attempts = []
+    attempts: list[AttemptTimes] = []
     runs_dir = job_dir / RUNS_DIR
-    names = [p.name for p in runs_dir.iterdir() if p.is_dir()] if runs_dir.is_dir() else []
+    names = sorted(p.name for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() \
+        else []
+    loops = sorted((run for name in names for run in _loop_runs(runs_dir / name)),
+                   key=lambda run: run.start)
     launches = {s.restart: s.launches for s in scripts}
     for name in sorted((n for n in names if attempt_key(n) is not None),
                        key=lambda n: attempt_key(n) or ()):
@@ -279,8 +313,8 @@ def read_job_times(job_dir: Path, state: dict[str, Any] | None = None) -> JobTim
                 if launch is not None:
                     sources.append(f"{name}: launch: the mtime of {LAUNCH_NODES_FILE} "
                                    "(last resort: no log line, no rank records)")
-        runs, checkpoints = _loop_runs(path)
-        attempts.append(AttemptTimes(name, restart, relaunch, launch, runs, checkpoints))
+        attempts.append(AttemptTimes(name, restart, relaunch, launch, ()))
+    attempts = _assign(attempts, loops, job_id)
     ended = bool(state.get("terminal")) or bool(scripts and scripts[-1].finished)
     end: float | None = None
     if ended:

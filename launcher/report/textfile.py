@@ -109,9 +109,19 @@ def _attempts(job_dir: Path) -> list[Path]:
     return sorted(found, key=lambda p: attempt_key(p.name) or ())
 
 
-def _last_record(attempts: list[Path]) -> StepRecord | None:
-    """The newest complete, well-formed step record of the newest attempt that has one."""
-    for attempt in reversed(attempts):
+def _mtime(path: Path) -> float:
+    try:
+        return path.stat().st_mtime
+    except OSError:
+        return 0.0
+
+
+def _last_record(job_dir: Path) -> StepRecord | None:
+    """The newest complete, well-formed step record of the run directory under runs/ (the
+    job's ``runs/<job name>/``) whose metrics.jsonl changed last."""
+    runs = job_dir / RUNS_DIR
+    found = [p for p in runs.iterdir() if (p / METRICS_FILE).is_file()] if runs.is_dir() else []
+    for attempt in sorted(found, key=lambda p: _mtime(p / METRICS_FILE), reverse=True):
         try:
             lines = (attempt / METRICS_FILE).read_text(encoding="utf-8",
                                                        errors="replace").split("\n")
@@ -219,7 +229,7 @@ def read_job_metrics(job_dir: Path, state: dict[str, Any] | None = None,
         [ranks[r] for r in sorted(ranks)] or (_launch_nodes(newest) if newest else [])))
     return JobMetrics(str(meta.get("job_id") or ""), str(meta.get("name") or job_dir.name),
                       "" if newest is None else newest.name, nodes, ranks,
-                      _last_record(attempts), job_goodput(job_dir, state, now),
+                      _last_record(job_dir), job_goodput(job_dir, state, now),
                       len(read_recoveries(job_dir)), _health(job_dir, attempts),
                       tuple(dict.fromkeys(n for a in attempts[:-1]
                                           for n in [*rank_nodes(a).values(),

@@ -63,15 +63,18 @@ def _append(path: Path, records: list[dict[str, Any]]) -> None:
 def attempt(path: Path, name: str, start: float | None, steps: list[tuple[int, float, float]],
             end: tuple[float, float] | None = None, checkpoints: tuple[int, ...] = (),
             replayed: list[tuple[int, float]] | None = None, loss: float = 5.0) -> Path:
-    """An attempt directory: a start event at ``start``; ``steps``: (step, time,
-    checkpoint_s) records; ``end``: (time, checkpoint_s) of the end event."""
-    run = path / RUNS_DIR / name
-    run.mkdir()
+    """An attempt directory, and its loop's records in the job's run directory
+    ``runs/<job name>/`` (where every attempt's `gantry train` writes): a start event at
+    ``start``; ``steps``: (step, time, checkpoint_s) records; ``end``: (time, checkpoint_s)
+    of the end event. Returns the attempt directory."""
+    (path / RUNS_DIR / name).mkdir()
+    run = path / RUNS_DIR / "tiny"
+    run.mkdir(exist_ok=True)
     events: list[dict[str, Any]] = []
     if start is not None:
         events.append({"event": "start", "time": start, "step": 0, "resumed": False,
                        "nodes": ["n1", "n2"]})
-    events += [{"event": "checkpoint", "time": start or 0.0, "step": s, "copy_s": 0.1,
+    events += [{"event": "checkpoint", "time": (start or 0.0) + 0.001, "step": s, "copy_s": 0.1,
                 "write_s": 0.2, "sync_s": 0.0, "bytes": 1000} for s in checkpoints]
     if end is not None:
         events.append({"event": "end", "time": end[0], "step": steps[-1][0] if steps else 0,
@@ -88,4 +91,4 @@ def attempt(path: Path, name: str, start: float | None, steps: list[tuple[int, f
         _append(run / REPLAYED_METRICS_FILE, [
             {"step": s, "loss": 1.0, "lr": 3e-4, "grad_norm": 1.0, "time": t,
              "tokens_per_s": 1.0, "ranks": ranks} for s, t in replayed])
-    return run
+    return path / RUNS_DIR / name

@@ -96,9 +96,9 @@ def test_a_recovery_inside_the_allocation_with_replayed_steps(tmp_path: Path) ->
             checkpoints=(2,))
     # The relaunch resumed in place once before (a replayed record of step 3 at T0+11.5,
     # then a second start): every record of metrics.replayed.jsonl is recomputed work.
-    run = attempt(path, f"{JOB}-0.1", T0 + 10.5, [(3, T0 + 12.5, 0.0), (4, T0 + 13.5, 0.0)],
-                  end=(T0 + 14, 0.0), checkpoints=(4,), replayed=[(3, T0 + 11.5)])
-    with open(run / "events.jsonl", "a", encoding="utf-8") as handle:
+    attempt(path, f"{JOB}-0.1", T0 + 10.5, [(3, T0 + 12.5, 0.0), (4, T0 + 13.5, 0.0)],
+            end=(T0 + 14, 0.0), checkpoints=(4,), replayed=[(3, T0 + 11.5)])
+    with open(path / "runs" / "tiny" / "events.jsonl", "a", encoding="utf-8") as handle:
         handle.write('{"event": "start", "time": %r, "step": 2}\n' % (T0 + 12.0))
         handle.write('{"torn": \n')
     goodput = job_goodput(path)
