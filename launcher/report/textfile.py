@@ -122,12 +122,7 @@ def _last_record(job_dir: Path) -> StepRecord | None:
     runs = job_dir / RUNS_DIR
     found = [p for p in runs.iterdir() if (p / METRICS_FILE).is_file()] if runs.is_dir() else []
     for attempt in sorted(found, key=lambda p: _mtime(p / METRICS_FILE), reverse=True):
-        try:
-            lines = (attempt / METRICS_FILE).read_text(encoding="utf-8",
-                                                       errors="replace").split("\n")
-        except OSError:
-            continue
-        for line in reversed(lines[:-1]):  # the last piece has no newline yet (or is empty)
+        for line in reversed(_tail_lines(attempt / METRICS_FILE)):
             if not line.strip():
                 continue
             try:
@@ -135,6 +130,26 @@ def _last_record(job_dir: Path) -> StepRecord | None:
             except UserInputError:
                 continue
     return None
+
+
+def _tail_lines(path: Path, chunk: int = 1 << 16) -> list[str]:
+    """The complete lines at the end of ``path``, read backwards in growing pieces until one
+    complete line is in (a long run's metrics.jsonl is not read whole every interval)."""
+    try:
+        with open(path, "rb") as handle:
+            size = handle.seek(0, 2)
+            while True:
+                start = max(size - chunk, 0)
+                handle.seek(start)
+                data = handle.read(size - start)
+                lines = data.decode("utf-8", errors="replace").split("\n")[:-1]
+                if start > 0:
+                    lines = lines[1:]  # cut off at its start
+                if lines or start == 0:
+                    return lines
+                chunk *= 4
+    except OSError:
+        return []
 
 
 def rank_nodes(attempt: Path) -> dict[int, str]:

@@ -163,3 +163,15 @@ def test_metrics_and_report_commands(tmp_path: Path) -> None:
     assert result["checkpoint_interval"]["configured_steps"] == 2
     page = (tmp_path / "report" / "report.html").read_text()
     assert "<h2>Goodput</h2>" in page and "ETTR" in page
+
+
+def test_the_newest_step_skips_a_line_still_being_written(tmp_path: Path) -> None:
+    path = a_job(tmp_path)
+    with open(path / "runs" / "tiny" / "metrics.jsonl", "a", encoding="utf-8") as handle:
+        handle.write('{"step": 5, "loss": 1.0, "ti')
+    metrics = textfile.read_job_metrics(path)
+    assert metrics.last is not None and metrics.last.step == 4
+    long = tmp_path / "long.jsonl"
+    long.write_text("".join(f'{{"step": {i}, "pad": "{"x" * 999}"}}\n' for i in range(200))
+                    + '{"partial')
+    assert json.loads(textfile._tail_lines(long, 100)[-1])["step"] == 199
