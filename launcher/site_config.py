@@ -439,6 +439,35 @@ class PluginsSection:
 
 
 @dataclass(frozen=True)
+class MetricsSection:
+    """The run's metrics for the site's monitoring (Prometheus) and the figures `gantry
+    report` needs from the site (docs/goodput.md)."""
+
+    textfile_dir: str | None = None
+    """node-exporter's textfile collector directory (--collector.textfile.directory):
+    `gantry metrics JOB` writes one gantry_<job>_<node>.prom file per node there when given
+    no --textfile-dir. ~ and $VARS are expanded, then a relative path resolves against the
+    site file. None: no default directory."""
+    gpu_peak_tflops: float | None = None
+    """Peak dense bf16 TFLOP/s of one GPU, for the report's MFU on a GPU site. None: the
+    datasheet figure of nodes.gpu_model when gantry knows the model (A100, H100, H200,
+    B200), else no MFU."""
+    node_mtbf_h: float | None = None
+    """Mean hours between failures of one node, for the report's suggested checkpoint
+    interval before the job saw a failure of its own (the job's MTBF is this / its nodes).
+    None: no suggestion until a failure is seen."""
+
+    def validate(self) -> None:
+        for key in ("gpu_peak_tflops", "node_mtbf_h"):
+            value = getattr(self, key)
+            if value is not None and not (value > 0 and value < float("inf")):
+                raise FieldError(key, f"{value} is not allowed (expected a number > 0)")
+        if self.textfile_dir is not None and not self.textfile_dir.strip():
+            raise FieldError("textfile_dir", "an empty path is not allowed (expected a "
+                             "directory, or leave it unset)")
+
+
+@dataclass(frozen=True)
 class SiteConfig:
     """A whole site. See docs/reference/site-config.md for every field."""
 
@@ -463,6 +492,8 @@ class SiteConfig:
     """Node health checks and the drain policy."""
     plugins: PluginsSection = field(default_factory=PluginsSection)
     """The Slurm plugin suite (SPANK, Prolog/Epilog, HealthCheckProgram)."""
+    metrics: MetricsSection = field(default_factory=MetricsSection)
+    """Metrics out (Prometheus textfiles) and the report's MFU and checkpoint advice."""
 
     def validate(self) -> None:
         _check_site_name(self.name)

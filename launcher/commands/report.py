@@ -64,6 +64,16 @@ def run(args: argparse.Namespace) -> int:
     if result.checkpoints:
         console.print(f"  checkpoints: {describe_checkpoints(list(result.checkpoints))}",
                       markup=False)
+    if result.goodput is not None:
+        from launcher.report.goodput import describe_lines
+
+        for line in describe_lines(result.goodput):
+            console.print(f"  goodput: {line}", markup=False)
+    if result.efficiency is not None:
+        if result.efficiency.mfu is not None:
+            console.print(f"  MFU: {result.efficiency.mfu.describe()}", markup=False)
+        console.print(f"  checkpoint interval (Young/Daly): "
+                      f"{result.efficiency.checkpoint.describe()}", markup=False)
     for label, path in (("html", result.html), ("loss", result.loss_png),
                         ("timeline", result.timeline_png), ("trace", result.trace)):
         if path is not None:

@@ -63,6 +63,10 @@ def run(args: argparse.Namespace) -> int:
         rows.append(job_summary(job_dir, info))
     rows = [row for row in rows if state_matches(row, args.state)]
     one = len(args.job_refs) == 1 and not args.state
+    if one:
+        from launcher.report.goodput import status_goodput
+
+        rows[0]["goodput"] = status_goodput(dirs[0].path, rows[0])
     if args.json:
         print_json(rows[0] if one else rows)
         return 0
@@ -85,6 +89,8 @@ def run(args: argparse.Namespace) -> int:
         for record in row["stragglers"]:
             console.print(f"{'straggler':<10} {record['line']}", markup=False, highlight=False)
         console.print(f"{'checkpoints':<10} {_checkpoints(row)}")
+        for line in row["goodput"]["lines"]:
+            console.print(f"{'goodput':<10} {line}", markup=False, highlight=False)
         for stream, path in row["logs"].items():
             console.print(f"{'log ' + stream:<10} {path}", markup=False, highlight=False)
         return 0

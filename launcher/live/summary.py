@@ -9,10 +9,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from launcher.live.log_markers import attempt_marks
 from launcher.live.preflight_rows import PreflightRow, preflight_rows
 from launcher.live.watcher import Event, LogLines, PreflightDone, Recovered, StepDone, Straggler
 from launcher.placement_record import PlacementRecord
+from launcher.report.log_markers import attempt_marks
 from launcher.report.run_data import StepRecord
 from launcher.slurm import JobInfo, NodeInfo
 

@@ -1,5 +1,6 @@
 """Builds a report directory: loss.png, timeline.png, report.html (with one line per recovery
-of a failed step and per straggler found) and a copy of trace.json.
+of a failed step and per straggler found, the goodput breakdown, MFU and the suggested
+checkpoint interval) and a copy of trace.json.
 
 All files are written under temporary names and renamed into place together
 (launcher/atomic_write.FileSet), so a failed report leaves no half-written file behind: an
@@ -21,6 +22,8 @@ from launcher.recovery.node_faults import describe_recovery, read_recoveries
 from launcher.report import html, plots
 from launcher.report.checkpoints import CheckpointRecord, read_checkpoints
 from launcher.report.checkpoints import describe as describe_checkpoints
+from launcher.report.efficiency import JobEfficiency, job_efficiency
+from launcher.report.goodput import PARTS, Goodput, job_goodput
 from launcher.report.run_data import (
     StepRecord,
     TraceEvent,
@@ -83,6 +86,10 @@ class ReportResult:
     """One line per recovery of a failed step (the job's recoveries.jsonl)."""
     stragglers: tuple[str, ...] = field(default=())
     """One line per rank found slow or back to pace (stragglers.jsonl)."""
+    goodput: Goodput | None = None
+    """Where the job's wall time went (None for a run directory outside a job)."""
+    efficiency: JobEfficiency | None = None
+    """MFU and the suggested checkpoint interval (None with ``goodput``)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -103,6 +110,11 @@ class ReportResult:
             "checkpoints": [c.to_json() for c in self.checkpoints],
             "recoveries": list(self.recoveries),
             "stragglers": list(self.stragglers),
+            "goodput": None if self.goodput is None else self.goodput.to_json(),
+            "mfu": None if self.efficiency is None or self.efficiency.mfu is None
+            else self.efficiency.mfu.to_json(),
+            "checkpoint_interval": None if self.efficiency is None
+            else self.efficiency.checkpoint.to_json(),
         }
 
 
@@ -231,6 +243,16 @@ def _write(files: FileSet, sources: RunSources, name: str, records: list[StepRec
                             else sources.run_dirs[-1])
     stragglers = [describe_straggler(r) for r in found]
     summary += [(f"straggler {i}", _shown(line)) for i, line in enumerate(stragglers, 1)]
+    goodput, efficiency, tables = _goodput(sources, records, notes)
+    if goodput is not None and efficiency is not None:
+        ettr = goodput.ettr
+        summary += [
+            ("ETTR", ("-" if ettr is None else f"{ettr:.1%}")
+             + f" (productive training / {goodput.wall_us / 1e6:.1f} s wall"
+             + ("" if goodput.ended else ", running") + "; the goodput table below)"),
+            ("MFU", "- (a CPU site)" if efficiency.mfu is None else efficiency.mfu.describe()),
+            ("checkpoint interval (Young/Daly)", efficiency.checkpoint.describe()),
+        ]
     attempts = []
     for run_dir in sources.run_dirs:
         mine = [r for r in records if r.attempt == run_dir.name]
@@ -238,9 +260,43 @@ def _write(files: FileSet, sources: RunSources, name: str, records: list[StepRec
                          f"{mine[0].loss:.4f} → {mine[-1].loss:.4f}" if mine else "-"))
     page = html.render_page(f"gantry report: {name}", summary, loss_tmp, timeline_tmp, totals,
                             attempts, None if trace_copy is None else trace_copy.name,
-                            [_shown(note) for note in notes])
+                            [_shown(note) for note in notes], tables)
     report_html = out / "report.html"
     files.write_text(report_html, page)
     return ReportResult(out, report_html, loss_png, timeline_png, trace_copy, len(records),
                         first.loss, last.loss, tokens, bubble, theory, shown, tuple(notes),
-                        tuple(checkpoints), tuple(recoveries), tuple(stragglers))
+                        tuple(checkpoints), tuple(recoveries), tuple(stragglers), goodput,
+                        efficiency)
+
+
+def _goodput(sources: RunSources, records: list[StepRecord], notes: list[str],
+             ) -> tuple[Goodput | None, JobEfficiency | None, list[html.Section]]:
+    """The job's goodput and efficiency, and the goodput table (parts x total and each
+    attempt: seconds and share); nothing for a run directory outside a job."""
+    if sources.job_dir is None:
+        notes.append("a run directory, not a job: no goodput (it needs the job's log and "
+                     "meta.json)")
+        return None, None, []
+    goodput = job_goodput(sources.job_dir)
+    efficiency = job_efficiency(sources.job_dir, goodput, [r.tokens_per_s for r in records],
+                                [max((t.total_s for t in r.ranks), default=0.0)
+                                 for r in records])
+    notes.extend(efficiency.notes)
+    notes.extend(f"goodput: {line}" for line in goodput.sources)
+    columns = [("total", goodput.parts_us())] + [(a, goodput.parts_us(a))
+                                                 for a in goodput.attempts]
+    rows = []
+    for part, meaning in PARTS:
+        rows.append([part, *(f"{parts[part] / 1e6:.2f} s ({_part_share(parts, part)})"
+                             for _, parts in columns), meaning])
+    rows.append(["wall", *(f"{sum(parts.values()) / 1e6:.2f} s" for _, parts in columns), ""])
+    table = html.Section("Goodput", ["part", *(_shown(c) for c, _ in columns), "what it holds"],
+                         rows, "Every stretch of the job's wall time, from submission to its "
+                         "end (or now), in exactly one part; the parts add up to the wall "
+                         "time (docs/goodput.md says where each time comes from).")
+    return goodput, efficiency, [table]
+
+
+def _part_share(parts: dict[str, int], part: str) -> str:
+    whole = sum(parts.values())
+    return f"{parts[part] / whole:.1%}" if whole else "-"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
@@ -21,6 +22,17 @@ img { max-width: 100%; border: 1px solid #eee; }
 code { background: #f4f4f4; padding: 0 0.25em; }
 .note { color: #666; font-size: 0.9em; }
 """
+
+
+@dataclass(frozen=True)
+class Section:
+    """A titled table of text cells (the first column a name, the others numbers but the
+    last)."""
+
+    title: str
+    header: Sequence[str]
+    rows: Sequence[Sequence[str]]
+    note: str = ""
 
 
 def _image(path: Path, alt: str) -> str:
@@ -44,13 +56,22 @@ def _table(header: Sequence[str], rows: Sequence[Sequence[str]],
 def render_page(title: str, summary: Sequence[tuple[str, str]], loss_png: Path,
                 timeline_png: Path | None, totals: Mapping[int, Mapping[str, float]],
                 attempts: Sequence[tuple[str, str, str]], trace_name: str | None,
-                notes: Sequence[str]) -> str:
-    """The HTML text. ``attempts``: (run directory, steps, loss range) rows."""
+                notes: Sequence[str], sections: Sequence[Section] = ()) -> str:
+    """The HTML text. ``attempts``: (run directory, steps, loss range) rows; ``sections``:
+    tables shown after the summary."""
     parts = [
         "<!doctype html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{escape(title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{escape(title)}</h1>",
         _table(["", ""], [list(row) for row in summary]),
+    ]
+    for section in sections:
+        numeric = [False] + [True] * (len(section.header) - 2) + [False]
+        parts += [f"<h2>{escape(section.title)}</h2>",
+                  _table(section.header, [list(r) for r in section.rows], numeric)]
+        if section.note:
+            parts.append(f'<p class="note">{escape(section.note)}</p>')
+    parts += [
         "<h2>Loss and throughput</h2>", _image(loss_png, "loss curve"),
     ]
     if timeline_png is not None:

@@ -290,6 +290,7 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
     slow_node_s = faults.slow_node_delay(node_name())  # test hook: a straggler
     attempt = os.environ.get(ATTEMPT_DIR_ENV)
     evictions_at = Path(attempt) if attempt and rank == 0 else None
+    checkpoint_s = 0.0  # the loop's time in checkpoint calls since the last step record
     try:
         for step in range(start, end):
             faults.maybe_hang(step + 1, rank, world.Get_size())
@@ -322,7 +323,7 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
                 record = {
                     "step": step + 1, "loss": result.loss, "lr": result.lr,
                     "grad_norm": result.grad_norm, "time": time.time(),
-                    "wall_s": time.time() - t_begin,
+                    "wall_s": time.time() - t_begin, "checkpoint_s": checkpoint_s,
                     "tokens_per_s": n_micro * par.micro_batch_size * model.seq_len / slowest,
                     "ranks": per_rank,
                 }
@@ -336,6 +337,7 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
             evict = evictions_at is not None and bool(pending_evictions(evictions_at))
             decision = stop.agreed(world, evict)
             interval = spec.checkpoint.interval
+            t_checkpoint = time.time()
             if writer is not None and ((interval and (step + 1) % interval == 0)
                                        or step + 1 == train.steps or decision):
                 watchdog.beat(f"checkpoint {step + 1}")
@@ -346,16 +348,23 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
                                      f"unpinned (slower): {writer.unpinned}\n")
             elif writer is not None:
                 writer.poll(step + 1)
+            checkpoint_s = time.time() - t_checkpoint
             if decision and step + 1 < end:
                 watchdog.beat(f"checkpoint {step + 1} (stopping)")
                 if writer is not None:
                     writer.wait()
                 if decision.signum:
-                    return _stopped(world, opts, decision.signum, step + 1, writer)
+                    return _stopped(world, opts, decision.signum, step + 1, writer,
+                                    time.time() - t_checkpoint)
                 return _evicted(world, opts, step + 1, writer, evictions_at)
         watchdog.beat("final checkpoint")
+        t_checkpoint = time.time()
         if writer is not None:
             writer.wait()
+        if rank == 0:
+            metrics.append_jsonl(opts.run_dir / EVENTS_FILE, {
+                "event": "end", "time": time.time(), "step": end,
+                "checkpoint_s": checkpoint_s + time.time() - t_checkpoint})
     finally:
         if writer is not None and (why := writer.close()) is not None:
             sys.stderr.write(f"gantry train: rank {rank}: unpinning checkpoint staging: {why}\n")
@@ -383,8 +392,9 @@ def _checkpoint_event(run_dir: Path) -> Callable[[int, int, list[WriteTiming]], 
 
 
 def _stopped(world: Any, opts: TrainOptions, signum: int, step: int,
-             writer: CheckpointWriter | None) -> int:
-    """After a stop signal: record it (rank 0) and return TRAINER_STOPPED on every rank."""
+             writer: CheckpointWriter | None, checkpoint_s: float = 0.0) -> int:
+    """After a stop signal: record it (rank 0; ``checkpoint_s``: the loop's time in the
+    checkpoint calls since the last step record) and return TRAINER_STOPPED on every rank."""
     name = signal_name(signum)
     saved = writer is not None and step in writer.completed
     if world.Get_rank() == 0:
@@ -392,7 +402,7 @@ def _stopped(world: Any, opts: TrainOptions, signum: int, step: int,
         sys.stderr.write(f"gantry train: SIG{name}: stopped after step {step}, {where}\n")
         metrics.append_jsonl(opts.run_dir / EVENTS_FILE, {
             "event": "stop", "time": time.time(), "signal": name, "step": step,
-            "checkpointed": saved})
+            "checkpointed": saved, "checkpoint_s": checkpoint_s})
         attempt = os.environ.get(ATTEMPT_DIR_ENV)
         if attempt:  # the batch script reads it when only the step got the signal
             try:

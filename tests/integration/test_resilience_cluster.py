@@ -66,7 +66,7 @@ def reference(cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPathFactory
     job = uninterrupted_run(cluster, tmp_path_factory.mktemp("reference"))
     trajectory = job.trajectory()
     events = job.events()
-    assert [e["event"] for e in events if e["event"] != "checkpoint"] == ["start"]
+    assert [e["event"] for e in events if e["event"] != "checkpoint"] == ["start", "end"]
     # interval 2, async: each checkpoint complete after the step that follows it at the latest
     done = [(e["step"], e["completed_after_step"]) for e in events if e["event"] == "checkpoint"]
     assert [step for step, _ in done] == list(range(2, STEPS + 1, 2))

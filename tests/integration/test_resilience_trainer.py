@@ -112,6 +112,17 @@ def test_background_writes_overlap_up_to_max_lag_steps(sync_run: Path, lib: Path
             if e["event"] == "checkpoint"}
     assert sorted(done) == [5, 10] and done[10] == 10
     assert done[5] == 8 if slow_write_s else 6 <= done[5] <= 8
+    # the loop's checkpoint time lands in the record of the step after it (and the end
+    # event), within the wall time between the records; the slow write's wait is seen
+    records = {r["step"]: r for r in map(json.loads, (tmp_path / "run" / "metrics.jsonl")
+                                         .read_text().splitlines())}
+    [end] = [e for e in map(json.loads, lines) if e["event"] == "end"]
+    for step in range(2, 11):
+        gap = records[step]["time"] - records[step - 1]["time"]
+        assert 0 <= records[step]["checkpoint_s"] <= gap, (step, records[step])
+    assert 0 < end["checkpoint_s"] <= end["time"] - records[10]["time"] + 1e-3, end
+    if slow_write_s:
+        assert records[9]["checkpoint_s"] > 0  # waited for checkpoint 5 after step 8
     for step in (5, 10):
         directory = tmp_path / "ckpt" / f"step_{step:08d}"
         manifest = json.loads((directory / "manifest.json").read_text())

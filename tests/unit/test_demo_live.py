@@ -18,7 +18,6 @@ from rich.console import Console
 from launcher.demo.faults import write_fake_sysfs
 from launcher.job_dir import JobDir
 from launcher.live.follow import StepClock, format_eta
-from launcher.live.log_markers import attempt_marks, parse_line
 from launcher.live.placement_view import placement_tree
 from launcher.live.preflight_rows import PlannedRole, read_placement
 from launcher.live.summary import FollowState, summarize, summary_lines
@@ -32,6 +31,7 @@ from launcher.live.watcher import (
     StepDone,
 )
 from launcher.placement_record import PlacementRecord
+from launcher.report.log_markers import attempt_marks, parse_line
 from launcher.report.run_data import RankTiming, StepRecord
 from launcher.site_config import DEFAULT_SITE, load_site
 from launcher.site_topology import site_topology
