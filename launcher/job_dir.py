@@ -15,6 +15,9 @@ Layout (root: --jobs-dir, else $GANTRY_JOBS_DIR, else ./gantry-jobs)::
         logs/            slurm-<jobid>.out / .err (append mode across requeues;
                          :func:`log_file_name`)
         schedules/       the schedule tables of the job, built once (train/schedule_cache.py)
+        report/          `gantry report`'s output, by default
+        runs/<name>/     `gantry train`'s run directory (<name>: the job's name;
+                         :func:`train_run_dir`): metrics.jsonl, events.jsonl, trace.json
         runs/<jobid>-<restart>/   one attempt, written by the script ($GANTRY_ATTEMPT_DIR):
             preflight.jsonl   the preflight verdicts, one line per node
             nodes             the nodes the gate chose
@@ -66,6 +69,7 @@ META_FILE = "meta.json"
 LOGS_DIR = "logs"
 RUNS_DIR = "runs"
 SCHEDULES_DIR = "schedules"
+REPORT_DIR = "report"
 NODE_FAULTS_FILE = "node_faults.json"
 RECOVERIES_FILE = "recoveries.jsonl"
 #: Beside the job directories, in the jobs root.
@@ -102,6 +106,11 @@ def log_file_name(job_id: str, stream: str = "out") -> str:
     """The name in logs/ of the Slurm output (``out``) or error (``err``) file of job
     ``job_id`` (``%j``: the #SBATCH pattern of every attempt's)."""
     return f"slurm-{job_id}.{stream}"
+
+
+def train_run_dir(job_dir: Path, name: str) -> Path:
+    """Where `gantry train` writes metrics.jsonl, events and the trace of job ``name``."""
+    return job_dir / RUNS_DIR / name
 
 
 def checkpoint_step_dir(root: Path, step: int) -> Path:

@@ -15,7 +15,7 @@ from pathlib import Path
 import launcher
 from launcher.errors import UserInputError
 from launcher.install_paths import import_root
-from launcher.job_dir import PLACEMENT_FILE, RANK_ORDER_FILE, RUNS_DIR, SPEC_FILE
+from launcher.job_dir import PLACEMENT_FILE, RANK_ORDER_FILE, SPEC_FILE, train_run_dir
 from launcher.job_request import JobRequest, spec_source
 from launcher.job_spec import LaunchMode
 from launcher.sbatch_options import option_name
@@ -54,11 +54,6 @@ def layout_line(request: JobRequest) -> str:
             f"{request.ranks_per_node} rank{'s' if request.ranks_per_node > 1 else ''}{spare}")
 
 
-def run_dir(job_dir: Path, name: str) -> Path:
-    """Where `gantry train` writes metrics.jsonl, events and the trace of a job."""
-    return job_dir / RUNS_DIR / name
-
-
 def train_argv(request: JobRequest, job_dir: Path, gantry: Sequence[str],
                library: Path | None = None, rank_order: bool = False) -> tuple[str, ...]:
     """What every rank runs: the job's command, else ``gantry train``.
@@ -73,7 +68,7 @@ def train_argv(request: JobRequest, job_dir: Path, gantry: Sequence[str],
     if request.spec.command:
         return tuple(request.spec.command)
     argv = [*gantry, "train", str(job_dir / SPEC_FILE), "--run-dir",
-            str(run_dir(job_dir, request.spec.name))]
+            str(train_run_dir(job_dir, request.spec.name))]
     if library is not None:
         argv += ["--lib", str(library)]
     else:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.console import make_console, print_json
 from launcher.errors import EXIT_FAILURE, EXIT_OK, UserInputError
-from launcher.job_cli import add_jobs_dir_arg, run_history
+from launcher.job_cli import add_jobs_dir_arg
 from launcher.job_dir import META_FILE, find_job_dir, jobs_root
 from topology.user_files import require_short_names, require_writable_file
 
@@ -46,6 +46,8 @@ def register(subparsers: Any) -> None:
 def checkpoint_root(ref: str, jobs_dir: Path | None) -> tuple[Path, bool]:
     """(the directory holding the step_<N> directories, whether it is a job's checkpoint.dir):
     ``ref`` itself when it is a directory other than a job directory, else the job's."""
+    from launcher.job_state import run_history
+
     candidate = Path(ref)
     if candidate.is_dir() and not (candidate / META_FILE).is_file():
         return candidate.resolve(), False

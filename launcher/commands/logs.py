@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from launcher.errors import GantryError
-from launcher.job_cli import add_jobs_dir_arg, client_for_job, follow_log, resolve_job
+from launcher.job_cli import add_jobs_dir_arg, follow_log, resolve_job
 
 
 def register(subparsers: Any) -> None:
@@ -23,6 +23,9 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from launcher.job_logs import write_log
+    from launcher.job_state import client_for_job
+
     _root, job_dir = resolve_job(args)
     job_id = job_dir.job_id
     if job_id is None:
@@ -33,11 +36,7 @@ def run(args: argparse.Namespace) -> int:
         if info is not None:
             job_dir.update_meta(last_state=info.to_json())
         return 0
-    path = job_dir.log_file(job_id, stream)
-    if not path.exists():
-        sys.stderr.write(f"no output yet ({path} does not exist; the job may be pending)\n")
-        return 0
-    with path.open("rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 16), b""):
-            sys.stdout.write(chunk.decode("utf-8", errors="replace"))
+    if not write_log(job_dir, sys.stdout, stream):
+        sys.stderr.write(f"no output yet ({job_dir.log_file(job_id, stream)} does not exist; "
+                         "the job may be pending)\n")
     return 0

@@ -43,12 +43,17 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "launcher/job_script.py", "launcher/sbatch_render.py", "launcher/job_dir.py",
         "launcher/job_exit_codes.py", "launcher/placement_record.py",
         "launcher/sbatch_options.py", "launcher/slurm_time.py", "launcher/torch_env.py",
+        "launcher/job_overrides.py",
         "launcher/preflight/gate.py", "launcher/preflight/gate_plan.py",
     )),
     ("train, recovery, report", (
         "launcher/train/", "launcher/recovery/", "launcher/report/",
     )),
     ("live, site check", ("launcher/live/", "launcher/site_check/")),
+    ("job API", (
+        "launcher/job_state.py", "launcher/job_submit.py", "launcher/job_logs.py",
+        "launcher/api.py",
+    )),
     ("demo", ("launcher/demo/",)),
     ("commands", (
         "launcher/commands/", "launcher/job_cli.py", "launcher/cli.py", "launcher/__main__.py",
