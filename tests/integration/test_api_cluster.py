@@ -62,6 +62,7 @@ def test_submit_wait_logs_result_and_cancel(cluster: EmbeddedCluster, tmp_path: 
         assert path is not None and path.exists(), path
     assert [json.loads(line)["step"] for line in result.metrics.read_text().splitlines()] \
         == [1, 2, 3, 4]
+    assert result.checkpoint_dir is not None
     assert result.latest_checkpoint == result.checkpoint_dir / "step_00000004"
     assert len(result.attempt_dirs) == 1
 

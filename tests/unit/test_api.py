@@ -5,7 +5,9 @@ embedded-cluster test (tests/integration/test_api_cluster.py) drives real jobs."
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -142,3 +144,22 @@ def test_bad_arguments_fail_before_slurm_is_asked(tmp_path: Path) -> None:
         job.wait(poll_s=0)
     with pytest.raises(ValueError, match="stream 'both'"):
         job.logs("both")
+
+
+def test_the_docs_example_names_only_what_the_api_has() -> None:
+    """docs/jobs.md's example (run by hand against the embedded cluster) compiles and every
+    attribute it takes of the module, a Job or a JobResult exists."""
+    text = (REPO / "docs" / "jobs.md").read_text(encoding="utf-8")
+    code = re.search(r"\*\*From Python\*\*.*?```python\n(.*?)```", text, re.DOTALL)
+    assert code is not None
+    tree = ast.parse(code.group(1))
+    owners = {"api": api, "job": api.Job, "again": api.Job, "result": api.JobResult,
+              "Job": api.Job}
+    used = [(node.value, node.attr) for node in ast.walk(tree)
+            if isinstance(node, ast.Attribute)]
+    names = [(owner.attr if isinstance(owner, ast.Attribute) else getattr(owner, "id", ""),
+              attr) for owner, attr in used]
+    missing = [(owner, attr) for owner, attr in names
+               if owner in owners and not hasattr(owners[owner], attr)
+               and attr not in getattr(owners[owner], "__dataclass_fields__", {})]
+    assert len(names) > 10 and not missing, missing
