@@ -13,10 +13,10 @@ import typing
 from pathlib import Path
 from typing import IO, TYPE_CHECKING
 
-from launcher.job_dir import JobDir, find_job_dir, jobs_root
-from launcher.job_overrides import CliOverrides
-
-if TYPE_CHECKING:  # Slurm's client loads when a command asks Slurm
+if TYPE_CHECKING:  # the overrides table (dataclasses), the job directory and Slurm's client
+    # load when a job command builds its parser or runs
+    from launcher.job_dir import JobDir
+    from launcher.job_overrides import CliOverrides
     from launcher.slurm import JobInfo, SlurmClient
 
 
@@ -27,12 +27,28 @@ def add_jobs_dir_arg(parser: argparse.ArgumentParser) -> None:
 
 
 def add_request_args(parser: argparse.ArgumentParser) -> None:
-    """The job file, --site and the CLI overrides of common job fields."""
+    """The job file, --site and the CLI overrides of common job fields (the overrides are
+    added when the parser is first used, where it can defer them: the gantry parser's
+    subcommands)."""
     parser.add_argument("job", type=Path, help="job spec YAML")
     parser.add_argument("--site", type=Path, default=None,
                         help="site config YAML (default: the job's `site`, else "
                              "site_configs/local.yaml)")
     add_jobs_dir_arg(parser)
+    defer = getattr(parser, "defer", None)
+    if defer is not None:
+        defer(_add_override_args)
+    else:
+        _add_override_args(parser)
+    parser.set_defaults(passthrough=[])
+    parser.epilog = ("Arguments after `--` are a command every rank runs instead of "
+                     "`gantry train` (each argument carried literally).")
+
+
+def _add_override_args(parser: argparse.ArgumentParser) -> None:
+    """One option per CliOverrides flag, in its table's order."""
+    from launcher.job_overrides import CliOverrides
+
     group = parser.add_argument_group("overrides (win over the job YAML)")
     types = typing.get_type_hints(CliOverrides)
     for name, flag in CliOverrides.flags():
@@ -47,9 +63,6 @@ def add_request_args(parser: argparse.ArgumentParser) -> None:
             group.add_argument(*names, dest=name, help=flag.help,
                                type=int if types[name] == int | None else str,
                                choices=list(flag.choices) or None, metavar=flag.metavar)
-    parser.set_defaults(passthrough=[])
-    parser.epilog = ("Arguments after `--` are a command every rank runs instead of "
-                     "`gantry train` (each argument carried literally).")
 
 
 def add_job_filters(parser: argparse.ArgumentParser) -> None:
@@ -64,10 +77,14 @@ def add_job_filters(parser: argparse.ArgumentParser) -> None:
 
 def overrides_from_args(args: argparse.Namespace) -> CliOverrides:
     """The overrides add_request_args parsed, and the command after `--`."""
+    from launcher.job_overrides import CliOverrides
+
     return CliOverrides.from_values(vars(args), args.passthrough)
 
 
 def resolve_job(args: argparse.Namespace) -> tuple[Path, JobDir]:
+    from launcher.job_dir import find_job_dir, jobs_root
+
     root = jobs_root(args.jobs_dir)
     return root, find_job_dir(root, args.job_ref)
 

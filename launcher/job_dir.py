@@ -41,14 +41,10 @@ import json
 import math
 import os
 import re
-import secrets
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from launcher.atomic_write import WriteError, made_directories, write_text
 from launcher.errors import UserInputError, brief
@@ -152,6 +148,8 @@ def jobs_root(cli_value: Path | None = None) -> Path:
 def new_job_dir_path(root: Path, name: str, now: float | None = None) -> Path:
     """A fresh (not yet created) job directory path for job ``name``."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
+    import secrets
+
     return root / f"{name}-{stamp}-{secrets.token_hex(2)}"
 
 
@@ -159,12 +157,28 @@ def _write_json(path: Path, data: Any) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", mode=0o644)
 
 
-@dataclass(frozen=True)
 class JobDir:
-    """A job directory on disk."""
+    """A job directory on disk; equal to another of the same path. (A plain class, not a
+    dataclass: `gantry status` would import inspect for it, a tenth of its start-up.)"""
 
-    path: Path
-    """The directory."""
+    __slots__ = ("_path",)
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+
+    @property
+    def path(self) -> Path:
+        """The directory."""
+        return self._path
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JobDir) and other._path == self._path
+
+    def __hash__(self) -> int:
+        return hash(self._path)
+
+    def __repr__(self) -> str:
+        return f"JobDir({str(self._path)!r})"
 
     @property
     def script(self) -> Path:
@@ -243,6 +257,8 @@ def create_job_dir(path: Path, script: str, spec: dict[str, Any], request: dict[
                    extra_files: dict[str, str] | None = None) -> JobDir:
     """Create the job directory with its files (``extra_files``: name -> text); nothing is
     left behind if this fails (not the directory, not a jobs root it had to make)."""
+    import yaml  # PyYAML loads when a job directory is made
+
     try:
         with made_directories(path.parent):
             path.mkdir()

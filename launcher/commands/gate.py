@@ -20,11 +20,9 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.atomic_write import FileSet, WriteError
 from launcher.console import make_console
 from launcher.errors import EXIT_FAILURE, EXIT_OK, GantryError, UserInputError, brief
-from launcher.preflight.verdict import LEVELS
-from launcher.site_config import load_site
+from launcher.preflight.levels import LEVELS
 from topology import hostlists
 from topology.user_files import require_regular_file, require_writable_file
 
@@ -145,9 +143,11 @@ def what_was_done(report: GateReport, state: Path) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    from launcher.atomic_write import FileSet, WriteError
     from launcher.preflight.gate import run_gate
     from launcher.preflight.gate_plan import read_node_plan
     from launcher.preflight.state import state_dir
+    from launcher.site_config import load_site
 
     site = load_site(args.site)
     nodes_expr = args.nodes or os.environ.get("SLURM_JOB_NODELIST", "")

@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 from launcher.commands import gate
 from launcher.console import make_console
 from launcher.errors import EXIT_FAILURE, EXIT_OK
-from launcher.preflight.verdict import LEVELS, NodeVerdict
+from launcher.preflight.levels import LEVELS
 
 if TYPE_CHECKING:  # the checks and their collectors load when preflight runs
     from launcher.preflight.runner import RunOptions
+    from launcher.preflight.verdict import NodeVerdict
     from launcher.site_config import LoadedSite
 
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from launcher.console import make_console, print_json
 from launcher.errors import EXIT_OK, UserInputError
-from launcher.job_spec import Schedule
+from launcher.schedule_names import Schedule
 
 if TYPE_CHECKING:  # the schedule generators (numpy) and rich load when schedules are compared
     from launcher.schedules.compare import ScheduleRow

@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.console import make_console, print_json
-from launcher.preflight.result import CheckResult, worst
-from launcher.site_config import load_site
 from topology import hostlists
 
 if TYPE_CHECKING:  # the checks, the topology model (numpy) and the installer load when used
+    from launcher.preflight.result import CheckResult
     from topology.model import Topology
 
 TOPOLOGY_DESCRIPTION = """Write the topology the site's Slurm runs, as `scontrol show topology`
@@ -90,6 +89,7 @@ def run_topology(args: argparse.Namespace) -> int:
         topology_format,
         write_new_file,
     )
+    from launcher.site_config import load_site
 
     site = load_site(args.site)
     fmt = topology_format(args.out, args.format)
@@ -128,6 +128,8 @@ def print_checks(site_name: str, checks: list[CheckResult]) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from launcher.preflight.result import worst
+
     console = make_console()
     title = f"site {site_name}: {worst(c.status for c in checks)}"
     if console.is_terminal:
@@ -151,7 +153,9 @@ def print_checks(site_name: str, checks: list[CheckResult]) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    from launcher.preflight.result import worst
     from launcher.site_check.run import check_site
+    from launcher.site_config import load_site
 
     site = load_site(args.site)
     checks = check_site(site)
@@ -166,6 +170,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 def run_install(args: argparse.Namespace) -> int:
     from launcher.plugins.install import perform_install, plan_install
+    from launcher.site_config import load_site
 
     site = load_site(args.site)
     plan = plan_install(site, args.prefix)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,8 @@ def sbatch_lines(script: str) -> list[str]:
 
 
 def run(args: argparse.Namespace) -> int:
+    import tempfile
+
     from launcher.atomic_write import write_text
     from launcher.console import make_console, print_json
     from launcher.job_dir import SCRIPT_FILE, jobs_root

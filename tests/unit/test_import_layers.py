@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "launcher/console.py", "launcher/atomic_write.py", "launcher/process_runner.py",
         "launcher/environment.py", "launcher/cmake.py", "launcher/install_paths.py",
     )),
-    ("schedules, data", ("launcher/schedules/", "launcher/data/")),
+    ("schedules, data", ("launcher/schedules/", "launcher/data/", "launcher/schedule_names.py")),
     ("site config", (
         "launcher/site_config.py", "launcher/site_topology.py",
         "launcher/preflight/thresholds.py",
