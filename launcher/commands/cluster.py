@@ -13,7 +13,6 @@ import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from launcher.console import make_console, print_json
 from launcher.errors import EXIT_BAD_INPUT, EXIT_OK, UserInputError
 
 if TYPE_CHECKING:  # the site schema loads when a command runs
@@ -37,6 +36,8 @@ def _site_flag(site: LoadedSite) -> str:
 
 
 def _up(args: argparse.Namespace) -> int:
+    from launcher.console import make_console, print_json
+
     if args.timeout <= 0:
         raise UserInputError(f"--timeout: {args.timeout} is not allowed (expected seconds > 0)")
     from launcher.cluster import lifecycle
@@ -83,6 +84,7 @@ def _up(args: argparse.Namespace) -> int:
 
 def _down(args: argparse.Namespace) -> int:
     from launcher.cluster import lifecycle
+    from launcher.console import make_console, print_json
     from launcher.site_config import load_site
 
     site = load_site(args.site)
@@ -109,6 +111,7 @@ def _down(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from launcher.cluster import status, status_view
+    from launcher.console import make_console, print_json
     from launcher.site_config import load_site
 
     site = load_site(args.site)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from launcher.console import make_console, print_json
 from launcher.errors import EXIT_FAILURE, EXIT_OK
 
 
@@ -40,6 +39,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from launcher.console import make_console, print_json
     from launcher.demo.run import DemoOptions, run_demo
 
     console = make_console(stderr=args.json)

@@ -16,9 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.console import make_console, print_json
 from launcher.errors import UserInputError
-from topology import hostlists
 
 if TYPE_CHECKING:  # the planner (numpy) and rich load when a plan is made
     from rich.tree import Tree
@@ -117,6 +115,7 @@ def _state(args: argparse.Namespace, site: LoadedSite) -> tuple[ClusterState, Li
                                                                  str]:
     """Cluster state: --free / --offline, else the live cluster (else every node free)."""
     from launcher.job_placement import probe_live_state
+    from topology import hostlists
     from topology.placement import ClusterState
 
     unhealthy = set(hostlists.expand(args.unhealthy, "--unhealthy") if args.unhealthy else ())
@@ -131,6 +130,7 @@ def _state(args: argparse.Namespace, site: LoadedSite) -> tuple[ClusterState, Li
 
 
 def run(args: argparse.Namespace) -> int:
+    from launcher.console import make_console, print_json
     from launcher.site_topology import site_topology
     from launcher.typed_config import from_mapping
     from topology.placement import PlacementRequest, SlurmVersion, plan_placement
@@ -191,6 +191,8 @@ def build_tree(topology: Topology, placement: Placement) -> Tree:
 
 
 def show(topology: Topology, placement: Placement, version_line: str) -> None:
+    from launcher.console import make_console
+
     console = make_console()
     console.print(build_tree(topology, placement))
     request = placement.request

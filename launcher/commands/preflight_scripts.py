@@ -7,7 +7,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.console import print_json
 from launcher.errors import EXIT_OK
 from launcher.preflight.levels import LEVELS
 from topology.user_files import require_output_dir
@@ -43,6 +42,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from launcher.console import print_json
     from launcher.install_paths import import_root
     from launcher.plugins.scripts import ScriptSpec, script_name, slurm_conf_for, write_scripts
     from launcher.site_config import load_site

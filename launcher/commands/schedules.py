@@ -8,7 +8,6 @@ import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.console import make_console, print_json
 from launcher.errors import EXIT_OK, UserInputError
 from launcher.schedule_names import Schedule
 
@@ -118,6 +117,7 @@ def _label(row: ScheduleRow) -> str:
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
+    from launcher.console import make_console, print_json
     from launcher.schedules import ScheduleError
     from launcher.schedules.compare import COST_KEYS, compare, parse_costs, timeline
 

@@ -10,9 +10,6 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.console import make_console, print_json
-from topology import hostlists
-
 if TYPE_CHECKING:  # the checks, the topology model (numpy) and the installer load when used
     from launcher.preflight.result import CheckResult
     from topology.model import Topology
@@ -82,6 +79,7 @@ def register(subparsers: Any) -> None:
 
 def run_topology(args: argparse.Namespace) -> int:
     """Write (or print) Slurm's topology; notes go to stderr, the file's text to stdout."""
+    from launcher.console import make_console
     from launcher.site_check.slurm_topology import (
         check_out_path,
         read_slurm_topology,
@@ -90,6 +88,7 @@ def run_topology(args: argparse.Namespace) -> int:
         write_new_file,
     )
     from launcher.site_config import load_site
+    from topology import hostlists
 
     site = load_site(args.site)
     fmt = topology_format(args.out, args.format)
@@ -114,6 +113,8 @@ def run_topology(args: argparse.Namespace) -> int:
 
 def _print_written(out: Path, topology: Topology, site_path: Path) -> None:
     """What was written, and the site config line that uses it."""
+    from launcher.console import make_console
+
     units = "switches" if topology.kind == "tree" else "blocks"
     console = make_console()
     console.print(f"wrote {out}: {topology.kind} topology, {topology.declared_switches} "
@@ -128,6 +129,7 @@ def print_checks(site_name: str, checks: list[CheckResult]) -> None:
     from rich.table import Table
     from rich.text import Text
 
+    from launcher.console import make_console
     from launcher.preflight.result import worst
 
     console = make_console()
@@ -153,6 +155,7 @@ def print_checks(site_name: str, checks: list[CheckResult]) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    from launcher.console import print_json
     from launcher.preflight.result import worst
     from launcher.site_check.run import check_site
     from launcher.site_config import load_site
@@ -169,6 +172,7 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_install(args: argparse.Namespace) -> int:
+    from launcher.console import make_console, print_json
     from launcher.plugins.install import perform_install, plan_install
     from launcher.site_config import load_site
 

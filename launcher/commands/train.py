@@ -6,7 +6,6 @@ import argparse
 from pathlib import Path
 
 from launcher.errors import UserInputError
-from launcher.job_dir import RUNS_DIR
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -29,6 +28,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from launcher.job_dir import RUNS_DIR
     from launcher.job_spec import load_job
     from launcher.train.agreement import QuietFailure
     from launcher.train.trainer import TrainOptions, resolve_job_path
