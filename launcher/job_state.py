@@ -62,8 +62,8 @@ def state_matches(row: dict[str, Any], states: Sequence[str]) -> bool:
 def client_for_job(job_dir: JobDir | None) -> SlurmClient:
     """The Slurm client the job's site asks for (``slurm.client``; an embedded site's own
     slurm.conf when SLURM_CONF is unset), default auto."""
-    from launcher.job_placement import site_client
     from launcher.site_config import load_site
+    from launcher.site_slurm import site_client
     from launcher.slurm import make_client
 
     if job_dir is not None:

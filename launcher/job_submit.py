@@ -26,14 +26,9 @@ from launcher.job_dir import (
     record_submission,
     remove_job_dir,
 )
-from launcher.job_placement import (
-    JobPlacement,
-    place_job,
-    placement_notes,
-    site_client,
-    slurm_conf_problem,
-)
+from launcher.job_placement import JobPlacement, place_job, placement_notes
 from launcher.job_request import JobRequest
+from launcher.site_slurm import site_client, slurm_conf_problem
 
 if TYPE_CHECKING:  # the renderer (jinja2) loads when a job is rendered
     from launcher.sbatch_render import Placement

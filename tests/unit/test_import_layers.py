@@ -43,7 +43,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "launcher/job_script.py", "launcher/sbatch_render.py", "launcher/job_dir.py",
         "launcher/job_exit_codes.py", "launcher/placement_record.py",
         "launcher/sbatch_options.py", "launcher/slurm_time.py", "launcher/torch_env.py",
-        "launcher/job_overrides.py",
+        "launcher/job_overrides.py", "launcher/site_slurm.py",
         "launcher/preflight/gate.py", "launcher/preflight/gate_plan.py",
     )),
     ("train, recovery, report", (
