@@ -7,7 +7,8 @@ p90 in milliseconds and the median's ratio to the anchor of the same run.
 
 - anchor          ``python -c pass``
 - python -m       ``python -m launcher --help``
-- gantry --help   the ``gantry`` console script next to the interpreter (skipped if absent)
+- gantry --help   the ``gantry`` console script next to the interpreter (skipped if absent
+                  or with ``--module``: then every gantry case is ``python -m launcher``)
 - gantry status   ``gantry status --jobs-dir <empty dir>``
 - gantry render   ``gantry render examples/gpt2-tiny-pp2-dp2.yaml`` (jinja2 and the
                   placement are its work: not expected near the anchor)
@@ -32,9 +33,11 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
-def cases(jobs_dir: Path) -> dict[str, list[str]]:
+def cases(jobs_dir: Path, module: bool = False) -> dict[str, list[str]]:
     python = sys.executable
     script = Path(python).with_name("gantry")
+    if module:
+        script = Path("/nonexistent")
     gantry = [str(script)] if script.is_file() else [python, "-m", "launcher"]
     out = {
         "anchor: python -c pass": [python, "-c", "pass"],
@@ -68,12 +71,18 @@ def git_commit() -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=30, help="samples per case (default 30)")
+    parser.add_argument("--module", action="store_true",
+                        help="run every gantry case as `python -m launcher` from this checkout "
+                             "(when the console script belongs to another install)")
     parser.add_argument("--out", type=Path, default=None,
                         help="write OUT.json (raw samples) and OUT.md (the table)")
     args = parser.parse_args()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GANTRY_")}
+    # PYTHONDONTWRITEBYTECODE would make the warm-up leave stale bytecode stale: every sample
+    # would compile the changed modules again, which no installed gantry does.
+    env = {k: v for k, v in os.environ.items()
+           if not k.startswith("GANTRY_") and k != "PYTHONDONTWRITEBYTECODE"}
     with tempfile.TemporaryDirectory(prefix="gantry-bench-jobs-") as tmp:
-        table = cases(Path(tmp))
+        table = cases(Path(tmp), args.module)
         for argv in table.values():  # warm the page cache and __pycache__
             time_once(argv, env)
         samples: dict[str, list[float]] = {name: [] for name in table}

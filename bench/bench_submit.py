@@ -32,8 +32,9 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from launcher.job_dir import create_job_dir, new_job_dir_path, record_submission  # noqa: E402
+from launcher.job_overrides import CliOverrides  # noqa: E402
 from launcher.job_placement import place_job  # noqa: E402
-from launcher.job_request import CliOverrides, resolve_request  # noqa: E402
+from launcher.job_request import resolve_request  # noqa: E402
 from launcher.job_script import render_job  # noqa: E402
 from launcher.slurm import CommandRunner, make_client  # noqa: E402
 

@@ -24,10 +24,8 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
-import secrets
 import stat
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -79,6 +77,8 @@ def _reason(err: BaseException) -> str:
 def temp_name(name: str) -> str:
     """A fresh hidden temp name beside ``name`` (``.<name>.<hex>.tmp``), cut so that it is a
     name the file system takes (at most 255 bytes) however long ``name`` is."""
+    import secrets
+
     tag = f".{secrets.token_hex(4)}{_TEMP_SUFFIX}"
     room = _MAX_NAME_BYTES - 1 - len(tag)
     raw = os.fsencode(name)
@@ -111,15 +111,20 @@ def _target(path: Path) -> Path:
     return Path(os.path.realpath(path)) if os.path.islink(path) else path
 
 
-@dataclass
 class _Staged:
-    path: Path
-    """The name the caller gave."""
-    target: Path
-    """The file replaced (``path``, or the target of the link at ``path``)."""
-    temp: Path
-    label: str | None
-    overwrite: bool
+    """One file of a FileSet (a plain class: dataclasses cost the CLI's start-up inspect)."""
+
+    __slots__ = ("label", "overwrite", "path", "target", "temp")
+
+    def __init__(self, path: Path, target: Path, temp: Path, label: str | None,
+                 overwrite: bool) -> None:
+        self.path = path
+        """The name the caller gave."""
+        self.target = target
+        """The file replaced (``path``, or the target of the link at ``path``)."""
+        self.temp = temp
+        self.label = label
+        self.overwrite = overwrite
 
 
 class FileSet:

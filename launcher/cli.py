@@ -10,10 +10,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import pkgutil
 import sys
-from collections.abc import Sequence
-from typing import NoReturn
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
 import launcher
 import launcher.commands
@@ -30,14 +29,51 @@ def one_line(message: str) -> str:
 
 
 class GantryArgumentParser(argparse.ArgumentParser):
-    """argparse with the project's one-line error format (exit 2)."""
+    """argparse with the project's one-line error format (exit 2), and arguments whose
+    definition is deferred (:meth:`defer`)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._deferred: list[Callable[[argparse.ArgumentParser], None]] = []
+
+    def defer(self, add: Callable[[argparse.ArgumentParser], None]) -> None:
+        """Run ``add(self)`` (which adds arguments) when this parser is first used to parse
+        or to print help, not now: `gantry --help` builds every subcommand's parser, and
+        this keeps what their arguments need (e.g. the overrides table) from loading."""
+        self._deferred.append(add)
+
+    def _add_deferred(self) -> None:
+        while self._deferred:
+            self._deferred.pop(0)(self)
+
+    def parse_known_args(self, *args: Any, **kwargs: Any) -> Any:  # every overload
+        self._add_deferred()
+        return super().parse_known_args(*args, **kwargs)
+
+    def format_help(self) -> str:
+        self._add_deferred()
+        return super().format_help()
+
+    def format_usage(self) -> str:
+        self._add_deferred()
+        return super().format_usage()
 
     def error(self, message: str) -> NoReturn:
         sys.stderr.write(f"error: {one_line(f'{self.prog}: {message}')} (see --help)\n")
         raise SystemExit(EXIT_BAD_INPUT)
 
 
-def build_parser() -> argparse.ArgumentParser:
+def command_modules() -> list[str]:
+    """The module name of every subcommand (``launcher/commands/<name>.py``), sorted (listed
+    from the directory: pkgutil would import inspect, a tenth of the start-up)."""
+    directory = os.path.dirname(launcher.commands.__file__ or "")
+    return sorted(entry.name.removesuffix(".py") for entry in os.scandir(directory)
+                  if entry.name.endswith(".py") and not entry.name.startswith("_"))
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The `gantry` parser with every subcommand, or with only the one of module ``only``
+    (what `main` builds when the command is known: the others' modules are not imported)."""
     parser = GantryArgumentParser(
         prog="gantry",
         description="Slurm-integrated launcher for pipeline-parallel GPU training.",
@@ -46,14 +82,30 @@ def build_parser() -> argparse.ArgumentParser:
     subparsers = parser.add_subparsers(
         dest="command", metavar="COMMAND", parser_class=GantryArgumentParser
     )
-    for info in sorted(pkgutil.iter_modules(launcher.commands.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"launcher.commands.{info.name}")
-        module.register(subparsers)
+    for name in command_modules() if only is None else [only]:
+        importlib.import_module(f"launcher.commands.{name}").register(subparsers)
     return parser
 
 
+def parser_for(words: Sequence[str]) -> argparse.ArgumentParser:
+    """The parser for the command line ``words``: only its subcommand's when the first word
+    names one (``preflight-scripts``: module preflight_scripts), else every subcommand's
+    (``--help``, a mistyped command: the listing and the choices need them all)."""
+    if words and not words[0].startswith("-"):
+        name = words[0].replace("-", "_")
+        if name in command_modules():
+            parser = build_parser(only=name)
+            if words[0] in _subcommands(parser):
+                return parser
+    return build_parser()
+
+
+def _subcommands(parser: argparse.ArgumentParser) -> set[str]:
+    return {name for action in parser._actions
+            if isinstance(action, argparse._SubParsersAction) for name in action.choices}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
     words = list(sys.argv[1:] if argv is None else argv)
     # Everything after the first "--" is a command for the job (e.g. `gantry submit job.yaml
     # -- python train.py`), kept verbatim; subcommands accept it with set_defaults(passthrough=[]).
@@ -61,6 +113,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if "--" in words:
         cut = words.index("--")
         words, passthrough = words[:cut], words[cut + 1 :]
+    parser = parser_for(words)
     args = parser.parse_args(words)
     if passthrough is not None:
         if not hasattr(args, "passthrough"):

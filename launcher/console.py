@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # rich loads with the first console (commands that only parse never do)
@@ -44,3 +45,13 @@ def print_json(data: Any) -> None:
     json.dump(_strict(data), sys.stdout, indent=2, sort_keys=True, default=str,
               allow_nan=False)
     sys.stdout.write("\n")
+
+
+def text_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """Left-aligned columns two spaces apart, a header line first, one line per row (plain
+    text, no library: for commands that must start fast, like `gantry status`)."""
+    lines = [list(header), *(list(row) for row in rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return "".join("  ".join(cell.ljust(width) for cell, width in zip(line, widths,
+                                                                      strict=True)).rstrip()
+                   + "\n" for line in lines)

@@ -15,6 +15,9 @@ Layout (root: --jobs-dir, else $GANTRY_JOBS_DIR, else ./gantry-jobs)::
         logs/            slurm-<jobid>.out / .err (append mode across requeues;
                          :func:`log_file_name`)
         schedules/       the schedule tables of the job, built once (train/schedule_cache.py)
+        report/          `gantry report`'s output, by default
+        runs/<name>/     `gantry train`'s run directory (<name>: the job's name;
+                         :func:`train_run_dir`): metrics.jsonl, events.jsonl, trace.json
         runs/<jobid>-<restart>/   one attempt, written by the script ($GANTRY_ATTEMPT_DIR):
             preflight.jsonl   the preflight verdicts, one line per node
             passed_nodes      the nodes that passed them (the fabric test's nodes)
@@ -46,14 +49,10 @@ import json
 import math
 import os
 import re
-import secrets
 import shutil
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-
-import yaml
 
 from launcher.atomic_write import WriteError, made_directories, write_text
 from launcher.errors import UserInputError, brief
@@ -74,6 +73,7 @@ META_FILE = "meta.json"
 LOGS_DIR = "logs"
 RUNS_DIR = "runs"
 SCHEDULES_DIR = "schedules"
+REPORT_DIR = "report"
 NODE_FAULTS_FILE = "node_faults.json"
 RECOVERIES_FILE = "recoveries.jsonl"
 STRAGGLERS_FILE = "stragglers.jsonl"
@@ -129,6 +129,11 @@ def log_file_name(job_id: str, stream: str = "out") -> str:
     return f"slurm-{job_id}.{stream}"
 
 
+def train_run_dir(job_dir: Path, name: str) -> Path:
+    """Where `gantry train` writes metrics.jsonl, events and the trace of job ``name``."""
+    return job_dir / RUNS_DIR / name
+
+
 def checkpoint_step_dir(root: Path, step: int) -> Path:
     """The directory of step ``step``'s checkpoint under checkpoint directory ``root``."""
     return root / f"step_{step:08d}"
@@ -168,6 +173,8 @@ def jobs_root(cli_value: Path | None = None) -> Path:
 def new_job_dir_path(root: Path, name: str, now: float | None = None) -> Path:
     """A fresh (not yet created) job directory path for job ``name``."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
+    import secrets
+
     return root / f"{name}-{stamp}-{secrets.token_hex(2)}"
 
 
@@ -175,12 +182,28 @@ def _write_json(path: Path, data: Any) -> None:
     write_text(path, json.dumps(data, indent=2, sort_keys=True, default=str) + "\n", mode=0o644)
 
 
-@dataclass(frozen=True)
 class JobDir:
-    """A job directory on disk."""
+    """A job directory on disk; equal to another of the same path. (A plain class, not a
+    dataclass: `gantry status` would import inspect for it, a tenth of its start-up.)"""
 
-    path: Path
-    """The directory."""
+    __slots__ = ("_path",)
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+
+    @property
+    def path(self) -> Path:
+        """The directory."""
+        return self._path
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, JobDir) and other._path == self._path
+
+    def __hash__(self) -> int:
+        return hash(self._path)
+
+    def __repr__(self) -> str:
+        return f"JobDir({str(self._path)!r})"
 
     @property
     def script(self) -> Path:
@@ -259,6 +282,8 @@ def create_job_dir(path: Path, script: str, spec: dict[str, Any], request: dict[
                    extra_files: dict[str, str] | None = None) -> JobDir:
     """Create the job directory with its files (``extra_files``: name -> text); nothing is
     left behind if this fails (not the directory, not a jobs root it had to make)."""
+    import yaml  # PyYAML loads when a job directory is made
+
     try:
         with made_directories(path.parent):
             path.mkdir()

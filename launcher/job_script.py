@@ -19,9 +19,9 @@ from launcher.job_dir import (
     ATTEMPT_DIR_ENV,
     PLACEMENT_FILE,
     RANK_ORDER_FILE,
-    RUNS_DIR,
     SPEC_FILE,
     TORCHRUN_LOGS_DIR,
+    train_run_dir,
 )
 from launcher.job_request import JobRequest, spec_source
 from launcher.job_spec import LaunchMode
@@ -65,11 +65,6 @@ def layout_line(request: JobRequest) -> str:
             f"{request.ranks_per_node} rank{'s' if request.ranks_per_node > 1 else ''}{spare}")
 
 
-def run_dir(job_dir: Path, name: str) -> Path:
-    """Where `gantry train` writes metrics.jsonl, events and the trace of a job."""
-    return job_dir / RUNS_DIR / name
-
-
 def train_argv(request: JobRequest, job_dir: Path, gantry: Sequence[str],
                library: Path | None = None, rank_order: bool = False) -> tuple[str, ...]:
     """What every rank runs: the job's command, else ``gantry train``.
@@ -84,7 +79,7 @@ def train_argv(request: JobRequest, job_dir: Path, gantry: Sequence[str],
     if request.spec.command:
         return tuple(request.spec.command)
     argv = [*gantry, "train", str(job_dir / SPEC_FILE), "--run-dir",
-            str(run_dir(job_dir, request.spec.name))]
+            str(train_run_dir(job_dir, request.spec.name))]
     if library is not None:
         argv += ["--lib", str(library)]
     else:

@@ -13,10 +13,10 @@ from typing import Literal
 
 from launcher.errors import brief
 from launcher.sbatch_options import check_option, option_name
+from launcher.schedule_names import Schedule
 from launcher.slurm_time import FORMATS, MAX_SECONDS, time_limit_seconds
 from launcher.typed_config import FieldError, key_path, load_dataclass
 
-Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "zb-h2", "zb-interleaved"]
 LaunchMode = Literal["per-rank", "torchrun"]
 """How a command job's ranks start (JobSpec.launch)."""
 CHUNKED_SCHEDULES = ("interleaved", "zb-interleaved")

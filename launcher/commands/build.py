@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from launcher.console import print_json
-
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     parser = subparsers.add_parser("build", help="compile the native trainer for a site")
@@ -18,6 +16,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 def run(args: argparse.Namespace) -> int:
     from launcher.build import build_site
+    from launcher.console import print_json
     from launcher.site_config import load_site
 
     site = load_site(args.site)

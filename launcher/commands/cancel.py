@@ -1,25 +1,13 @@
-"""`gantry cancel JOB... | --state S | --name N`: cancel jobs (or signal them) through the
-Slurm client."""
+"""`gantry cancel JOB... | --state S | --name N`: cancel jobs (or signal them) through
+launcher/job_state.py (what the Python API's ``Job.cancel()`` calls too)."""
 
 from __future__ import annotations
 
 import argparse
-import re
 import sys
-import time
 from typing import Any
 
-from launcher.console import print_json
-from launcher.errors import GantryError, UserInputError
-from launcher.job_cli import (
-    add_job_filters,
-    add_jobs_dir_arg,
-    client_for_job,
-    job_summary,
-    selected_job_dirs,
-    state_matches,
-)
-from launcher.job_dir import find_job_dir, jobs_root
+from launcher.job_cli import add_job_filters, add_jobs_dir_arg
 
 
 def register(subparsers: Any) -> None:
@@ -41,9 +29,18 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    if args.signal is not None and not re.match(r"^(SIG)?[A-Z0-9]{2,8}$", args.signal):
-        raise UserInputError(f"--signal: {args.signal!r} is not allowed (expected a signal "
-                             "name like USR1, TERM, INT)")
+    from launcher.console import print_json
+    from launcher.errors import GantryError, UserInputError
+    from launcher.job_dir import find_job_dir, jobs_root
+    from launcher.job_state import (
+        cancel_job,
+        check_signal,
+        job_rows,
+        selected_job_dirs,
+        state_matches,
+    )
+
+    check_signal(args.signal)
     if not (args.job_refs or args.state or args.name):
         raise UserInputError("cancel: no job given (expected JOB..., or --state / --name to "
                              "select among all jobs)")
@@ -54,25 +51,15 @@ def run(args: argparse.Namespace) -> int:
             raise GantryError(f"{job_dir.path}: the job was never submitted (no job id)")
     dirs = selected_job_dirs(root, args.job_refs, args.name)
     if args.state:
-        infos = client_for_job(dirs[-1] if dirs else None).job_states(
-            [str(d.job_id) for d in dirs]) if dirs else {}
-        dirs = [d for d in dirs
-                if state_matches(job_summary(d, infos.get(str(d.job_id))), args.state)]
+        dirs = [d for d, row in zip(dirs, job_rows(dirs), strict=True)
+                if state_matches(row, args.state)]
     done = []
     for job_dir in dirs:
-        job_id = str(job_dir.job_id)
-        client_for_job(job_dir).cancel(job_id, args.signal)
-        if args.signal:
-            signal = f"SIG{args.signal.removeprefix('SIG')}"
-            done.append({"job_id": job_id, "name": job_dir.name, "job_dir": str(job_dir.path),
-                         "action": "signal", "signal": signal})
-            line = f"sent {signal} to job {job_id}"
-        else:
-            job_dir.update_meta(cancelled_at=time.time())
-            done.append({"job_id": job_id, "name": job_dir.name, "job_dir": str(job_dir.path),
-                         "action": "cancel"})
-            line = f"cancelled job {job_id}"
+        record = cancel_job(job_dir, args.signal)
+        done.append(record)
         if not args.json:
+            line = (f"sent {record['signal']} to job {record['job_id']}"
+                    if record["action"] == "signal" else f"cancelled job {record['job_id']}")
             sys.stdout.write(f"{line}\n")
     if args.json:
         print_json(done)

@@ -10,10 +10,8 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.console import make_console, print_json
 from launcher.errors import EXIT_FAILURE, EXIT_OK, UserInputError
-from launcher.job_cli import add_jobs_dir_arg, run_history
-from launcher.job_dir import META_FILE, find_job_dir, jobs_root
+from launcher.job_cli import add_jobs_dir_arg
 from topology.user_files import require_short_names, require_writable_file
 
 if TYPE_CHECKING:  # the checkpoint readers (numpy, safetensors) and rich load when used
@@ -46,6 +44,9 @@ def register(subparsers: Any) -> None:
 def checkpoint_root(ref: str, jobs_dir: Path | None) -> tuple[Path, bool]:
     """(the directory holding the step_<N> directories, whether it is a job's checkpoint.dir):
     ``ref`` itself when it is a directory other than a job directory, else the job's."""
+    from launcher.job_dir import META_FILE, find_job_dir, jobs_root
+    from launcher.job_state import run_history
+
     candidate = Path(ref)
     if candidate.is_dir() and not (candidate / META_FILE).is_file():
         return candidate.resolve(), False
@@ -58,6 +59,7 @@ def checkpoint_root(ref: str, jobs_dir: Path | None) -> tuple[Path, bool]:
 
 
 def _export(args: argparse.Namespace, root: Path, entries: list[CheckpointEntry]) -> int:
+    from launcher.console import make_console, print_json
     from launcher.train.export_weights import export_weights
 
     complete = {e.step: e for e in entries if e.complete}
@@ -90,6 +92,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.markup import escape
     from rich.table import Table
 
+    from launcher.console import make_console, print_json
     from launcher.train.checkpoint_scan import resume_choice, scan
 
     if args.step is not None and args.export_weights is None:

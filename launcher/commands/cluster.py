@@ -11,30 +11,37 @@ from __future__ import annotations
 import argparse
 import shlex
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from launcher.console import make_console, print_json
 from launcher.errors import EXIT_BAD_INPUT, EXIT_OK, UserInputError
-from launcher.site_config import DEFAULT_SITE, LoadedSite, load_site
+
+if TYPE_CHECKING:  # the site schema loads when a command runs
+    from launcher.site_config import LoadedSite
 
 
 def _add_site(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--site",
         type=Path,
-        default=DEFAULT_SITE,
+        default=None,
         metavar="PATH",
         help="site config (default: site_configs/local.yaml, the embedded 8-node cluster)",
     )
 
 
 def _site_flag(site: LoadedSite) -> str:
+    from launcher.site_config import DEFAULT_SITE
+
     return "" if site.path == DEFAULT_SITE.resolve() else f" --site {shlex.quote(str(site.path))}"
 
 
 def _up(args: argparse.Namespace) -> int:
+    from launcher.console import make_console, print_json
+
     if args.timeout <= 0:
         raise UserInputError(f"--timeout: {args.timeout} is not allowed (expected seconds > 0)")
     from launcher.cluster import lifecycle
+    from launcher.site_config import load_site
 
     site = load_site(args.site)
     result = lifecycle.up(site, timeout=args.timeout)
@@ -77,6 +84,8 @@ def _up(args: argparse.Namespace) -> int:
 
 def _down(args: argparse.Namespace) -> int:
     from launcher.cluster import lifecycle
+    from launcher.console import make_console, print_json
+    from launcher.site_config import load_site
 
     site = load_site(args.site)
     layout, outcomes = lifecycle.down(site)
@@ -102,6 +111,8 @@ def _down(args: argparse.Namespace) -> int:
 
 def _status(args: argparse.Namespace) -> int:
     from launcher.cluster import status, status_view
+    from launcher.console import make_console, print_json
+    from launcher.site_config import load_site
 
     site = load_site(args.site)
     current = status.collect(site)
@@ -126,6 +137,8 @@ def env_lines(site: LoadedSite) -> list[str]:
 
 
 def _env(args: argparse.Namespace) -> int:
+    from launcher.site_config import load_site
+
     site = load_site(args.site)
     for line in env_lines(site):
         print(line)

@@ -15,7 +15,6 @@ import argparse
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.console import make_console, print_json
 from launcher.errors import UserInputError
 from topology.user_files import require_output_dir, require_short_names
 
@@ -118,6 +117,7 @@ def _write_split(files: FileSet, out: Path, split: str, spool: TokenSpool, start
 
 def run(args: argparse.Namespace) -> int:
     from launcher.atomic_write import FileSet, made_directories
+    from launcher.console import make_console, print_json
     from launcher.data import byte_tokenizer
     from launcher.data.token_stream import TokenSpool, spool_document
 

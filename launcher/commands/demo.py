@@ -6,9 +6,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from launcher.console import make_console, print_json
 from launcher.errors import EXIT_FAILURE, EXIT_OK
-from launcher.site_config import DEFAULT_SITE
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -21,7 +19,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         "and follow it live (the preflight gate drains the broken node and the spare takes "
         "over), then write the report. The cluster stays up.",
     )
-    parser.add_argument("--site", type=Path, default=DEFAULT_SITE, metavar="PATH",
+    parser.add_argument("--site", type=Path, default=None, metavar="PATH",
                         help="embedded site config (its run dir and ports; default: "
                              "site_configs/local.yaml)")
     parser.add_argument("--work-dir", type=Path, default=None, metavar="DIR",
@@ -41,6 +39,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from launcher.console import make_console, print_json
     from launcher.demo.run import DemoOptions, run_demo
 
     console = make_console(stderr=args.json)

@@ -16,24 +16,20 @@ writes the report.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.atomic_write import FileSet, WriteError, write_text
-from launcher.console import make_console
 from launcher.errors import EXIT_FAILURE, EXIT_OK, GantryError, UserInputError, brief
-from launcher.preflight.verdict import LEVELS
-from launcher.site_config import LoadedSite, load_site
-from topology import hostlists
+from launcher.preflight.levels import LEVELS
 from topology.user_files import require_regular_file, require_writable_file
 
 if TYPE_CHECKING:  # the gate (placement, Slurm) loads when it runs, not when it registers
     from launcher.preflight.fabric_judge import FabricVerdict
     from launcher.preflight.gate import GateReport
+    from launcher.site_config import LoadedSite
 
 EXIT_REQUEUED = 75
 """EX_TEMPFAIL: the job was requeued; the batch script should stop quietly."""
@@ -131,6 +127,8 @@ def _add_gate_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def print_report(report: GateReport) -> None:
+    from launcher.console import make_console
+
     console = make_console(stderr=True)
     console.print(
         f"gantry gate: preflight on {len(report.outcomes)} nodes in {report.preflight_s:.2f} s"
@@ -154,6 +152,8 @@ SHOWN_ACTIONS = 4
 
 def what_was_done(report: GateReport, state: Path) -> str:
     """The gate's decision and its drains and resumes, for an error after they happened."""
+    from topology import hostlists
+
     done = []
     for kind, verb in (("drain", "drained"), ("resume", "resumed")):
         acted = [f"{a.node} ({a.reason})" if kind == "drain" else a.node
@@ -170,6 +170,7 @@ def what_was_done(report: GateReport, state: Path) -> str:
 
 def _write_passed(args: argparse.Namespace, nodes: list[str], reports: str | None) -> int:
     """--passed-out: the nodes that passed the node checks, nothing else."""
+    from launcher.atomic_write import write_text
     from launcher.preflight.gate import passed_nodes
 
     if reports is None:
@@ -194,9 +195,14 @@ def _fabric(path: Path | None, site: LoadedSite) -> FabricVerdict | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import json
+
+    from launcher.atomic_write import FileSet, WriteError, write_text
     from launcher.preflight.gate import run_gate
     from launcher.preflight.gate_plan import read_node_plan
     from launcher.preflight.state import state_dir
+    from launcher.site_config import load_site
+    from topology import hostlists
 
     site = load_site(args.site)
     nodes_expr = args.nodes or os.environ.get("SLURM_JOB_NODELIST", "")

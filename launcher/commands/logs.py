@@ -8,7 +8,7 @@ import sys
 from typing import Any
 
 from launcher.errors import GantryError, UserInputError
-from launcher.job_cli import add_jobs_dir_arg, client_for_job, follow_log, resolve_job
+from launcher.job_cli import add_jobs_dir_arg, follow_log, resolve_job
 
 
 def register(subparsers: Any) -> None:
@@ -40,7 +40,9 @@ def parse_rank(value: str | None) -> int | None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from launcher.live.job_log import log_chunks, rank_filter
+    from launcher.job_logs import write_log
+    from launcher.job_state import client_for_job
+    from launcher.live.job_log import rank_filter
 
     rank = parse_rank(args.rank)
     _root, job_dir = resolve_job(args)
@@ -55,11 +57,7 @@ def run(args: argparse.Namespace) -> int:
         if info is not None:
             job_dir.update_meta(last_state=info.to_json())
         return 0
-    path = job_dir.log_file(job_id, stream)
-    chunks = log_chunks(job_dir, job_id, stream, rank)  # checks --rank first
-    if not path.exists():
-        sys.stderr.write(f"no output yet ({path} does not exist; the job may be pending)\n")
-        return 0
-    for text in chunks:
-        sys.stdout.write(text)
+    if not write_log(job_dir, sys.stdout, stream, rank):
+        sys.stderr.write(f"no output yet ({job_dir.log_file(job_id, stream)} does not exist; "
+                         "the job may be pending)\n")
     return 0

@@ -16,16 +16,13 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.console import make_console, print_json
 from launcher.errors import UserInputError
-from launcher.job_placement import LiveState, probe_live_state
-from launcher.job_request import check_ranks_per_node, resolve_request
-from launcher.site_config import LoadedSite, load_site
-from topology import hostlists
 
 if TYPE_CHECKING:  # the planner (numpy) and rich load when a plan is made
     from rich.tree import Tree
 
+    from launcher.job_placement import LiveState
+    from launcher.site_config import LoadedSite
     from topology.model import Topology
     from topology.placement import ClusterState, Placement, SlurmVersion
 
@@ -82,6 +79,9 @@ def detect_slurm_version() -> tuple[SlurmVersion, str]:
 
 def _shape(args: argparse.Namespace) -> tuple[LoadedSite, dict[str, Any], str]:
     """(site, PlacementRequest mapping, where it came from): the job's, flags winning."""
+    from launcher.job_request import check_ranks_per_node, resolve_request
+    from launcher.site_config import load_site
+
     flags = {"nodes": args.nodes, "spares": args.spares, "pp": args.pp,
              "gpus_per_node": args.gpus_per_node}
     given = {k: v for k, v in flags.items() if v is not None}
@@ -114,6 +114,8 @@ def _shape(args: argparse.Namespace) -> tuple[LoadedSite, dict[str, Any], str]:
 def _state(args: argparse.Namespace, site: LoadedSite) -> tuple[ClusterState, LiveState | None,
                                                                  str]:
     """Cluster state: --free / --offline, else the live cluster (else every node free)."""
+    from launcher.job_placement import probe_live_state
+    from topology import hostlists
     from topology.placement import ClusterState
 
     unhealthy = set(hostlists.expand(args.unhealthy, "--unhealthy") if args.unhealthy else ())
@@ -128,6 +130,7 @@ def _state(args: argparse.Namespace, site: LoadedSite) -> tuple[ClusterState, Li
 
 
 def run(args: argparse.Namespace) -> int:
+    from launcher.console import make_console, print_json
     from launcher.site_topology import site_topology
     from launcher.typed_config import from_mapping
     from topology.placement import PlacementRequest, SlurmVersion, plan_placement
@@ -188,6 +191,8 @@ def build_tree(topology: Topology, placement: Placement) -> Tree:
 
 
 def show(topology: Topology, placement: Placement, version_line: str) -> None:
+    from launcher.console import make_console
+
     console = make_console()
     console.print(build_tree(topology, placement))
     request = placement.request

@@ -9,19 +9,18 @@ FAIL, resumed after K clean passes if gantry drained it, an operator's reason ne
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from launcher.commands import fabric, gate
-from launcher.console import make_console
 from launcher.errors import EXIT_FAILURE, EXIT_OK
-from launcher.preflight.verdict import LEVELS, NodeVerdict
+from launcher.preflight.levels import LEVELS
 
 if TYPE_CHECKING:  # the checks and their collectors load when preflight runs
     from launcher.preflight.runner import RunOptions
+    from launcher.preflight.verdict import NodeVerdict
     from launcher.site_config import LoadedSite
 
 
@@ -85,6 +84,8 @@ def print_verdict(verdict: NodeVerdict) -> None:
     """A rich table on a terminal; one plain line per check when piped (job logs)."""
     from rich.table import Table
 
+    from launcher.console import make_console
+
     console = make_console()
     title = (
         f"preflight {verdict.node} ({verdict.level}): {verdict.status} "
@@ -123,6 +124,8 @@ def print_verdict(verdict: NodeVerdict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    import json
+
     from launcher.preflight.runner import run_preflight
     from launcher.site_config import load_site
 

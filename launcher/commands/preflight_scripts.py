@@ -5,21 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from launcher.console import print_json
 from launcher.errors import EXIT_OK
-from launcher.install_paths import import_root
-from launcher.plugins.scripts import (
-    ScriptKind,
-    ScriptSpec,
-    script_name,
-    slurm_conf_for,
-    write_scripts,
-)
-from launcher.preflight.verdict import LEVELS
-from launcher.site_config import load_site
+from launcher.preflight.levels import LEVELS
 from topology.user_files import require_output_dir
+
+if TYPE_CHECKING:  # the script writer loads when scripts are written
+    from launcher.plugins.scripts import ScriptKind
 
 
 def register(subparsers: Any) -> None:
@@ -49,6 +42,11 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from launcher.console import print_json
+    from launcher.install_paths import import_root
+    from launcher.plugins.scripts import ScriptSpec, script_name, slurm_conf_for, write_scripts
+    from launcher.site_config import load_site
+
     require_output_dir(args.out_dir, "out_dir")
     site = load_site(args.site)
     root = import_root()

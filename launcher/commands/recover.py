@@ -8,21 +8,18 @@ input; 1: recover itself failed (the script then takes the requeue path).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from launcher.atomic_write import WriteError, write_text
-from launcher.console import make_console
 from launcher.errors import EXIT_OK, GantryError, UserInputError
-from launcher.job_dir import LAUNCH_NODES_FILE
-from launcher.preflight.verdict import LEVELS
-from launcher.site_config import LoadedSite, load_site
-from topology import hostlists
+from launcher.preflight.levels import LEVELS
+
+if TYPE_CHECKING:  # the site schema loads when a recovery runs
+    from launcher.site_config import LoadedSite
 
 EXIT_REQUEUED = 75
 EXIT_NOTHING_TO_RUN = 3
@@ -67,9 +64,16 @@ def _health_check(site: LoadedSite, level: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> int:
+    import json
+
+    from launcher.atomic_write import WriteError, write_text
+    from launcher.console import make_console
+    from launcher.job_dir import LAUNCH_NODES_FILE
     from launcher.recovery.node_faults import append_recovery
     from launcher.recovery.recover import plan_of, recover
+    from launcher.site_config import load_site
     from launcher.site_topology import site_topology
+    from topology import hostlists
 
     started = time.monotonic()
     site = load_site(args.site)

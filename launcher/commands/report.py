@@ -7,7 +7,6 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from launcher.console import make_console, print_json
 from launcher.errors import EXIT_OK, UserInputError
 from launcher.job_cli import add_jobs_dir_arg
 from topology.user_files import require_output_dir, require_short_names
@@ -36,6 +35,7 @@ def register(subparsers: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from launcher.console import make_console, print_json
     from launcher.report.build import build_report
     from launcher.report.checkpoints import describe as describe_checkpoints
     from launcher.report.sources import resolve_sources

@@ -8,9 +8,8 @@ import typing
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.console import make_console, print_json
 from launcher.errors import EXIT_OK, UserInputError
-from launcher.job_spec import Schedule
+from launcher.schedule_names import Schedule
 
 if TYPE_CHECKING:  # the schedule generators (numpy) and rich load when schedules are compared
     from launcher.schedules.compare import ScheduleRow
@@ -118,6 +117,7 @@ def _label(row: ScheduleRow) -> str:
 def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
+    from launcher.console import make_console, print_json
     from launcher.schedules import ScheduleError
     from launcher.schedules.compare import COST_KEYS, compare, parse_costs, timeline
 

@@ -10,12 +10,8 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from launcher.console import make_console, print_json
-from launcher.preflight.result import CheckResult, worst
-from launcher.site_config import load_site
-from topology import hostlists
-
 if TYPE_CHECKING:  # the checks, the topology model (numpy) and the installer load when used
+    from launcher.preflight.result import CheckResult
     from topology.model import Topology
 
 TOPOLOGY_DESCRIPTION = """Write the topology the site's Slurm runs, as `scontrol show topology`
@@ -83,6 +79,7 @@ def register(subparsers: Any) -> None:
 
 def run_topology(args: argparse.Namespace) -> int:
     """Write (or print) Slurm's topology; notes go to stderr, the file's text to stdout."""
+    from launcher.console import make_console
     from launcher.site_check.slurm_topology import (
         check_out_path,
         read_slurm_topology,
@@ -90,6 +87,8 @@ def run_topology(args: argparse.Namespace) -> int:
         topology_format,
         write_new_file,
     )
+    from launcher.site_config import load_site
+    from topology import hostlists
 
     site = load_site(args.site)
     fmt = topology_format(args.out, args.format)
@@ -114,6 +113,8 @@ def run_topology(args: argparse.Namespace) -> int:
 
 def _print_written(out: Path, topology: Topology, site_path: Path) -> None:
     """What was written, and the site config line that uses it."""
+    from launcher.console import make_console
+
     units = "switches" if topology.kind == "tree" else "blocks"
     console = make_console()
     console.print(f"wrote {out}: {topology.kind} topology, {topology.declared_switches} "
@@ -127,6 +128,9 @@ def print_checks(site_name: str, checks: list[CheckResult]) -> None:
     """A table on a terminal; one line per check when piped."""
     from rich.table import Table
     from rich.text import Text
+
+    from launcher.console import make_console
+    from launcher.preflight.result import worst
 
     console = make_console()
     title = f"site {site_name}: {worst(c.status for c in checks)}"
@@ -151,7 +155,10 @@ def print_checks(site_name: str, checks: list[CheckResult]) -> None:
 
 
 def run_check(args: argparse.Namespace) -> int:
+    from launcher.console import print_json
+    from launcher.preflight.result import worst
     from launcher.site_check.run import check_site
+    from launcher.site_config import load_site
 
     site = load_site(args.site)
     checks = check_site(site)
@@ -165,7 +172,9 @@ def run_check(args: argparse.Namespace) -> int:
 
 
 def run_install(args: argparse.Namespace) -> int:
+    from launcher.console import make_console, print_json
     from launcher.plugins.install import perform_install, plan_install
+    from launcher.site_config import load_site
 
     site = load_site(args.site)
     plan = plan_install(site, args.prefix)

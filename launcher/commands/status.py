@@ -1,24 +1,15 @@
-"""`gantry status [JOB...]`: the state of gantry's jobs, from one batched Slurm query."""
+"""`gantry status [JOB...]`: the state of gantry's jobs, from one batched Slurm query
+(launcher/job_state.py: the rows the Python API's ``Job.status()`` returns too)."""
 
 from __future__ import annotations
 
 import argparse
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
-from rich.table import Table
-
-from launcher.console import make_console, print_json
-from launcher.job_cli import (
-    add_job_filters,
-    add_jobs_dir_arg,
-    client_for_job,
-    job_summary,
-    selected_job_dirs,
-    state_matches,
-)
-from launcher.job_dir import jobs_root
+from launcher.job_cli import add_job_filters, add_jobs_dir_arg
 
 
 def register(subparsers: Any) -> None:
@@ -50,66 +41,70 @@ def _checkpoints(row: dict[str, Any]) -> str:
     return f"{row['checkpoint_dir']} (latest: step {row['latest_checkpoint_step']})"
 
 
+def one_job_lines(row: dict[str, Any]) -> list[str]:
+    """`gantry status JOB`: one line per fact of the job."""
+    from launcher.job_state import shown_state
+
+    shown = {**row, "state": shown_state(row)}
+    lines = [f"{key:<10} {shown.get(key) if shown.get(key) is not None else '-'}"
+             for key in ("job_id", "name", "state", "reason", "nodes", "restarts", "exit_code",
+                         "signal", "job_dir", "source")]
+    lines.append(f"{'started':<10} {_when(row.get('start_time'))}")
+    if row.get("terminal"):
+        lines.append(f"{'ended':<10} {_when(row.get('end_time'))}")
+    lines.append(f"{'attempts':<10} {', '.join(row['attempts']) or '-'}")
+    if row.get("fabric"):
+        lines.append(f"{'fabric':<10} {row['fabric']}")
+    lines += [f"{'recovery':<10} {line}" for line in row["recoveries"]]
+    lines += [f"{'straggler':<10} {record['line']}" for record in row.get("stragglers", [])]
+    lines.append(f"{'checkpoints':<10} {_checkpoints(row)}")
+    lines += [f"{'goodput':<10} {line}" for line in row.get("goodput", {}).get("lines", [])]
+    lines += [f"{'log ' + stream:<10} {path}" for stream, path in row["logs"].items()]
+    return lines
+
+
+def jobs_table(rows: list[dict[str, Any]]) -> str:
+    """`gantry status`: one line per job."""
+    from launcher.console import text_table
+    from launcher.job_state import shown_state
+
+    header = ("JOB", "NAME", "STATE", "NODES/REASON", "RESTARTS", "RECOVERED", "EXIT", "CKPT",
+              "DIR")
+    return text_table(header, [
+        (str(row.get("job_id")), str(row.get("name")), shown_state(row),
+         str(row.get("nodes") or row.get("reason") or ""), str(row.get("restarts", 0)),
+         str(len(row["recoveries"])),
+         "-" if row.get("exit_code") is None else str(row["exit_code"]),
+         "-" if row.get("latest_checkpoint_step") is None
+         else f"step {row['latest_checkpoint_step']}", row["job_dir"])
+        for row in rows])
+
+
 def run(args: argparse.Namespace) -> int:
+    from launcher.job_dir import jobs_root
+    from launcher.job_state import job_rows, selected_job_dirs, state_matches
+
     root = jobs_root(args.jobs_dir)
-    dirs = selected_job_dirs(root, args.job_refs, args.name)
-    infos = client_for_job(dirs[-1] if dirs else None).job_states(
-        [str(d.job_id) for d in dirs]) if dirs else {}
-    rows = []
-    for job_dir in dirs:
-        info = infos.get(str(job_dir.job_id))
-        if info is not None:
-            job_dir.update_meta(last_state=info.to_json(), last_seen=time.time())
-        rows.append(job_summary(job_dir, info))
+    rows = job_rows(selected_job_dirs(root, args.job_refs, args.name))
     rows = [row for row in rows if state_matches(row, args.state)]
     one = len(args.job_refs) == 1 and not args.state
+    if one and not rows:  # found, but without a job id
+        from launcher.errors import GantryError
+
+        raise GantryError(f"job {args.job_refs[0]}: never submitted (its directory has no "
+                          "job id)")
     if one:
         from launcher.report.goodput import status_goodput
 
-        rows[0]["goodput"] = status_goodput(dirs[0].path, rows[0])
+        rows[0]["goodput"] = status_goodput(Path(rows[0]["job_dir"]), rows[0])
     if args.json:
+        from launcher.console import print_json
+
         print_json(rows[0] if one else rows)
-        return 0
-    console = make_console()
-    if one:
-        row = rows[0]
-        if row.get("stale"):
-            row = {**row, "state": f"GONE (last seen {row.get('last_seen_state')})"}
-        for key in ("job_id", "name", "state", "reason", "nodes", "restarts", "exit_code",
-                    "signal", "job_dir", "source"):
-            console.print(f"{key:<10} {row.get(key) if row.get(key) is not None else '-'}")
-        console.print(f"{'started':<10} {_when(row.get('start_time'))}")
-        if row.get("terminal"):
-            console.print(f"{'ended':<10} {_when(row.get('end_time'))}")
-        console.print(f"{'attempts':<10} {', '.join(row['attempts']) or '-'}")
-        if row.get("fabric"):
-            console.print(f"{'fabric':<10} {row['fabric']}", markup=False, highlight=False)
-        for line in row["recoveries"]:
-            console.print(f"{'recovery':<10} {line}", markup=False, highlight=False)
-        for record in row["stragglers"]:
-            console.print(f"{'straggler':<10} {record['line']}", markup=False, highlight=False)
-        console.print(f"{'checkpoints':<10} {_checkpoints(row)}")
-        for line in row["goodput"]["lines"]:
-            console.print(f"{'goodput':<10} {line}", markup=False, highlight=False)
-        for stream, path in row["logs"].items():
-            console.print(f"{'log ' + stream:<10} {path}", markup=False, highlight=False)
-        return 0
-    if not rows:
+    elif one:
+        sys.stdout.write("".join(f"{line}\n" for line in one_job_lines(rows[0])))
+    elif rows:
+        sys.stdout.write(jobs_table(rows))
+    else:
         sys.stdout.write(f"no jobs under {root}{' match' if args.state or args.name else ''}\n")
-        return 0
-    table = Table(box=None, pad_edge=False)
-    for column in ("JOB", "NAME", "STATE", "NODES/REASON", "RESTARTS", "RECOVERED", "EXIT",
-                   "CKPT", "DIR"):
-        table.add_column(column)
-    for row in rows:
-        where = row.get("nodes") or row.get("reason") or ""
-        exit_code = row.get("exit_code")
-        state = (f"GONE (was {row.get('last_seen_state')})" if row.get("stale")
-                 else str(row.get("state")))
-        table.add_row(str(row.get("job_id")), str(row.get("name")), state,
-                      str(where), str(row.get("restarts", 0)), str(len(row["recoveries"])),
-                      "-" if exit_code is None else str(exit_code),
-                      "-" if row.get("latest_checkpoint_step") is None
-                      else f"step {row['latest_checkpoint_step']}", row["job_dir"])
-    console.print(table)
     return 0

@@ -6,8 +6,6 @@ import argparse
 from pathlib import Path
 
 from launcher.errors import UserInputError
-from launcher.job_dir import RUNS_DIR
-from launcher.job_spec import load_job
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -30,6 +28,8 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def run(args: argparse.Namespace) -> int:
+    from launcher.job_dir import RUNS_DIR
+    from launcher.job_spec import load_job
     from launcher.train.agreement import QuietFailure
     from launcher.train.trainer import TrainOptions, resolve_job_path
     from launcher.train.trainer import run as train_run

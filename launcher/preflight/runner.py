@@ -30,10 +30,11 @@ from launcher.preflight.gpu_collect import collect_gpus
 from launcher.preflight.host_info import collect_disks, collect_host
 from launcher.preflight.ib_ports import collect_ib_ports
 from launcher.preflight.kernel_log import collect_kernel_log
+from launcher.preflight.levels import Level
 from launcher.preflight.result import CheckResult, worst
 from launcher.preflight.state import load_baseline, save_baseline
 from launcher.preflight.thresholds import Thresholds
-from launcher.preflight.verdict import Level, NodeVerdict
+from launcher.preflight.verdict import NodeVerdict
 
 T = TypeVar("T")
 

@@ -11,18 +11,17 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from launcher.errors import UserInputError
 from launcher.preflight.drain_reason import DRAIN_PREFIX
+from launcher.preflight.levels import Level
 from launcher.preflight.result import CheckResult, Rollup
 from launcher.typed_config import FieldError, from_mapping
 
 SCHEMA = "gantry.preflight.verdict"
 SCHEMA_VERSION = 1
 
-Level = Literal["quick", "standard", "deep"]
-LEVELS: tuple[Level, ...] = ("quick", "standard", "deep")
 
 
 @dataclass(frozen=True)

@@ -9,6 +9,7 @@ from pathlib import Path
 from launcher.errors import GantryError, UserInputError
 from launcher.job_dir import (
     METRICS_FILE,
+    REPORT_DIR,
     RUNS_DIR,
     SPEC_FILE,
     TRACE_FILE,
@@ -71,7 +72,7 @@ def resolve_sources(ref: str, jobs_dir: Path | None = None,
         if spec is None and job_dir is not None and (job_dir / SPEC_FILE).is_file():
             spec = job_dir / SPEC_FILE
         return RunSources(run_dir.name, (run_dir,), _newest_trace((run_dir,)), spec,
-                          job_dir, run_dir / "report")
+                          job_dir, run_dir / REPORT_DIR)
     job = find_job_dir(jobs_root(jobs_dir), ref)
     run_dirs = tuple(attempts_of(job.path))
     if not run_dirs:
@@ -80,4 +81,4 @@ def resolve_sources(ref: str, jobs_dir: Path | None = None,
     if spec is None and job.spec.is_file():
         spec = job.spec
     return RunSources(job.name, run_dirs, _newest_trace(run_dirs), spec, job.path,
-                      job.path / "report")
+                      job.path / REPORT_DIR)

@@ -6,10 +6,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from launcher.job_placement import site_client_runner, slurm_conf_problem
 from launcher.preflight.drain_policy import NodeState
 from launcher.preflight.slurm_nodes import parse_show_node
 from launcher.site_config import LoadedSite
+from launcher.site_slurm import site_client_runner, slurm_conf_problem
 from launcher.slurm.runner import CommandRunner, SlurmCommandError, first_line
 
 _CONFIG_LINE = re.compile(r"^([\w\[\]]+)\s+= (.*)$")

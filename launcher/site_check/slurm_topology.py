@@ -8,9 +8,9 @@ from typing import Literal
 
 from launcher.atomic_write import FileExists, WriteError, write_text
 from launcher.errors import GantryError, UserInputError
-from launcher.job_placement import site_client_runner, slurm_conf_problem
 from launcher.site_check.live_facts import READ_TIMEOUT_S
 from launcher.site_config import LoadedSite
+from launcher.site_slurm import site_client_runner, slurm_conf_problem
 from launcher.slurm.runner import SlurmCommandError, first_line
 from topology.build import build_topology
 from topology.conf_format import write_topology_conf

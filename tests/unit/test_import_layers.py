@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "launcher/console.py", "launcher/atomic_write.py", "launcher/process_runner.py",
         "launcher/environment.py", "launcher/cmake.py", "launcher/install_paths.py",
     )),
-    ("schedules, data", ("launcher/schedules/", "launcher/data/")),
+    ("schedules, data", ("launcher/schedules/", "launcher/data/", "launcher/schedule_names.py")),
     ("site config", (
         "launcher/site_config.py", "launcher/site_topology.py",
         "launcher/preflight/thresholds.py", "launcher/preflight/xid_actions.py",
@@ -44,12 +44,17 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
         "launcher/job_exit_codes.py", "launcher/placement_record.py",
         "launcher/sbatch_options.py", "launcher/slurm_time.py", "launcher/torch_env.py",
         "launcher/step_labels.py",
+        "launcher/job_overrides.py", "launcher/site_slurm.py",
         "launcher/preflight/gate.py", "launcher/preflight/gate_plan.py",
     )),
     ("train, recovery, monitor, report", (
         "launcher/train/", "launcher/recovery/", "launcher/monitor/", "launcher/report/",
     )),
     ("live, site check", ("launcher/live/", "launcher/site_check/")),
+    ("job API", (
+        "launcher/job_state.py", "launcher/job_submit.py", "launcher/job_logs.py",
+        "launcher/api.py",
+    )),
     ("demo", ("launcher/demo/",)),
     ("commands", (
         "launcher/commands/", "launcher/job_cli.py", "launcher/cli.py", "launcher/__main__.py",

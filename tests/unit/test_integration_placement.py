@@ -16,7 +16,6 @@ import pytest
 import yaml
 
 from launcher.errors import GantryError, UserInputError
-from launcher.job_cli import run_history
 from launcher.job_dir import JobDir, portable_spec
 from launcher.job_placement import (
     LiveState,
@@ -25,6 +24,7 @@ from launcher.job_placement import (
 )
 from launcher.job_request import resolve_request
 from launcher.job_script import render_job
+from launcher.job_state import run_history
 from launcher.site_config import load_site
 from launcher.site_topology import site_topology
 from launcher.slurm import NodeInfo

@@ -34,9 +34,10 @@ OWNER = "launcher/job_dir.py"
 #: reference lists every GANTRY_* variable, in the base layer below the owner.
 REFERENCE = {"launcher/environment.py"}
 #: Owned names that are ordinary words elsewhere ("nodes" is a Slurm JSON key, "runs" an
-#: outcome, "logs" and "schedules" command names, "ranks" a JSON key of several records).
+#: outcome, "logs", "schedules" and "report" command names, "ranks" a JSON key of several
+#: records).
 COMMON_WORDS = {job_dir.CHOSEN_NODES_FILE, job_dir.RUNS_DIR, job_dir.LOGS_DIR,
-                job_dir.SCHEDULES_DIR, job_dir.RANKS_DIR}
+                job_dir.SCHEDULES_DIR, job_dir.RANKS_DIR, job_dir.REPORT_DIR}
 
 
 def test_the_golden_scripts_use_the_owners_names() -> None:

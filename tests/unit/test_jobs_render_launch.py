@@ -16,7 +16,8 @@ import pytest
 import yaml
 
 from launcher.errors import UserInputError
-from launcher.job_request import CliOverrides, resolve_request
+from launcher.job_overrides import CliOverrides
+from launcher.job_request import resolve_request
 from launcher.job_script import command_argv, script_inputs
 from launcher.sbatch_render import LaunchStep, render_script
 from launcher.torch_env import rank_env

@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 
 from launcher.errors import UserInputError
-from launcher.job_request import CliOverrides, resolve_request
+from launcher.job_overrides import CliOverrides
+from launcher.job_request import resolve_request
 from launcher.job_script import render_job
 
 REPO = Path(__file__).resolve().parent.parent.parent

@@ -113,7 +113,7 @@ def test_the_job_spec_names_the_schedules_the_generators_have() -> None:
     launcher.schedules owns, and every name on it generates."""
     import typing
 
-    from launcher.job_spec import Schedule
+    from launcher.schedule_names import Schedule
 
     assert typing.get_args(Schedule) == SCHEDULES
     assert set(CHUNKED) < set(SCHEDULES)
