@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from launcher.site_config import FabricSection, SiteConfig, load_site
+if TYPE_CHECKING:  # the site config (PyYAML) loads when the rank runs
+    from launcher.site_config import FabricSection, SiteConfig
 
 
 def register(subparsers: Any) -> None:
@@ -47,6 +48,7 @@ def backend_of(site: SiteConfig) -> str:
 def run(args: argparse.Namespace) -> int:
     from launcher.preflight.fabric_fault import slow_fabric_delay
     from launcher.preflight.fabric_rank import run as run_rank
+    from launcher.site_config import load_site
 
     site = load_site(args.site).config
     slow_fabric_delay(os.environ.get("SLURMD_NODENAME", ""))  # a malformed hook fails first

@@ -9,7 +9,6 @@ import os
 from pathlib import Path
 from typing import Any
 
-from launcher.console import make_console, print_json
 from launcher.errors import EXIT_OK, UserInputError
 from launcher.job_cli import add_jobs_dir_arg
 from topology.user_files import require_short_names
@@ -76,9 +75,13 @@ def run(args: argparse.Namespace) -> int:
             raise UserInputError(f"--node: {node!r} is not allowed (expected a node name)")
     written = write_textfiles(job_dir.path, out, args.node) if out is not None else []
     if args.json:
+        from launcher.console import print_json
+
         print_json({**read_job_metrics(job_dir.path).to_json(),
                     "files": [str(p) for p in written]})
         return EXIT_OK
+    from launcher.console import make_console
+
     console = make_console()
     for path in written:
         console.print(str(path), markup=False, highlight=False)

@@ -110,7 +110,7 @@ def test_logs_are_what_gantry_logs_prints(tmp_path: Path) -> None:
     assert text == data.decode("utf-8", errors="replace") and "é" in text
     assert text == cli(tmp_path, "logs", "7").stdout
     assert job.logs("err") == "oops\n" == cli(tmp_path, "logs", "7", "--err").stdout
-    with pytest.raises(GantryError, match="per-rank logs are not available yet"):
+    with pytest.raises(UserInputError, match="has no rank labels"):
         job.logs(rank=0)
 
 

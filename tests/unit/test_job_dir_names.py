@@ -23,7 +23,9 @@ TEMPLATES = sorted((REPO / "sbatch_templates").rglob("*.j2"))
 GATE_FILES = {job_dir.PREFLIGHT_REPORT_FILE, job_dir.CHOSEN_NODES_FILE,
               job_dir.LAUNCH_NODES_FILE, job_dir.STOP_FILE}
 ATTEMPT_FILES = GATE_FILES | {job_dir.RECOVERY_FILE, job_dir.NEXT_NODES_FILE,
-                              job_dir.MONITOR_LOG_FILE, job_dir.MONITOR_STOP_FILE}
+                              job_dir.MONITOR_LOG_FILE, job_dir.MONITOR_STOP_FILE,
+                              job_dir.PASSED_NODES_FILE, job_dir.FABRIC_FILE,
+                              job_dir.GATE_RECORD_FILE}
 #: Everything the owner names that a module might spell.
 OWNED = {value for key, value in vars(job_dir).items()
          if key.endswith(("_FILE", "_DIR", "_ENV")) and isinstance(value, str)}
