@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
+from typing import Any
 
 from launcher.errors import UserInputError
 
@@ -27,6 +29,29 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.set_defaults(func=run)
 
 
+LAUNCHED_RANK_ENV = ("OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID")
+"""Where a rank of `gantry train` finds its world rank before MPI starts: the MPI
+launcher's own variable first (under mpirun in an allocation, SLURM_PROCID is the batch
+step's, inherited by every rank)."""
+
+
+def launched_rank() -> int | None:
+    """This process's world rank as its launcher set it; None when run alone."""
+    for key in LAUNCHED_RANK_ENV:
+        value = os.environ.get(key, "")
+        if value.isascii() and value.isdigit():
+            return int(value)
+    return None
+
+
+def _checked_job(args: argparse.Namespace, load_job: Any) -> Any:
+    """The job spec, after the flags that need no MPI are checked (bad input: the same
+    UserInputError on every rank)."""
+    if args.max_steps is not None and args.max_steps < 1:
+        raise UserInputError(f"--max-steps: {args.max_steps} is not allowed (expected >= 1)")
+    return load_job(args.job)
+
+
 def run(args: argparse.Namespace) -> int:
     from launcher.job_dir import RUNS_DIR
     from launcher.job_spec import load_job
@@ -34,9 +59,12 @@ def run(args: argparse.Namespace) -> int:
     from launcher.train.trainer import TrainOptions, resolve_job_path
     from launcher.train.trainer import run as train_run
 
-    if args.max_steps is not None and args.max_steps < 1:
-        raise UserInputError(f"--max-steps: {args.max_steps} is not allowed (expected >= 1)")
-    spec = load_job(args.job)
+    try:
+        spec = _checked_job(args, load_job)
+    except UserInputError as err:
+        if launched_rank() not in (None, 0):  # every rank reads the same file: rank 0 says it
+            return err.exit_status
+        raise
     base = args.job.resolve().parent
     library = args.lib
     if library is None and args.site is not None:
