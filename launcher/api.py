@@ -177,15 +177,17 @@ class Job:
     def status(self) -> dict[str, Any]:
         """What `gantry status JOB --json` prints: Slurm's record (one query), else the one
         last recorded (``"state": "GONE"``, ``"stale": true`` when that had not ended), the
-        paths, attempts, recoveries and checkpoints."""
-        from launcher.job_state import job_rows
+        paths, attempts, recoveries, checkpoints and the goodput."""
+        from launcher.job_state import one_job_row
 
-        return job_rows([self._dir], self._client)[0]
+        return one_job_row(self._dir, self._client)
 
     def state(self) -> str:
         """The job's state as `gantry status` has it: PENDING, RUNNING, COMPLETED, FAILED,
         CANCELLED, ..., or GONE when Slurm forgot a job whose last record had not ended."""
-        return str(self.status()["state"])
+        from launcher.job_state import job_rows
+
+        return str(job_rows([self._dir], self._client)[0]["state"])
 
     def wait(self, timeout: float | None = None, poll_s: float = 2.0) -> str:
         """Ask Slurm every ``poll_s`` seconds until the job ended (or is GONE) and return its

@@ -92,6 +92,16 @@ def job_rows(dirs: Sequence[JobDir], client: SlurmClient | None = None) -> list[
     return rows
 
 
+def one_job_row(job_dir: JobDir, client: SlurmClient | None = None) -> dict[str, Any]:
+    """`gantry status JOB --json` (and the API's ``Job.status()``): the job's row and where
+    its wall time went (``goodput``: launcher/report/goodput.py)."""
+    from launcher.report.goodput import status_goodput
+
+    row = job_rows([job_dir], client)[0]
+    row["goodput"] = status_goodput(job_dir.path, row)
+    return row
+
+
 def job_summary(job_dir: JobDir, info: JobInfo | None) -> dict[str, Any]:
     """One job's row: Slurm's view when it has one, else the last recorded state.
 

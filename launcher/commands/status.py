@@ -6,7 +6,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 from launcher.job_cli import add_job_filters, add_jobs_dir_arg
@@ -82,21 +81,20 @@ def jobs_table(rows: list[dict[str, Any]]) -> str:
 
 def run(args: argparse.Namespace) -> int:
     from launcher.job_dir import jobs_root
-    from launcher.job_state import job_rows, selected_job_dirs, state_matches
+    from launcher.job_state import job_rows, one_job_row, selected_job_dirs, state_matches
 
     root = jobs_root(args.jobs_dir)
-    rows = job_rows(selected_job_dirs(root, args.job_refs, args.name))
-    rows = [row for row in rows if state_matches(row, args.state)]
+    dirs = selected_job_dirs(root, args.job_refs, args.name)
     one = len(args.job_refs) == 1 and not args.state
+    if one and len(dirs) == 1:
+        rows = [one_job_row(dirs[0])]
+    else:
+        rows = [row for row in job_rows(dirs) if state_matches(row, args.state)]
     if one and not rows:  # found, but without a job id
         from launcher.errors import GantryError
 
         raise GantryError(f"job {args.job_refs[0]}: never submitted (its directory has no "
                           "job id)")
-    if one:
-        from launcher.report.goodput import status_goodput
-
-        rows[0]["goodput"] = status_goodput(Path(rows[0]["job_dir"]), rows[0])
     if args.json:
         from launcher.console import print_json
 
