@@ -63,13 +63,17 @@ def state_matches(row: dict[str, Any], states: Sequence[str]) -> bool:
 def client_for_job(job_dir: JobDir | None) -> SlurmClient:
     """The Slurm client the job's site asks for (``slurm.client``; an embedded site's own
     slurm.conf when SLURM_CONF is unset), default auto."""
-    from launcher.site_config import load_site
-    from launcher.site_slurm import site_client
-    from launcher.slurm import make_client
+    from launcher.slurm import make_client, recorded_client
 
     if job_dir is not None:
         try:
             request = json.loads(job_dir.request.read_text(encoding="utf-8"))
+            access = request.get("slurm")
+            if isinstance(access, dict):  # recorded at submit: no site config to load
+                return recorded_client(access)
+            from launcher.site_config import load_site
+            from launcher.site_slurm import site_client
+
             return site_client(load_site(Path(request["site_path"])))
         except (OSError, KeyError, TypeError, ValueError, UserInputError):
             pass

@@ -28,7 +28,7 @@ from launcher.job_dir import (
 )
 from launcher.job_placement import JobPlacement, place_job, placement_notes
 from launcher.job_request import JobRequest
-from launcher.site_slurm import site_client, slurm_conf_problem
+from launcher.site_slurm import site_client, slurm_access, slurm_conf_problem
 from launcher.step_labels import scheme_for
 
 if TYPE_CHECKING:  # the renderer (jinja2) loads when a job is rendered
@@ -125,6 +125,7 @@ def request_record(request: JobRequest, placement: Placement,
         "placement": dataclasses.asdict(placement),
         "native_library": None if library is None else str(library),
         "checkpoint_dir": checkpoint_dir(request),
+        "slurm": slurm_access(request.site),
         "rank_labels": scheme_for(request.site.config.mpi.launcher,
                                   bool(request.spec.command) and request.spec.launch == "torchrun"),
     }

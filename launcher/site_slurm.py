@@ -23,6 +23,15 @@ def site_slurm_env(site: LoadedSite) -> dict[str, str] | None:
     return {**os.environ, "SLURM_CONF": str(conf)}
 
 
+def slurm_access(site: LoadedSite) -> dict[str, str | None]:
+    """What request.json keeps of how to reach ``site``'s Slurm (its ``slurm.client`` and an
+    embedded site's slurm.conf), so that `gantry status` and `gantry cancel` need not load
+    the site config again (launcher.slurm.recorded_client)."""
+    env = site_slurm_env(site)
+    return {"client": site.config.slurm.client,
+            "slurm_conf": env["SLURM_CONF"] if env is not None else None}
+
+
 #: Where Slurm's tools look for their config when SLURM_CONF is unset (Debian's build).
 DEFAULT_SLURM_CONF = Path("/etc/slurm/slurm.conf")
 

@@ -6,6 +6,8 @@ release, else the command-line backend (always the case with this host's Slurm 2
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import Literal
 
 from launcher.errors import UserInputError
@@ -17,7 +19,7 @@ from launcher.slurm.runner import CommandResult, CommandRunner, SlurmCommandErro
 
 __all__ = [
     "CliSlurmClient", "CommandResult", "CommandRunner", "JobInfo", "NodeInfo", "SlurmClient",
-    "SlurmCommandError", "make_client",
+    "SlurmCommandError", "make_client", "recorded_client",
 ]
 
 
@@ -37,3 +39,14 @@ def make_client(choice: Literal["auto", "cli", "pyslurm"] | str = "auto",
             return make_pyslurm_client(cli.runner, cli.version())
         return cli
     raise UserInputError(f"slurm.client: {choice!r} is not allowed (expected auto, cli, pyslurm)")
+
+
+def recorded_client(access: dict[str, str | None]) -> SlurmClient:
+    """The client a job's request.json recorded at submit (``{"client", "slurm_conf"}``:
+    launcher/site_slurm.slurm_access): an embedded site's slurm.conf only when SLURM_CONF
+    is unset and the file is still there."""
+    conf = access.get("slurm_conf")
+    env = None
+    if conf and not os.environ.get("SLURM_CONF") and Path(conf).is_file():
+        env = {**os.environ, "SLURM_CONF": conf}
+    return make_client(str(access.get("client") or "auto"), runner=CommandRunner(env=env))
