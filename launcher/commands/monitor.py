@@ -8,7 +8,9 @@ and stops it when the step ends; see launcher/monitor/run.py and docs/monitor.md
 from __future__ import annotations
 
 import argparse
+import os
 import signal
+import sys
 import threading
 from pathlib import Path
 from types import FrameType
@@ -39,6 +41,20 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=run)
 
 
+def _textfile_dir(site: Any) -> Path | None:
+    """The site's metrics.textfile_dir (``~`` and ``$VARS`` expanded, relative to the site
+    file), None when unset or not a directory on this node (said once on stderr)."""
+    configured = site.config.metrics.textfile_dir
+    if configured is None:
+        return None
+    path = Path(site.resolve(os.path.expandvars(os.path.expanduser(configured))))
+    if not path.is_dir():
+        sys.stderr.write(f"gantry monitor: metrics.textfile_dir {path} is not a directory on "
+                         "this node: no Prometheus textfile\n")
+        return None
+    return path
+
+
 def run(args: argparse.Namespace) -> int:
     from launcher.monitor.run import MonitorOptions, run_monitor
     from launcher.monitor.sample import gpus_watched
@@ -63,7 +79,7 @@ def run(args: argparse.Namespace) -> int:
         xid_table=xid_table(cfg.preflight.xid_actions),
         thresholds=make_thresholds(cfg.preflight.thresholds),
         gpus=gpus_watched(cfg.nodes.gpus_per_node), evict=not args.no_evict,
-        max_samples=args.samples)
+        max_samples=args.samples, textfile_dir=_textfile_dir(site))
     stop = threading.Event()
 
     def finish(_signum: int, _frame: FrameType | None) -> None:

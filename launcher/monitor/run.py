@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from launcher.atomic_write import WriteError
-from launcher.job_dir import HEALTH_DIR, MONITOR_STOP_FILE
+from launcher.job_dir import HEALTH_DIR, JOB_DIR_ENV, MONITOR_STOP_FILE
 from launcher.monitor.sample import Finding, Sample, compare, describe, take_sample
 from launcher.preflight.thresholds import Thresholds
 from launcher.recovery.evictions import request_eviction
@@ -50,6 +50,9 @@ class MonitorOptions:
     evict: bool = True
     """Ask for an eviction on FAIL."""
     max_samples: int | None = None
+    textfile_dir: Path | None = None
+    """The site's metrics.textfile_dir: this node's Prometheus textfile is rewritten there
+    after every sample (launcher/report/textfile.py); None: none written."""
 
 
 def health_file(attempt_dir: Path, node: str) -> Path:
@@ -122,6 +125,28 @@ def _evict(opts: MonitorOptions, finding: Finding) -> None:
         sys.stderr.write(f"gantry monitor: {opts.node}: cannot ask for an eviction ({err})\n")
 
 
+class _Metrics:
+    """This node's Prometheus textfile, rewritten after each sample when the site asks for
+    it; a failure is said once on stderr and never stops the monitor."""
+
+    def __init__(self, opts: MonitorOptions) -> None:
+        self.opts = opts
+        self.failed = False
+
+    def write(self) -> None:
+        if self.opts.textfile_dir is None or self.failed:
+            return
+        from launcher.report.textfile import write_textfiles
+
+        job_dir = Path(os.environ.get(JOB_DIR_ENV) or self.opts.attempt_dir.parent.parent)
+        try:
+            write_textfiles(job_dir, self.opts.textfile_dir, [self.opts.node])
+        except Exception as err:
+            self.failed = True
+            sys.stderr.write(f"gantry monitor: {self.opts.node}: no more Prometheus textfiles "
+                             f"in {self.opts.textfile_dir} ({type(err).__name__}: {err})\n")
+
+
 def run_monitor(opts: MonitorOptions, stop: threading.Event,
                 sample: Callable[[float], Sample] | None = None) -> int:
     """The loop (see the module docstring); returns the number of FAIL findings."""
@@ -131,6 +156,8 @@ def run_monitor(opts: MonitorOptions, stop: threading.Event,
     first = take(time.time())
     writer.event("monitor", "INFO", describe(first),
                  f"a sample every {opts.interval_s:g} s", event="start", pid=os.getpid())
+    metrics = _Metrics(opts)
+    metrics.write()
     previous = first
     reported: dict[str, str] = {}
     fails = 0
@@ -154,6 +181,7 @@ def run_monitor(opts: MonitorOptions, stop: threading.Event,
                 if opts.evict:
                     _evict(opts, finding)
         previous = now
+        metrics.write()
     with contextlib.suppress(OSError):
         writer.event("monitor", "INFO", f"{samples} samples, {fails} FAIL findings",
                      "stopped with the step", event="stop")

@@ -43,11 +43,6 @@ from launcher.recovery.node_faults import read_recoveries
 from launcher.report.goodput import PARTS, Goodput, job_goodput
 from launcher.report.run_data import TIMING_KEYS, StepRecord, parse_record
 
-HEALTH_EVENTS_FILE: str | None = getattr(names, "HEALTH_EVENTS_FILE", None)
-"""The health monitor's JSONL (one object per event: time, node, check, grade, ...), named in
-launcher/job_dir.py by the monitor; read from the job directory and every attempt directory.
-None until the monitor exists: no health samples then."""
-
 
 @dataclass(frozen=True)
 class Family:
@@ -174,15 +169,17 @@ def _launch_nodes(attempt: Path) -> list[str]:
 
 
 def _health(job_dir: Path, attempts: list[Path]) -> Counter[tuple[str, str, str]]:
-    """(node, check, grade) -> events, over the job's health event files."""
+    """(node, check, grade) -> WARN and FAIL events of the run monitor, over every attempt
+    (launcher/monitor/run.py: one JSONL per node in each attempt's node-health/)."""
+    from launcher.monitor.run import read_health_events
+
     counts: Counter[tuple[str, str, str]] = Counter()
-    if HEALTH_EVENTS_FILE is None:
-        return counts
-    for where in [job_dir, *attempts]:
-        for event in _json_lines(where / HEALTH_EVENTS_FILE):
+    for where in attempts:
+        for event in read_health_events(where):
             node, check, grade = event.get("node"), event.get("check"), event.get("grade")
-            if isinstance(node, str) and isinstance(check, str) and isinstance(grade, str):
-                counts[(node, check, grade)] += 1
+            if (isinstance(node, str) and isinstance(check, str)
+                    and grade in ("WARN", "FAIL")):
+                counts[(node, check, str(grade))] += 1
     return counts
 
 

@@ -93,11 +93,12 @@ def test_textfiles_parse_and_carry_the_goodput(tmp_path: Path) -> None:
     assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temp file left
 
 
-def test_health_events_are_counted_per_node(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-                                            ) -> None:
+def test_health_events_are_counted_per_node(tmp_path: Path) -> None:
     path = a_job(tmp_path)
-    monkeypatch.setattr(textfile, "HEALTH_EVENTS_FILE", "health.jsonl")
-    (path / "runs" / f"{JOB}-0" / "health.jsonl").write_text(
+    health = path / "runs" / f"{JOB}-0" / "node-health"  # the run monitor's files
+    health.mkdir()
+    (health / "n3.jsonl").write_text(
+        '{"time": 1, "node": "n3", "check": "monitor", "grade": "INFO"}\n'
         '{"time": 1, "node": "n3", "check": "gpu.xid", "grade": "FAIL"}\n{"torn\n'
         '{"time": 2, "node": "n3", "check": "gpu.xid", "grade": "FAIL"}\n')
     out = tmp_path / "prom"

@@ -209,3 +209,35 @@ def test_monitor_command_bad_input_is_one_line(tmp_path: Path) -> None:
                              str(tmp_path), "--interval", "0"],
                             capture_output=True, text=True, cwd=REPO, check=False)
     assert result.returncode == 2 and "--interval: 0 is not allowed" in result.stderr
+
+
+def test_the_loop_rewrites_its_nodes_textfile(node: dict[str, str], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from tests.unit.goodput_dirs import JOB
+    from tests.unit.test_metrics_textfile import a_job
+
+    job = a_job(tmp_path)
+    monkeypatch.setenv("GANTRY_JOB_DIR", str(job))
+    attempt = job / "runs" / f"{JOB}-0.1"  # the newest attempt: its nodes n1, n3
+    out = tmp_path / "prom"
+    out.mkdir()
+    dmesg = tmp_path / "dmesg.txt"
+    samples = iter(range(100))
+
+    def take(now: float) -> Sample:
+        if next(samples) == 1:
+            shutil.copy(FIXTURES / "dmesg" / "xid79.txt", dmesg)
+        return take_sample(now, True, 10.0, node)
+
+    opts = MonitorOptions(attempt, "n3", 0.01, TABLE, Thresholds(), gpus=True, evict=False,
+                          max_samples=3, textfile_dir=out)
+    assert run_monitor(opts, threading.Event(), take) == 2  # the fixture's two Xid lines
+    [written] = out.iterdir()
+    assert written.name.endswith("_n3.prom")
+    samples_by_name = {f.name: [(s.labels, s.value) for s in f.samples]
+                       for f in text_string_to_metric_families(written.read_text())}
+    [(labels, count)] = samples_by_name["gantry_health_events"]
+    assert (labels["node"], labels["check"], labels["grade"], count) == ("n3", "gpu.xid",
+                                                                         "FAIL", 2.0)
