@@ -17,10 +17,19 @@ def site_slurm_env(site: LoadedSite) -> dict[str, str] | None:
     slurm.conf and no SLURM_CONF is set, point SLURM_CONF at it; else None (inherit)."""
     if not site.config.slurm.embedded or os.environ.get("SLURM_CONF"):
         return None
-    conf = RunLayout(site.run_dir()).slurm_conf
-    if not conf.is_file():
+    layout = RunLayout(site.run_dir())
+    if not layout.slurm_conf.is_file() or not controller_running(layout):
         return None
-    return {**os.environ, "SLURM_CONF": str(conf)}
+    return {**os.environ, "SLURM_CONF": str(layout.slurm_conf)}
+
+
+def controller_running(layout: RunLayout) -> bool:
+    """Whether the embedded cluster's slurmctld runs (its pid record names a live process):
+    a cluster stopped by `gantry cluster down` leaves its slurm.conf behind, and asking it
+    would only fail."""
+    from launcher.cluster.processes import is_ours, read_records
+
+    return any(r.daemon == "slurmctld" and is_ours(r) for r in read_records(layout))
 
 
 def slurm_access(site: LoadedSite) -> dict[str, str | None]:
@@ -47,6 +56,9 @@ def slurm_conf_problem(site: LoadedSite) -> str | None:
         return None
     if site.config.slurm.embedded and not env.get("SLURM_CONF"):
         conf = RunLayout(site.run_dir()).slurm_conf  # where `gantry cluster up` puts it
+        if conf.is_file():
+            return (f"the embedded cluster of {conf.parent.parent} is not running "
+                    "(`gantry cluster up`)")
     hint = " (is the embedded cluster up? `gantry cluster up`)" if site.config.slurm.embedded \
         else ""
     return f"no Slurm config at {conf}{hint}"
