@@ -143,7 +143,7 @@ def _number(record: dict[str, Any], key: str) -> float | None:
     return number if math.isfinite(number) else None
 
 
-def _json_lines(path: Path) -> list[dict[str, Any]]:
+def json_lines(path: Path) -> list[dict[str, Any]]:
     """The JSON objects of a JSONL file, damaged lines skipped; [] when it is missing."""
     try:
         text = path.read_text(encoding="utf-8", errors="replace")
@@ -162,7 +162,7 @@ def _json_lines(path: Path) -> list[dict[str, Any]]:
 
 def _steps(path: Path, replayed: bool) -> list[StepTime]:
     found = []
-    for record in _json_lines(path):
+    for record in json_lines(path):
         step, when = _number(record, "step"), _number(record, "time")
         if step is None or when is None or step != int(step) or step < 1:
             continue
@@ -174,7 +174,7 @@ def _steps(path: Path, replayed: bool) -> list[StepTime]:
 def _loop_runs(run_dir: Path) -> list[LoopRun]:
     """The loop runs recorded in a `gantry train` run directory (the job's
     ``runs/<job name>/``, resumed in place by every attempt), in time order."""
-    events = _json_lines(run_dir / EVENTS_FILE)
+    events = json_lines(run_dir / EVENTS_FILE)
     starts = sorted(t for e in events if e.get("event") == "start"
                     and (t := _number(e, "time")) is not None)
     closes = sorted((t, _number(e, "checkpoint_s") or 0.0) for e in events

@@ -41,6 +41,7 @@ from launcher.job_dir import (
 )
 from launcher.recovery.node_faults import read_recoveries
 from launcher.report.goodput import PARTS, Goodput, job_goodput
+from launcher.report.job_times import json_lines
 from launcher.report.run_data import TIMING_KEYS, StepRecord, parse_record
 
 
@@ -79,22 +80,6 @@ def render(families: Sequence[Family]) -> str:
             text = ",".join(f'{key}="{_escape_label(value)}"' for key, value in labels.items())
             lines.append(f"{sample_name}{{{text}}} {_value(number)}")
     return "\n".join(lines) + "\n" if lines else ""
-
-
-def _json_lines(path: Path) -> list[dict[str, Any]]:
-    try:
-        text = path.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return []
-    found = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except (ValueError, RecursionError):
-            continue
-        if isinstance(record, dict):
-            found.append(record)
-    return found
 
 
 def _attempts(job_dir: Path) -> list[Path]:
@@ -152,7 +137,7 @@ def rank_nodes(attempt: Path) -> dict[int, str]:
     found: dict[int, str] = {}
     ranks = attempt / RANKS_DIR
     for path in ranks.glob("*.start") if ranks.is_dir() else []:
-        records = _json_lines(path)
+        records = json_lines(path)
         record = records[0] if records else {}
         rank, node = record.get("rank"), record.get("node")
         if isinstance(rank, int) and not isinstance(rank, bool) and isinstance(node, str):
