@@ -18,17 +18,24 @@ from launcher.errors import UserInputError
 SLOW_FABRIC = "GANTRY_FAULT_SLOW_FABRIC"
 
 
-def parse_slow_fabric(value: str) -> tuple[str, float]:
-    """``NODE:SECONDS`` -> (node, seconds); anything else is a UserInputError."""
+def parse_node_delay(variable: str, value: str) -> tuple[str, float]:
+    """A ``NODE:SECONDS`` fault hook's value (``variable`` names it in the error) -> (node,
+    seconds), SECONDS in 0..3600 after the last colon; anything else is a UserInputError.
+    The fabric hook here and the trainer's GANTRY_FAULT_SLOW_NODE both read theirs so."""
     node, sep, seconds = value.rpartition(":")
     try:
         delay = float(seconds) if sep and node else -1.0
     except ValueError:
         delay = -1.0
     if not (math.isfinite(delay) and 0.0 <= delay <= 3600.0):
-        raise UserInputError(f"{SLOW_FABRIC}: {value!r} is not allowed (expected NODE:SECONDS, "
+        raise UserInputError(f"{variable}: {value!r} is not allowed (expected NODE:SECONDS, "
                              "SECONDS in 0..3600)")
     return node, delay
+
+
+def parse_slow_fabric(value: str) -> tuple[str, float]:
+    """``NODE:SECONDS`` -> (node, seconds); anything else is a UserInputError."""
+    return parse_node_delay(SLOW_FABRIC, value)
 
 
 def slow_fabric_delay(node: str) -> float:

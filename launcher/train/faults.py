@@ -40,6 +40,7 @@ from pathlib import Path
 from launcher.errors import UserInputError
 from launcher.job_dir import JOB_DIR_ENV
 from launcher.job_exit_codes import TRAINER_FAULT_INJECTED
+from launcher.preflight.fabric_fault import parse_node_delay
 from launcher.train.rank_records import record_exit
 
 CRASH_IN_CHECKPOINT = "GANTRY_FAULT_CRASH_IN_CHECKPOINT"
@@ -96,15 +97,7 @@ def step_delay() -> float:
 
 def parse_slow_node(value: str) -> tuple[str, float]:
     """``NODE:SECONDS`` -> (node, seconds); anything else is a UserInputError."""
-    node, _, seconds = value.rpartition(":")
-    try:
-        delay = float(seconds)
-    except ValueError:
-        delay = -1.0
-    if not node or not 0.0 <= delay <= 3600.0:
-        raise UserInputError(f"{SLOW_NODE}: {value!r} is not allowed (expected NODE:SECONDS, "
-                             "SECONDS in 0..3600)")
-    return node, delay
+    return parse_node_delay(SLOW_NODE, value)
 
 
 def slow_node_delay(node: str) -> float:
