@@ -12,15 +12,14 @@ import signal
 import subprocess
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 MAX_TOOL_OUTPUT = 256 * 1024 * 1024
 """Most bytes a tool may print (stdout and stderr together): `nvidia-smi -q -x` on 8 GPUs
 prints ~1 MB; a tool printing without end is killed and its check fails."""
 
 
-@dataclass(frozen=True)
-class ToolOutput:
+class ToolOutput(NamedTuple):
     """What one external command did."""
 
     argv: tuple[str, ...]

@@ -4,15 +4,14 @@
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from topology.errors import TopologyInputError
 
 _VERSION = re.compile(r"(?<![0-9.])([0-9]{1,9})\.([0-9]{1,9})(?:\.([0-9]{1,9}))?(?![0-9])")
 
 
-@dataclass(frozen=True, order=True)
-class SlurmVersion:
+class SlurmVersion(NamedTuple):
     """A Slurm release, e.g. 22.05.8 (what `slurmd -V` / `sinfo -V` print)."""
 
     major: int

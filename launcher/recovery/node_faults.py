@@ -12,7 +12,6 @@ import json
 import math
 import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +19,26 @@ from launcher.atomic_write import write_text
 from launcher.job_dir import NODE_FAULTS_FILE, RECOVERIES_FILE
 
 
-@dataclass(frozen=True)
 class NodeFault:
-    """One node's faults in this job."""
+    """One node's faults in this job: how many, the last one (``rank1-unresponsive``,
+    ``node-lost``, ...) and when."""
 
-    count: int
-    last: str
-    """The last fault (``rank1-unresponsive``, ``node-lost``, ...)."""
-    time: float
+    __slots__ = ("count", "last", "time")
+
+    def __init__(self, count: int, last: str, time: float) -> None:
+        self.count = count
+        self.last = last
+        self.time = time
+
+    def __eq__(self, other: object) -> bool:
+        return (isinstance(other, NodeFault)
+                and (self.count, self.last, self.time) == (other.count, other.last, other.time))
+
+    def __hash__(self) -> int:
+        return hash((self.count, self.last, self.time))
+
+    def __repr__(self) -> str:
+        return f"NodeFault(count={self.count}, last={self.last!r}, time={self.time})"
 
 
 def read_faults(job_dir: Path) -> dict[str, NodeFault]:

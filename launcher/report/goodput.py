@@ -14,9 +14,8 @@ wall time exactly: they are whole microseconds, and their sum telescopes to end 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from launcher.report.job_times import AttemptTimes, JobTimes, read_job_times
 
@@ -42,8 +41,7 @@ PARTS: tuple[tuple[str, str], ...] = (
 PART_NAMES = tuple(name for name, _ in PARTS)
 
 
-@dataclass(frozen=True)
-class Segment:
+class Segment(NamedTuple):
     """One stretch of the chain, in whole microseconds since the epoch."""
 
     start_us: int
@@ -53,8 +51,7 @@ class Segment:
     """The attempt directory it leads up to or runs in."""
 
 
-@dataclass(frozen=True)
-class Goodput:
+class Goodput(NamedTuple):
     """A job's wall time split into :data:`PARTS`."""
 
     job_id: str
@@ -70,7 +67,7 @@ class Goodput:
     """Checkpoints completed, all attempts."""
     recomputed_steps: int
     """Step records that a later run replaced."""
-    sources: tuple[str, ...] = field(default=())
+    sources: tuple[str, ...] = ()
     """Where times came from where not from the primary source (job_times.py)."""
 
     @property

@@ -25,9 +25,8 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from launcher.job_dir import (
     EVENTS_FILE,
@@ -44,8 +43,7 @@ from launcher.job_dir import (
 from launcher.report.log_markers import LogMark, log_marks
 
 
-@dataclass(frozen=True)
-class StepTime:
+class StepTime(NamedTuple):
     """One step record."""
 
     step: int
@@ -59,8 +57,7 @@ class StepTime:
     """Read from metrics.replayed.jsonl (a later run of the same directory redid it)."""
 
 
-@dataclass(frozen=True)
-class LoopRun:
+class LoopRun(NamedTuple):
     """One run of the training loop: from a ``start`` event to its ``end``/``stop``."""
 
     start: float
@@ -75,8 +72,7 @@ class LoopRun:
     """Checkpoints it completed (events.jsonl)."""
 
 
-@dataclass(frozen=True)
-class AttemptTimes:
+class AttemptTimes(NamedTuple):
     """One attempt directory."""
 
     name: str
@@ -97,8 +93,7 @@ class AttemptTimes:
         return sum(run.checkpoints for run in self.runs)
 
 
-@dataclass(frozen=True)
-class ScriptTimes:
+class ScriptTimes(NamedTuple):
     """One start of the batch script (one restart count)."""
 
     restart: int
@@ -117,8 +112,7 @@ class ScriptTimes:
     step it launched last failed)."""
 
 
-@dataclass(frozen=True)
-class JobTimes:
+class JobTimes(NamedTuple):
     """Everything goodput needs from one job directory."""
 
     job_id: str
@@ -131,7 +125,7 @@ class JobTimes:
     """The job is over (Slurm's state is terminal, or its script logged the end)."""
     end: float | None
     """When it ended (None while it runs)."""
-    sources: tuple[str, ...] = field(default=())
+    sources: tuple[str, ...] = ()
     """Where the times came from, where not from the primary source (docstring above)."""
 
 

@@ -9,20 +9,20 @@ the times between them are the phases of an attempt. The time is UTC with millis
 
 from __future__ import annotations
 
-import calendar
 import re
-import time
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
-_LINE = re.compile(r"^\[gantry (\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(\.\d{1,9})?Z\] (.*)$", re.ASCII)
+_LINE = re.compile(r"^\[gantry (\d{4})-(\d\d)-(\d\d)T(\d\d):(\d\d):(\d\d)(\.\d{1,9})?Z\] (.*)$",
+                   re.ASCII)
+_START = re.compile(r"job \S+ \(restart (\d+)")
 _MARKERS = (
-    ("start", re.compile(r"^job \S+ \(restart (\d+)")),
-    ("preflight", re.compile(r"^preflight on ")),
-    ("gate", re.compile(r"^preflight step finished")),
-    ("launch", re.compile(r"^launching ")),
-    ("end", re.compile(r"^(training finished|training step failed|preflight gate refused|"
-                       r"stopped by|requeueing)")),
+    ("preflight", ("preflight on ",)),
+    ("gate", ("preflight step finished",)),
+    ("launch", ("launching ",)),
+    ("end", ("training finished", "training step failed", "preflight gate refused",
+             "stopped by", "requeueing")),
 )
+"""Marker name -> the prefixes of its messages (the start marker: :data:`_START`)."""
 PHASES = (("preflight", "preflight", "gate"), ("gate", "gate", "launch"),
           ("training", "launch", "end"))
 """(name, from marker, to marker) of each timed phase."""
@@ -33,15 +33,33 @@ def parse_line(line: str) -> tuple[float, str] | None:
     match = _LINE.match(line.strip())
     if match is None:
         return None
-    try:
-        stamp = calendar.timegm(time.strptime(match.group(1), "%Y-%m-%dT%H:%M:%S"))
-    except ValueError:  # e.g. month 13: not a line the script wrote
+    stamp = utc_seconds(*(int(part) for part in match.group(1, 2, 3, 4, 5, 6)))
+    if stamp is None:  # e.g. month 13: not a line the script wrote
         return None
-    return stamp + float(match.group(2) or 0.0), match.group(3)
+    return stamp + float(match.group(7) or 0.0), match.group(8)
 
 
-@dataclass(frozen=True)
-class LogMark:
+def utc_seconds(year: int, month: int, day: int, hour: int, minute: int,
+                second: int) -> int | None:
+    """Unix time of a UTC calendar time (``calendar.timegm``, without importing calendar and
+    datetime at every start); None when a part is out of range (second 60 and 61 allowed,
+    as strptime does)."""
+    leap = year % 4 == 0 and (year % 100 != 0 or year % 400 == 0)
+    month_days = (31, 29 if leap else 28, 31, 30, 31, 30, 31, 31, 30, 31, 30, 31)
+    if not (1 <= month <= 12 and 1 <= day <= month_days[month - 1] and hour < 24
+            and minute < 60 and second <= 61):
+        return None
+    # Days since 1970-01-01 by the civil-from-days method: years counted from March.
+    shifted = year - (month <= 2)
+    era = shifted // 400
+    year_of_era = shifted - era * 400
+    day_of_year = (153 * (month + (-3 if month > 2 else 9)) + 2) // 5 + day - 1
+    day_of_era = year_of_era * 365 + year_of_era // 4 - year_of_era // 100 + day_of_year
+    days = era * 146097 + day_of_era - 719468
+    return ((days * 24 + hour) * 60 + minute) * 60 + second
+
+
+class LogMark(NamedTuple):
     """One gantry log line, with the attempt it belongs to."""
 
     time: float
@@ -67,27 +85,24 @@ def log_marks(lines: list[str]) -> list[LogMark]:
             continue
         stamp, message = parsed
         marker = None
-        for name, pattern in _MARKERS:
-            match = pattern.match(message)
-            if match is not None:
-                marker = name
-                if name == "start":
-                    restart = int(match.group(1))
-                break
+        start = _START.match(message) if message.startswith("job ") else None
+        if start is not None:
+            marker, restart = "start", int(start.group(1))
+        else:
+            marker = next((name for name, prefixes in _MARKERS
+                           if message.startswith(prefixes)), None)
         found.append(LogMark(stamp, restart, marker, message))
     return found
 
 
-@dataclass
 class AttemptMarks:
-    """Marker times of one attempt (restart count R)."""
+    """Marker times of one attempt: ``restart``, the restart count it logged; ``times``,
+    marker -> unix time (first occurrence); ``end_message``, the end marker's message."""
 
-    restart: int
-    """Restart count the attempt logged."""
-    times: dict[str, float] = field(default_factory=dict)
-    """Marker -> unix time (first occurrence)."""
-    end_message: str = ""
-    """The message of the end marker."""
+    def __init__(self, restart: int) -> None:
+        self.restart = restart
+        self.times: dict[str, float] = {}
+        self.end_message = ""
 
     def phase_seconds(self) -> dict[str, float]:
         """Seconds per phase that has both ends."""

@@ -9,7 +9,6 @@ the filter is applied here). Jobs squeue no longer knows are looked up with one
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 
 from launcher.errors import GantryError
@@ -28,16 +27,17 @@ from topology import hostlists
 SCONTROL_JSON_SINCE = (23, 2, 0)
 
 
-@dataclass
 class CliSlurmClient:
-    """SlurmClient over the Slurm commands, every call through one CommandRunner."""
+    """SlurmClient over the Slurm commands, every call through one CommandRunner
+    (``runner``; a default one when not given)."""
 
-    runner: CommandRunner = field(default_factory=CommandRunner)
-    """Runs every command."""
-    backend: str = "cli"
+    backend = "cli"
     """Backend name."""
-    _version: tuple[int, int, int] | None = None
-    _accounting: bool | None = None
+
+    def __init__(self, runner: CommandRunner | None = None) -> None:
+        self.runner = runner if runner is not None else CommandRunner()
+        self._version: tuple[int, int, int] | None = None
+        self._accounting: bool | None = None
 
     def version(self) -> tuple[int, int, int]:
         if self._version is None:

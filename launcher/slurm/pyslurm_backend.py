@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
 from launcher.errors import GantryError
 from launcher.slurm.cli_backend import CliSlurmClient
 from launcher.slurm.records import JobInfo, NodeInfo, exit_status, number, states
+from launcher.slurm.runner import CommandRunner
 
 
 def load_pyslurm() -> ModuleType | None:
@@ -44,19 +44,18 @@ def pyslurm_usable(cluster: tuple[int, int, int]) -> bool:
     return module is not None and pyslurm_version(module) == cluster[:2]
 
 
-@dataclass
 class PyslurmClient(CliSlurmClient):
-    """SlurmClient reading jobs/nodes and controlling jobs through pyslurm (25.x API)."""
+    """SlurmClient reading jobs/nodes and controlling jobs through pyslurm (25.x API);
+    ``module``: the imported pyslurm module (None: import it)."""
 
-    backend: str = "pyslurm"
-    module: Any = field(default=None, repr=False)
-    """The imported pyslurm module."""
+    backend = "pyslurm"
 
-    def __post_init__(self) -> None:
-        if self.module is None:
-            self.module = load_pyslurm()
-        if self.module is None:
+    def __init__(self, runner: CommandRunner | None = None, module: Any = None) -> None:
+        super().__init__(runner)
+        found = module if module is not None else load_pyslurm()
+        if found is None:
             raise GantryError("slurm.client: pyslurm is not importable (use 'cli' or 'auto')")
+        self.module: Any = found
 
     def job_states(self, job_ids: Iterable[str]) -> dict[str, JobInfo]:
         wanted = {str(j) for j in job_ids}

@@ -18,8 +18,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from launcher.errors import GantryError, brief
 from topology.errors import TopologyInputError
@@ -37,8 +36,7 @@ class SlurmParseError(GantryError):
     """Slurm printed something gantry cannot read."""
 
 
-@dataclass(frozen=True)
-class JobInfo:
+class JobInfo(NamedTuple):
     """One job as Slurm reports it, normalised across versions."""
 
     job_id: str
@@ -97,8 +95,7 @@ class JobInfo:
         }
 
 
-@dataclass(frozen=True)
-class NodeInfo:
+class NodeInfo(NamedTuple):
     """One node as Slurm reports it, normalised across versions."""
 
     name: str

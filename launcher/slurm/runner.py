@@ -19,8 +19,8 @@ import os
 import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 from launcher.errors import GantryError
 from launcher.process_runner import MAX_TOOL_OUTPUT, ToolOutput, run_tool
@@ -49,8 +49,7 @@ class SlurmCommandError(GantryError):
         self.stderr = stderr
 
 
-@dataclass(frozen=True)
-class CommandResult:
+class CommandResult(NamedTuple):
     """What one command printed and how it ended."""
 
     argv: tuple[str, ...]
@@ -121,24 +120,32 @@ def spawn_daemon(argv: Sequence[str], output: Path, env: Mapping[str, str], cwd:
         )
 
 
-@dataclass
 class CommandRunner:
-    """Runs Slurm commands with a timeout and exponential backoff on transient errors."""
+    """Runs Slurm commands with a timeout and exponential backoff on transient errors.
 
-    timeout_s: float = 30.0
-    """Per-attempt wall-clock limit."""
-    retries: int = 4
-    """Extra attempts after a transient error (so at most retries + 1 runs)."""
-    backoff_s: float = 0.5
-    """First wait between attempts; doubles each time."""
-    max_backoff_s: float = 8.0
-    """Longest wait between attempts."""
-    env: Mapping[str, str] | None = None
-    """Environment for the commands (None: inherit, including SLURM_CONF)."""
-    sleep: Callable[[float], None] = field(default=time.sleep, repr=False)
-    """How to wait between attempts (swappable for tests of the schedule)."""
-    log: list[CommandResult] = field(default_factory=list, repr=False)
-    """Every finished command, in order (for debugging and benchmarks)."""
+    - ``timeout_s``: per-attempt wall-clock limit;
+    - ``retries``: extra attempts after a transient error (so at most retries + 1 runs);
+    - ``backoff_s``: first wait between attempts, doubling each time up to ``max_backoff_s``;
+    - ``env``: environment for the commands (None: inherit, including SLURM_CONF);
+    - ``sleep``: how to wait between attempts (swappable for tests of the schedule);
+    - ``log``: every finished command, in order (for debugging and benchmarks).
+    """
+
+    def __init__(self, *, timeout_s: float = 30.0, retries: int = 4, backoff_s: float = 0.5,
+                 max_backoff_s: float = 8.0, env: Mapping[str, str] | None = None,
+                 sleep: Callable[[float], None] = time.sleep) -> None:
+        self.timeout_s = timeout_s
+        self.retries = retries
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.env = env
+        self.sleep = sleep
+        self.log: list[CommandResult] = []
+
+    def __repr__(self) -> str:
+        return (f"CommandRunner(timeout_s={self.timeout_s}, retries={self.retries}, "
+                f"backoff_s={self.backoff_s}, max_backoff_s={self.max_backoff_s}, "
+                f"env={'inherited' if self.env is None else 'given'})")
 
     def run(self, argv: Sequence[str], *, check: bool = True,
             timeout_s: float | None = None) -> CommandResult:
