@@ -82,7 +82,9 @@ def client_for_job(job_dir: JobDir | None) -> SlurmClient:
 
 def job_rows(dirs: Sequence[JobDir], client: SlurmClient | None = None) -> list[dict[str, Any]]:
     """The row of each job in ``dirs``, from one Slurm query (``client``: the last job's
-    site's by default); Slurm's answer is recorded in each job directory (``last_state``)."""
+    site's by default); Slurm's answer is recorded in each job directory (``last_state``,
+    with ``last_state_at``, when gantry first saw that state) when it differs from what is
+    recorded there: asking leaves the directory untouched while nothing changes."""
     if not dirs:
         return []
     client = client or client_for_job(dirs[-1])
@@ -90,8 +92,8 @@ def job_rows(dirs: Sequence[JobDir], client: SlurmClient | None = None) -> list[
     rows = []
     for job_dir in dirs:
         info = infos.get(str(job_dir.job_id))
-        if info is not None:
-            job_dir.update_meta(last_state=info.to_json(), last_seen=time.time())
+        if info is not None and job_dir.meta().get("last_state") != info.to_json():
+            job_dir.update_meta(last_state=info.to_json(), last_state_at=time.time())
         rows.append(job_summary(job_dir, info))
     return rows
 

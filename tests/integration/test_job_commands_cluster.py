@@ -93,6 +93,27 @@ def test_a_job_slurm_forgot_is_gone_not_running(embedded_cluster: EmbeddedCluste
     assert (row["state"], row["stale"]) == ("COMPLETED", False)
 
 
+def test_status_records_a_state_once_and_its_change(embedded_cluster: EmbeddedCluster,
+                                                    tmp_path: Path) -> None:
+    """Asking twice leaves meta.json as the first answer recorded it (no rewrite per call);
+    a new state (the job cancelled) is recorded, with when gantry first saw it."""
+    job = held_job(embedded_cluster, tmp_path, "asked")
+    meta = Path(job["job_dir"]) / "meta.json"
+    try:
+        gantry_json(embedded_cluster, tmp_path, "status", job["job_id"])
+        first = meta.read_text()
+        first_inode = meta.stat().st_ino
+        assert json.loads(first)["last_state"]["state"] == "PENDING"
+        gantry_json(embedded_cluster, tmp_path, "status", job["job_id"])
+        assert (meta.read_text(), meta.stat().st_ino) == (first, first_inode)
+    finally:
+        embedded_cluster.scancel(job["job_id"], job["blocker"])
+    row = gantry_json(embedded_cluster, tmp_path, "status", job["job_id"])
+    recorded = json.loads(meta.read_text())
+    assert row["state"] == recorded["last_state"]["state"] == "CANCELLED"
+    assert recorded["last_state_at"] >= json.loads(first)["last_state_at"]
+
+
 def test_submit_dry_run_json_prints_json(embedded_cluster: EmbeddedCluster,
                                          tmp_path: Path) -> None:
     job = tmp_path / "dry.yaml"
