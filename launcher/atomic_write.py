@@ -77,9 +77,7 @@ def _reason(err: BaseException) -> str:
 def temp_name(name: str) -> str:
     """A fresh hidden temp name beside ``name`` (``.<name>.<hex>.tmp``), cut so that it is a
     name the file system takes (at most 255 bytes) however long ``name`` is."""
-    import secrets
-
-    tag = f".{secrets.token_hex(4)}{_TEMP_SUFFIX}"
+    tag = f".{os.urandom(4).hex()}{_TEMP_SUFFIX}"
     room = _MAX_NAME_BYTES - 1 - len(tag)
     raw = os.fsencode(name)
     if len(raw) > room:

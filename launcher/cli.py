@@ -28,11 +28,37 @@ def one_line(message: str) -> str:
     return message.translate(_LINE_BREAKS)
 
 
+def terminal_columns() -> int:
+    """The terminal's width as ``shutil.get_terminal_size`` finds it ($COLUMNS, else the
+    terminal of stdout, else 80), without importing shutil (and its compression modules)
+    into every command that argparse merely validates."""
+    try:
+        columns = int(os.environ.get("COLUMNS", "0"))
+    except ValueError:
+        columns = 0
+    if columns <= 0:
+        try:
+            columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+        except (AttributeError, ValueError, OSError):
+            columns = 0
+    return columns or 80
+
+
+class TerminalHelpFormatter(argparse.HelpFormatter):
+    """argparse's help formatter, sized by :func:`terminal_columns`."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24,
+                 width: int | None = None) -> None:
+        super().__init__(prog, indent_increment, max_help_position,
+                         terminal_columns() - 2 if width is None else width)
+
+
 class GantryArgumentParser(argparse.ArgumentParser):
     """argparse with the project's one-line error format (exit 2), and arguments whose
     definition is deferred (:meth:`defer`)."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("formatter_class", TerminalHelpFormatter)
         super().__init__(*args, **kwargs)
         self._deferred: list[Callable[[argparse.ArgumentParser], None]] = []
 

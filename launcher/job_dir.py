@@ -49,7 +49,6 @@ import json
 import math
 import os
 import re
-import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -173,9 +172,8 @@ def jobs_root(cli_value: Path | None = None) -> Path:
 def new_job_dir_path(root: Path, name: str, now: float | None = None) -> Path:
     """A fresh (not yet created) job directory path for job ``name``."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(now if now is not None else time.time()))
-    import secrets
 
-    return root / f"{name}-{stamp}-{secrets.token_hex(2)}"
+    return root / f"{name}-{stamp}-{os.urandom(2).hex()}"
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -298,6 +296,8 @@ def create_job_dir(path: Path, script: str, spec: dict[str, Any], request: dict[
                     write_text(path / file_name, text, mode=0o644)
                 _write_json(path / META_FILE, {"name": name, "created_at": time.time()})
             except BaseException:
+                import shutil
+
                 shutil.rmtree(path, ignore_errors=True)
                 raise
     except FileExistsError:
@@ -312,6 +312,8 @@ def create_job_dir(path: Path, script: str, spec: dict[str, Any], request: dict[
 
 def remove_job_dir(job_dir: JobDir) -> None:
     """Delete a job directory that was never submitted."""
+    import shutil
+
     shutil.rmtree(job_dir.path, ignore_errors=True)
 
 

@@ -17,7 +17,6 @@ Tests inject faults through the same variables users set.
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -50,6 +49,16 @@ def tool_overridden(name: str, env: Mapping[str, str] | None = None) -> bool:
     return bool((os.environ if env is None else env).get(tool_env_var(name), ""))
 
 
+def on_path(name: str) -> str | None:
+    """The first executable file ``name`` in this process's PATH (``shutil.which`` for a bare
+    name, without importing shutil and its compression modules into every Slurm call)."""
+    for directory in os.environ.get("PATH", os.defpath).split(os.pathsep):
+        candidate = os.path.join(directory or os.curdir, name)
+        if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
+            return candidate
+    return None
+
+
 def tool_path(name: str, env: Mapping[str, str] | None = None) -> str | None:
     """The executable to run for tool ``name`` by the module's rule; None when not found.
     ``env`` holds the variables the rule reads (None: this process's); PATH is this
@@ -61,7 +70,7 @@ def tool_path(name: str, env: Mapping[str, str] | None = None) -> str | None:
     bin_dir = environ.get(BIN_DIR_ENV, "")
     if bin_dir and name in SLURM_TOOLS:
         return str(Path(bin_dir) / name)
-    found = shutil.which(name)
+    found = on_path(name)
     if found is None and (name in SLURM_TOOLS or name in MUNGE_TOOLS):
         for directory in SEARCH_DIRS:
             candidate = os.path.join(directory, name)

@@ -3,7 +3,9 @@
 Registration imports only what argparse needs, each handler imports its own work (numpy,
 jinja2, torch, mpi4py, safetensors, matplotlib load when a command runs, not when the CLI
 starts); `gantry --help` and `gantry status` load no PyYAML, rich, dataclasses (inspect), job
-schema, site config or Slurm client. A known command builds only its own parser; the job
+schema, site config or Slurm client; `gantry status JOB` loads the Slurm client but no
+dataclasses, PyYAML, rich, site config, shutil, secrets or calendar. A known command builds
+only its own parser; the job
 commands' override options are added when their parser is first used. Structural, not
 timed: the start-up time itself is bench/bench_cli_start.py's."""
 
@@ -23,7 +25,15 @@ NOT_AT_START = (*HEAVY, "yaml", "rich", "dataclasses", "inspect", "launcher.job_
 """Modules neither `gantry --help` nor `gantry status` (no job yet) may load."""
 
 
-def loaded_by(argv: list[str], cwd: Path) -> tuple[list[str], str]:
+STATUS_OF_A_JOB_SKIPS = ("yaml", "rich", "dataclasses", "inspect", "launcher.site_config",
+                         "launcher.typed_config", "launcher.job_spec", "shutil", "secrets",
+                         "calendar", "datetime", *HEAVY)
+"""Modules `gantry status JOB` of a running job may not load."""
+FIXTURES = REPO / "tests" / "fixtures" / "slurm"
+
+
+def loaded_by(argv: list[str], cwd: Path,
+              env: dict[str, str] | None = None) -> tuple[list[str], str]:
     """(every module `gantry ARGV` loaded, its standard output), from a fresh interpreter."""
     code = ("import contextlib, io, json, sys\n"
             "from launcher.cli import main\n"
@@ -33,7 +43,8 @@ def loaded_by(argv: list[str], cwd: Path) -> tuple[list[str], str]:
             "print(json.dumps([status, sorted(sys.modules), out.getvalue()]))\n")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           cwd=REPO, check=True, timeout=60,
-                          env={"PATH": "/usr/bin:/bin", "GANTRY_JOBS_DIR": str(cwd / "jobs")})
+                          env={"PATH": "/usr/bin:/bin", "GANTRY_JOBS_DIR": str(cwd / "jobs"),
+                               **(env or {})})
     status, modules, out = json.loads(done.stdout)
     assert status == 0, done.stderr
     return modules, out
@@ -65,6 +76,30 @@ def test_help_and_status_load_only_what_they_use(tmp_path: Path) -> None:
     text, modules = json.loads(done.stdout)
     assert "submit" in text and "status" in text
     assert sorted(set(NOT_AT_START) & set(modules)) == []
+
+
+def test_status_of_a_job_loads_the_slurm_client_only(tmp_path: Path) -> None:
+    """A job directory as submit leaves it (meta.json with the job id, request.json with the
+    recorded Slurm access), Slurm answering through a squeue stand-in that replays the JSON
+    recorded from the real 22.05 (job 6 RUNNING)."""
+    job = tmp_path / "jobs" / "tiny-20261203-000000-abcd"
+    (job / "logs").mkdir(parents=True)
+    (job / "meta.json").write_text(json.dumps({"name": "tiny", "job_id": "6"}))
+    (job / "request.json").write_text(json.dumps({"slurm": {"client": "cli",
+                                                            "slurm_conf": None}}))
+    (job / "logs" / "slurm-6.out").write_text(
+        "[gantry 2026-12-03T10:00:00Z] job 6 (restart 0 of 3) on n[1-2]\n"
+        "[gantry 2026-12-03T10:00:02Z] launching 2 ranks\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    squeue = bin_dir / "squeue"
+    squeue.write_text(f"#!/bin/sh\ncat {FIXTURES / '22.05' / 'squeue.json'}\n")
+    squeue.chmod(0o755)
+    modules, out = loaded_by(["status", str(job)], tmp_path,
+                             {"GANTRY_SLURM_BIN_DIR": str(bin_dir)})
+    assert "state      RUNNING" in out and "goodput" in out, out
+    assert "launcher.slurm.cli_backend" in modules
+    assert sorted(set(STATUS_OF_A_JOB_SKIPS) & set(modules)) == []
 
 
 def test_a_job_commands_overrides_are_there_when_it_is_used() -> None:
