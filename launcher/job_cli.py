@@ -100,14 +100,14 @@ def follow_log(job_dir: JobDir, job_id: str, client: SlurmClient, out: IO[str] =
     last_check = 0.0
     info: JobInfo | None = None
     while True:
-        offset = _copy_new(path, offset, out, keep)
+        offset = copy_new_text(path, offset, out, keep)
         now = time.monotonic()
         if now - last_check >= state_every_s:
             last_check = now
             info = client.job_states([job_id]).get(job_id)
             if info is None or info.terminal:
                 time.sleep(poll_s)  # the last lines may land just after the state changes
-                _copy_new(path, offset, out, keep)
+                copy_new_text(path, offset, out, keep, final=True)
                 if keep is not None:
                     out.write(keep.finish())
                     out.flush()
@@ -115,13 +115,32 @@ def follow_log(job_dir: JobDir, job_id: str, client: SlurmClient, out: IO[str] =
         time.sleep(poll_s)
 
 
-def _copy_new(path: Path, offset: int, out: IO[str], keep: RankFilter | None = None) -> int:
+def whole_characters(chunk: bytes) -> int:
+    """How many bytes of ``chunk`` end on a UTF-8 character boundary: a multi-byte character
+    that a writer has only half written yet is held back for the next read, not decoded into
+    replacement characters (bytes that can never complete are left to the decoder)."""
+    for back in range(1, min(4, len(chunk)) + 1):
+        byte = chunk[-back]
+        if byte < 0x80:  # ASCII: whatever follows it is no character's start
+            return len(chunk)
+        if byte >= 0xC0:  # a lead byte: does its sequence fit in what was read?
+            need = 2 if byte < 0xE0 else 3 if byte < 0xF0 else 4
+            return len(chunk) if back >= need else len(chunk) - back
+    return len(chunk)
+
+
+def copy_new_text(path: Path, offset: int, out: IO[str], keep: RankFilter | None = None,
+              final: bool = False) -> int:
+    """Copy what ``path`` holds past ``offset`` to ``out``; return the new offset. A character
+    cut at the end waits for its last bytes unless ``final``."""
     try:
         with path.open("rb") as handle:
             handle.seek(offset)
             chunk = handle.read()
     except FileNotFoundError:
         return offset
+    if not final:
+        chunk = chunk[:whole_characters(chunk)]
     if chunk:
         text = chunk.decode("utf-8", errors="replace")
         out.write(text if keep is None else keep.feed(text))
