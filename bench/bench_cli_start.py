@@ -12,8 +12,13 @@ p90 in milliseconds and the median's ratio to the anchor of the same run.
 - gantry status   ``gantry status --jobs-dir <empty dir>``
 - gantry render   ``gantry render examples/gpt2-tiny-pp2-dp2.yaml`` (jinja2 and the
                   placement are its work: not expected near the anchor)
+- with ``--job-site SITE`` (an embedded site: its cluster is brought up): one job submitted
+  held (``--sbatch-option --hold``, so it stays PENDING and squeue lists it), then
+  ``gantry status`` (the table of that job) and ``gantry status JOB`` (its one-job view with
+  goodput); the job is cancelled at the end
 
-    python bench/bench_cli_start.py [--runs 30] [--out bench/results/NAME]  # NAME.json + .md
+    python bench/bench_cli_start.py [--runs 30] [--job-site site_configs/local.yaml]
+                                    [--out bench/results/NAME]  # NAME.json + .md
 """
 
 from __future__ import annotations
@@ -33,23 +38,40 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+def gantry_argv(module: bool = False) -> list[str]:
+    """How the cases run gantry: the console script beside the interpreter, else (or with
+    ``module``) ``python -m launcher``."""
+    script = Path(sys.executable).with_name("gantry")
+    return [str(script)] if script.is_file() and not module else [sys.executable, "-m",
+                                                                   "launcher"]
+
+
 def cases(jobs_dir: Path, module: bool = False) -> dict[str, list[str]]:
     python = sys.executable
-    script = Path(python).with_name("gantry")
-    if module:
-        script = Path("/nonexistent")
-    gantry = [str(script)] if script.is_file() else [python, "-m", "launcher"]
+    gantry = gantry_argv(module)
     out = {
         "anchor: python -c pass": [python, "-c", "pass"],
         "python -m launcher --help": [python, "-m", "launcher", "--help"],
     }
-    if script.is_file():
+    if gantry[0] != python:
         out["gantry --help"] = [*gantry, "--help"]
     out["gantry status (empty jobs dir)"] = [*gantry, "status", "--jobs-dir", str(jobs_dir)]
     out["gantry render (example job)"] = [
         *gantry, "render", str(REPO / "examples" / "gpt2-tiny-pp2-dp2.yaml"), "--site",
         str(REPO / "site_configs" / "local.yaml"), "--jobs-dir", str(jobs_dir)]
     return out
+
+
+def held_job(gantry: list[str], site: Path, jobs_dir: Path, env: dict[str, str]) -> str:
+    """Bring ``site``'s embedded cluster up and submit the example DDP job held; its id."""
+    subprocess.run([*gantry, "cluster", "up", "--site", str(site)], cwd=REPO, env=env,
+                   check=True, stdout=subprocess.DEVNULL)
+    done = subprocess.run(
+        [*gantry, "submit", str(REPO / "examples" / "ddp" / "ddp-cpu.yaml"), "--site", str(site),
+         "--jobs-dir", str(jobs_dir), "--nodes", "1", "--spares", "0", "--preflight", "off",
+         "--sbatch-option", "--hold", "--json"],
+        cwd=REPO, env=env, check=True, capture_output=True, text=True)
+    return str(json.loads(done.stdout)["job_id"])
 
 
 def time_once(argv: list[str], env: dict[str, str]) -> float:
@@ -74,6 +96,8 @@ def main() -> int:
     parser.add_argument("--module", action="store_true",
                         help="run every gantry case as `python -m launcher` from this checkout "
                              "(when the console script belongs to another install)")
+    parser.add_argument("--job-site", type=Path, default=None,
+                        help="also time `gantry status` of a held job on this embedded site")
     parser.add_argument("--out", type=Path, default=None,
                         help="write OUT.json (raw samples) and OUT.md (the table)")
     args = parser.parse_args()
@@ -83,12 +107,26 @@ def main() -> int:
            if not k.startswith("GANTRY_") and k != "PYTHONDONTWRITEBYTECODE"}
     with tempfile.TemporaryDirectory(prefix="gantry-bench-jobs-") as tmp:
         table = cases(Path(tmp), args.module)
-        for argv in table.values():  # warm the page cache and __pycache__
-            time_once(argv, env)
-        samples: dict[str, list[float]] = {name: [] for name in table}
-        for _ in range(args.runs):
-            for name, argv in table.items():
-                samples[name].append(time_once(argv, env))
+        job_id = None
+        if args.job_site is not None:
+            jobs_dir = Path(tmp) / "held"
+            gantry = gantry_argv(args.module)
+            job_id = held_job(gantry, args.job_site.resolve(), jobs_dir, env)
+            table["gantry status (one held job)"] = [*gantry, "status", "--jobs-dir",
+                                                     str(jobs_dir)]
+            table["gantry status JOB (held job)"] = [*gantry, "status", job_id, "--jobs-dir",
+                                                     str(jobs_dir)]
+        try:
+            for argv in table.values():  # warm the page cache and __pycache__
+                time_once(argv, env)
+            samples: dict[str, list[float]] = {name: [] for name in table}
+            for _ in range(args.runs):
+                for name, argv in table.items():
+                    samples[name].append(time_once(argv, env))
+        finally:
+            if job_id is not None:
+                subprocess.run([*gantry, "cancel", job_id, "--jobs-dir", str(jobs_dir)],
+                               cwd=REPO, env=env, check=False, stdout=subprocess.DEVNULL)
     anchor = statistics.median(samples["anchor: python -c pass"])
     rows = []
     for name, values in samples.items():

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import ClassVar, Literal
 
 from launcher.errors import UserInputError, brief
 from launcher.install_paths import data_dir
@@ -323,6 +323,11 @@ class FabricSection:
 @dataclass(frozen=True)
 class PreflightSection:
     """Per-site preflight settings: level, thresholds, what to check, how to drain."""
+
+    REPLACED_KEYS: ClassVar[dict[str, str]] = {
+        "xid_fail_codes": "xid_actions, a map of Xid code -> drain, reset, warn or ignore "
+                          "(e.g. {48: reset, 79: drain}; docs/monitor.md)"}
+    """Keys of older gantry releases -> what took their place (named in the error)."""
 
     level: Literal["quick", "standard", "deep"] = "quick"
     """Preflight level when none is asked for: of `gantry preflight`, of the Slurm plugin

@@ -8,7 +8,8 @@ Supported field types: bool, int, float, str, Literal[...], X | None, list[X],
 tuple[X, ...], dict[str, X] and nested dataclasses. A float field also takes the exponent
 forms that YAML 1.1 leaves as strings (``lr: 3e-4``), as YAML 1.2 and ML configs read them.
 A dataclass may define ``validate(self) -> None`` that raises :class:`FieldError` for
-cross-field rules.
+cross-field rules, and ``REPLACED_KEYS`` (a ClassVar: old key -> what took its place) so that
+a config written for an older release is told what to write instead.
 """
 
 from __future__ import annotations
@@ -159,6 +160,10 @@ def _build(cls: type[T], data: Any, path: str) -> T:
     hints = get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
     unknown = [k for k in data if k not in fields]
+    replaced: Mapping[str, str] = getattr(cls, "REPLACED_KEYS", {})
+    if unknown and unknown[0] in replaced:
+        raise FieldError(key_path(path, unknown[0]),
+                         f"no longer a setting: use {replaced[unknown[0]]}")
     if unknown:
         allowed = ", ".join(fields)
         raise FieldError(

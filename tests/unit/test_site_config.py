@@ -36,6 +36,8 @@ def _write_variant(tmp_path: Path, edit: dict[str, object]) -> Path:
     ("edit", "message"),
     [
         ({"slurm.colour": "red"}, "slurm.colour: unknown key"),
+        ({"preflight.xid_fail_codes": [48, 79]}, "preflight.xid_fail_codes: no longer a "
+         "setting: use xid_actions, a map of Xid code -> drain, reset, warn or ignore"),
         ({"nodes.cpus": "many"}, "nodes.cpus: 'many' is not allowed (expected an integer)"),
         ({"nodes.names": ""}, "nodes.names: '' names 0 nodes"),
         ({"slurm.controller_port": 70000}, "slurm.controller_port: 70000 is not allowed"),
