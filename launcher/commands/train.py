@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,11 @@ launcher's own variable first (under mpirun in an allocation, SLURM_PROCID is th
 step's, inherited by every rank)."""
 
 
+QUIET_RANK_WAIT_S = 30.0
+"""How long a rank other than 0 waits, on bad input, for rank 0 to report it and the
+launcher to end the job."""
+
+
 def launched_rank() -> int | None:
     """This process's world rank as its launcher set it; None when run alone."""
     for key in LAUNCHED_RANK_ENV:
@@ -63,6 +69,10 @@ def run(args: argparse.Namespace) -> int:
         spec = _checked_job(args, load_job)
     except UserInputError as err:
         if launched_rank() not in (None, 0):  # every rank reads the same file: rank 0 says it
+            # and leaves first: a rank that exited before it would have the launcher (mpirun,
+            # srun --kill-on-bad-exit) kill rank 0 before its line is out. The launcher ends
+            # this one once rank 0 has gone; the wait is only a bound.
+            time.sleep(QUIET_RANK_WAIT_S)
             return err.exit_status
         raise
     base = args.job.resolve().parent
