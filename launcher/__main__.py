@@ -1,5 +1,5 @@
 """Allows `python -m launcher ...` as an alias of the `gantry` console script."""
 
-from launcher.cli import main
+from launcher.cli import console
 
-raise SystemExit(main())
+raise SystemExit(console())

@@ -25,7 +25,7 @@ def register(subparsers: Any) -> None:
                              "and requeue)")
     parser.add_argument("--json", action="store_true",
                         help="print what was done as JSON (a list, one object per job)")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, exit_at_once=True)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -26,7 +26,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--rank", metavar="N", default=None,
                         help="only the lines rank N printed, without their labels (N: the "
                              "rank the program sees, RANK of a command job)")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, exit_at_once=True)
 
 
 def parse_rank(value: str | None) -> int | None:

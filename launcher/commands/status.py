@@ -23,7 +23,7 @@ def register(subparsers: Any) -> None:
     add_job_filters(parser)
     parser.add_argument("--json", action="store_true",
                         help="print JSON (one object for one JOB, else a list)")
-    parser.set_defaults(func=run)
+    parser.set_defaults(func=run, exit_at_once=True)
 
 
 def _when(epoch: Any) -> str:

@@ -116,3 +116,21 @@ def test_a_job_commands_overrides_are_there_when_it_is_used() -> None:
     args = parser_for(["submit", "job.yaml", "--nodes", "3", "-t", "10"]).parse_args(
         ["submit", "job.yaml", "--nodes", "3", "-t", "10"])
     assert (args.nodes, args.time_limit, args.passthrough) == (3, "10", [])
+
+
+def test_quick_commands_leave_without_the_teardown_and_keep_their_output(
+        tmp_path: Path) -> None:
+    """`gantry status` (exit_at_once) flushes what it printed into a pipe and leaves with
+    os._exit: an atexit hook does not run. A command without the flag (`gantry plan` of a
+    bad file) exits normally: the hook runs."""
+    code = ("import atexit, sys\n"
+            "atexit.register(lambda: sys.stdout.write('teardown ran\\n'))\n"
+            "from launcher.cli import console\n"
+            "raise SystemExit(console())\n")
+    jobs = str(tmp_path / "jobs")
+    quick = subprocess.run([sys.executable, "-c", code, "status", "--jobs-dir", jobs],
+                           capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+    assert (quick.returncode, quick.stdout) == (0, f"no jobs under {jobs}\n"), quick.stderr
+    slow = subprocess.run([sys.executable, "-c", code, "plan", str(tmp_path / "none.yaml")],
+                          capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+    assert slow.returncode == 2 and slow.stdout == "teardown ran\n", slow.stderr
