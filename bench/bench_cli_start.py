@@ -13,7 +13,7 @@ p90 in milliseconds and the median's ratio to the anchor of the same run.
 - gantry render   ``gantry render examples/gpt2-tiny-pp2-dp2.yaml`` (jinja2 and the
                   placement are its work: not expected near the anchor)
 - with ``--job-site SITE`` (an embedded site: its cluster is brought up): one job submitted
-  held (``--sbatch-option --hold``, so it stays PENDING and squeue lists it), then
+  held (``--sbatch-option=--hold``, so it stays PENDING and squeue lists it), then
   ``gantry status`` (the table of that job) and ``gantry status JOB`` (its one-job view with
   goodput); the job is cancelled at the end
 
@@ -69,7 +69,7 @@ def held_job(gantry: list[str], site: Path, jobs_dir: Path, env: dict[str, str])
     done = subprocess.run(
         [*gantry, "submit", str(REPO / "examples" / "ddp" / "ddp-cpu.yaml"), "--site", str(site),
          "--jobs-dir", str(jobs_dir), "--nodes", "1", "--spares", "0", "--preflight", "off",
-         "--sbatch-option", "--hold", "--json"],
+         "--sbatch-option=--hold", "--json"],
         cwd=REPO, env=env, check=True, capture_output=True, text=True)
     return str(json.loads(done.stdout)["job_id"])
 

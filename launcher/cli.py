@@ -53,6 +53,12 @@ class TerminalHelpFormatter(argparse.HelpFormatter):
                          terminal_columns() - 2 if width is None else width)
 
 
+class TerminalRawDescriptionFormatter(argparse.RawDescriptionHelpFormatter,
+                                      TerminalHelpFormatter):
+    """argparse's RawDescriptionHelpFormatter (the description's lines kept as written),
+    sized by :func:`terminal_columns`."""
+
+
 class GantryArgumentParser(argparse.ArgumentParser):
     """argparse with the project's one-line error format (exit 2), and arguments whose
     definition is deferred (:meth:`defer`)."""

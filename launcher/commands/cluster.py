@@ -9,7 +9,6 @@ env     the `export SLURM_CONF=...` (and the site's MPI environment) for plain S
 from __future__ import annotations
 
 import argparse
-import shlex
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -30,6 +29,8 @@ def _add_site(parser: argparse.ArgumentParser) -> None:
 
 
 def _site_flag(site: LoadedSite) -> str:
+    import shlex
+
     from launcher.site_config import DEFAULT_SITE
 
     return "" if site.path == DEFAULT_SITE.resolve() else f" --site {shlex.quote(str(site.path))}"
@@ -125,6 +126,8 @@ def _status(args: argparse.Namespace) -> int:
 
 def env_lines(site: LoadedSite) -> list[str]:
     """Shell lines that point Slurm tools at the cluster and set the site's MPI env."""
+    import shlex
+
     from launcher.cluster.layout import RunLayout
 
     layout = RunLayout(site.run_dir())

@@ -9,9 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import signal
 import sys
-import threading
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -80,6 +78,9 @@ def run(args: argparse.Namespace) -> int:
         thresholds=make_thresholds(cfg.preflight.thresholds),
         gpus=gpus_watched(cfg.nodes.gpus_per_node), evict=not args.no_evict,
         max_samples=args.samples, textfile_dir=_textfile_dir(site))
+    import signal
+    import threading
+
     stop = threading.Event()
 
     def finish(_signum: int, _frame: FrameType | None) -> None:

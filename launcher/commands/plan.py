@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from launcher.cli import TerminalRawDescriptionFormatter
 from launcher.errors import UserInputError
 
 if TYPE_CHECKING:  # the planner (numpy) and rich load when a plan is made
@@ -35,7 +36,7 @@ def register(subparsers: Any) -> None:
         "plan",
         help="choose nodes for a job: fewest switches/blocks, rank order, Slurm options",
         description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        formatter_class=TerminalRawDescriptionFormatter,
     )
     parser.add_argument("job", type=Path, nargs="?", default=None,
                         help="job spec YAML (else describe the job with --nodes ...)")

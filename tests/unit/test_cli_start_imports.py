@@ -3,11 +3,11 @@
 Registration imports only what argparse needs, each handler imports its own work (numpy,
 jinja2, torch, mpi4py, safetensors, matplotlib load when a command runs, not when the CLI
 starts); `gantry --help` and `gantry status` load no PyYAML, rich, dataclasses (inspect), job
-schema, site config or Slurm client; `gantry status JOB` loads the Slurm client but no
-dataclasses, PyYAML, rich, site config, shutil, secrets or calendar. A known command builds
-only its own parser; the job
-commands' override options are added when their parser is first used. Structural, not
-timed: the start-up time itself is bench/bench_cli_start.py's."""
+schema, site config, Slurm client, shutil, shlex, threading or subprocess; `gantry status JOB`
+loads the Slurm client but no dataclasses, PyYAML, rich, site config, shutil, secrets or
+calendar. A known command builds only its own parser; the job commands' override options are
+added when their parser is first used. Structural, not timed: the start-up time itself is
+bench/bench_cli_start.py's."""
 
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("numpy", "jinja2", "torch", "mpi4py", "safetensors", "matplotlib")
 NOT_AT_START = (*HEAVY, "yaml", "rich", "dataclasses", "inspect", "launcher.job_spec",
                 "launcher.job_request", "launcher.job_overrides", "launcher.job_placement",
-                "launcher.site_config", "launcher.slurm", "launcher.typed_config")
+                "launcher.site_config", "launcher.slurm", "launcher.typed_config", "shutil",
+                "shlex", "threading", "subprocess")
 """Modules neither `gantry --help` nor `gantry status` (no job yet) may load."""
 
 
