@@ -21,7 +21,6 @@ from launcher.slurm.records import (
     parse_version,
 )
 from launcher.slurm.runner import CommandRunner, SlurmCommandError, first_line
-from topology import hostlists
 
 #: The first version whose scontrol speaks --json (22.05 only has sinfo/squeue/sacct --json).
 SCONTROL_JSON_SINCE = (23, 2, 0)
@@ -122,9 +121,13 @@ class CliSlurmClient:
     def drain(self, nodes: Sequence[str], reason: str) -> None:
         if not reason.strip():
             raise GantryError("drain: a reason is required")
+        from topology import hostlists  # python-hostlist: not for every job query
+
         self.runner.run(["scontrol", "update", f"NodeName={hostlists.collect(nodes)}",
                          "State=DRAIN", f"Reason={reason}"])
 
     def resume(self, nodes: Sequence[str]) -> None:
+        from topology import hostlists
+
         self.runner.run(["scontrol", "update", f"NodeName={hostlists.collect(nodes)}",
                          "State=RESUME"])
