@@ -15,7 +15,9 @@ p90 in milliseconds and the median's ratio to the anchor of the same run.
 - with ``--job-site SITE`` (an embedded site: its cluster is brought up): one job submitted
   held (``--sbatch-option=--hold``, so it stays PENDING and squeue lists it), then
   ``gantry status`` (the table of that job) and ``gantry status JOB`` (its one-job view with
-  goodput); the job is cancelled at the end
+  goodput), and beside them the one Slurm query they wait on (``squeue --all --json``, the
+  cluster's SLURM_CONF): its share of their time is Slurm's, not gantry's start-up; the job is
+  cancelled at the end
 
     python bench/bench_cli_start.py [--runs 30] [--job-site site_configs/local.yaml]
                                     [--out bench/results/NAME]  # NAME.json + .md
@@ -28,6 +30,7 @@ import datetime
 import json
 import os
 import platform
+import shlex
 import statistics
 import subprocess
 import sys
@@ -60,6 +63,16 @@ def cases(jobs_dir: Path, module: bool = False) -> dict[str, list[str]]:
         *gantry, "render", str(REPO / "examples" / "gpt2-tiny-pp2-dp2.yaml"), "--site",
         str(REPO / "site_configs" / "local.yaml"), "--jobs-dir", str(jobs_dir)]
     return out
+
+
+def slurm_conf(gantry: list[str], site: Path, env: dict[str, str]) -> str:
+    """The embedded cluster's slurm.conf, as `gantry cluster env` exports it."""
+    done = subprocess.run([*gantry, "cluster", "env", "--site", str(site)], cwd=REPO, env=env,
+                          check=True, capture_output=True, text=True)
+    for line in done.stdout.splitlines():
+        if line.startswith("export SLURM_CONF="):
+            return shlex.split(line.removeprefix("export SLURM_CONF="))[0]
+    raise SystemExit(f"bench_cli_start: `gantry cluster env` printed no SLURM_CONF for {site}")
 
 
 def held_job(gantry: list[str], site: Path, jobs_dir: Path, env: dict[str, str]) -> str:
@@ -108,6 +121,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="gantry-bench-jobs-") as tmp:
         table = cases(Path(tmp), args.module)
         job_id = None
+        case_env: dict[str, dict[str, str]] = {}
         if args.job_site is not None:
             jobs_dir = Path(tmp) / "held"
             gantry = gantry_argv(args.module)
@@ -116,13 +130,16 @@ def main() -> int:
                                                      str(jobs_dir)]
             table["gantry status JOB (held job)"] = [*gantry, "status", job_id, "--jobs-dir",
                                                      str(jobs_dir)]
+            query = "their Slurm query: squeue --all --json"
+            table[query] = ["squeue", "--all", "--json"]
+            case_env[query] = {"SLURM_CONF": slurm_conf(gantry, args.job_site.resolve(), env)}
         try:
-            for argv in table.values():  # warm the page cache and __pycache__
-                time_once(argv, env)
+            for name, argv in table.items():  # warm the page cache and __pycache__
+                time_once(argv, {**env, **case_env.get(name, {})})
             samples: dict[str, list[float]] = {name: [] for name in table}
             for _ in range(args.runs):
                 for name, argv in table.items():
-                    samples[name].append(time_once(argv, env))
+                    samples[name].append(time_once(argv, {**env, **case_env.get(name, {})}))
         finally:
             if job_id is not None:
                 subprocess.run([*gantry, "cancel", job_id, "--jobs-dir", str(jobs_dir)],
