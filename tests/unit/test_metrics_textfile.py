@@ -131,7 +131,7 @@ def test_mfu_and_young_daly(tmp_path: Path) -> None:
     assert advice.cost_s == pytest.approx(0.25) and advice.mtbf_s == pytest.approx(held)
     assert advice.interval_s == pytest.approx(math.sqrt(2 * 0.25 * held))
     assert advice.interval_steps == round(math.sqrt(2 * 0.25 * held) / 0.5)
-    clean = checkpoint_advice(goodput.__class__(**{**goodput.__dict__, "failures": 0}),
+    clean = checkpoint_advice(goodput._replace(failures=0),
                               0.5, 2, 2, site)
     assert clean.interval_s is None and "not enough data" in clean.describe()
 
