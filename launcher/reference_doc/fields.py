@@ -16,7 +16,8 @@ TABLE_HEAD = ["| field | type | default | meaning |", "|---|---|---|---|"]
 
 
 def field_docs(cls: type) -> dict[str, str]:
-    """Attribute docstrings (the string literal after each field) of a dataclass."""
+    """Attribute docstrings (the string literal after each field) of a dataclass, fields
+    only."""
     tree = ast.parse(inspect.getsource(cls))
     body = tree.body[0].body if isinstance(tree.body[0], ast.ClassDef) else []
     docs: dict[str, str] = {}
@@ -26,6 +27,9 @@ def field_docs(cls: type) -> dict[str, str]:
                 and isinstance(following.value, ast.Constant)
                 and isinstance(following.value.value, str)):
             docs[node.target.id] = " ".join(following.value.value.split())
+    if dataclasses.is_dataclass(cls):  # not its ClassVars (e.g. REPLACED_KEYS)
+        fields = {f.name for f in dataclasses.fields(cls)}
+        docs = {name: doc for name, doc in docs.items() if name in fields}
     return docs
 
 
