@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from launcher.report.job_times import AttemptTimes, JobTimes, read_job_times
+from launcher.report.read_cache import ReadCache
 
 PARTS: tuple[tuple[str, str], ...] = (
     ("queue", "submitted -> the batch script's first start (waiting in Slurm's queue)"),
@@ -220,10 +221,10 @@ def breakdown(times: JobTimes, now: float | None = None) -> Goodput:
 
 
 def job_goodput(job_dir: Path, state: dict[str, Any] | None = None,
-                now: float | None = None) -> Goodput:
+                now: float | None = None, cache: ReadCache | None = None) -> Goodput:
     """The goodput of job directory ``job_dir`` (``state``: Slurm's view, as `gantry status`
-    records it; default: meta.json's last record)."""
-    return breakdown(read_job_times(job_dir, state), now)
+    records it; default: meta.json's last record; ``cache``: read_job_times')."""
+    return breakdown(read_job_times(job_dir, state, cache), now)
 
 
 def _share(us: int, wall: int) -> str:

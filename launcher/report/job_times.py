@@ -18,13 +18,17 @@ Sources, per timestamp (the first one present is used; ``JobTimes.sources`` says
 - the end of an ended job: its last recorded time, or Slurm's end time when later.
 
 Reading never fails on a damaged line: a line that is not a JSON object with the fields
-needed is skipped (these files only annotate the job here).
+needed is skipped (these files only annotate the job here). With a ReadCache
+(launcher/report/read_cache.py) the log and the JSONL files are read only where they grew
+since that cache's last read, with the same result as a whole read.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
+from bisect import bisect_right
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -40,7 +44,8 @@ from launcher.job_dir import (
     attempt_key,
     log_file_name,
 )
-from launcher.report.log_markers import LogMark, log_marks
+from launcher.report.log_markers import LogMark, mark_line
+from launcher.report.read_cache import Fold, ReadCache, fold_lines
 
 
 class StepTime(NamedTuple):
@@ -154,33 +159,78 @@ def json_lines(path: Path) -> list[dict[str, Any]]:
     return found
 
 
-def _steps(path: Path, replayed: bool) -> list[StepTime]:
-    found = []
-    for record in json_lines(path):
-        step, when = _number(record, "step"), _number(record, "time")
-        if step is None or when is None or step != int(step) or step < 1:
-            continue
-        found.append(StepTime(int(step), when, max(_number(record, "checkpoint_s") or 0.0, 0.0),
-                              replayed))
-    return found
+def _record(line: str) -> dict[str, Any] | None:
+    """The JSON object of a line, else None."""
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return record if isinstance(record, dict) else None
 
 
-def _loop_runs(run_dir: Path) -> list[LoopRun]:
+def _step_time(line: str, replayed: bool) -> StepTime | None:
+    record = _record(line)
+    if record is None:
+        return None
+    step, when = _number(record, "step"), _number(record, "time")
+    if step is None or when is None or step != int(step) or step < 1:
+        return None
+    return StepTime(int(step), when, max(_number(record, "checkpoint_s") or 0.0, 0.0),
+                    replayed)
+
+
+def _step(state: None, line: str) -> tuple[None, StepTime | None]:
+    return None, _step_time(line, False)
+
+
+def _replayed_step(state: None, line: str) -> tuple[None, StepTime | None]:
+    return None, _step_time(line, True)
+
+
+class _Event(NamedTuple):
+    kind: str
+    """"start", "close" (an end or stop event) or "checkpoint"."""
+    time: float
+    checkpoint_s: float = 0.0
+
+
+def _event(state: None, line: str) -> tuple[None, _Event | None]:
+    record = _record(line)
+    when = None if record is None else _number(record, "time")
+    if record is None or when is None:
+        return None, None
+    kind = record.get("event")
+    if kind == "start":
+        return None, _Event("start", when)
+    if kind in ("end", "stop"):
+        return None, _Event("close", when, _number(record, "checkpoint_s") or 0.0)
+    if kind == "checkpoint":
+        return None, _Event("checkpoint", when)
+    return None, None
+
+
+_STEPS = Fold("steps", None, _step)
+_REPLAYED_STEPS = Fold("replayed steps", None, _replayed_step)
+_EVENTS = Fold("events", None, _event)
+_MARKS = Fold("marks", -1, mark_line)
+
+
+def _loop_runs(run_dir: Path, cache: ReadCache | None = None) -> list[LoopRun]:
     """The loop runs recorded in a `gantry train` run directory (the job's
     ``runs/<job name>/``, resumed in place by every attempt), in time order."""
-    events = json_lines(run_dir / EVENTS_FILE)
-    starts = sorted(t for e in events if e.get("event") == "start"
-                    and (t := _number(e, "time")) is not None)
-    closes = sorted((t, _number(e, "checkpoint_s") or 0.0) for e in events
-                    if e.get("event") in ("end", "stop") and (t := _number(e, "time")) is not None)
-    saved = [t for e in events if e.get("event") == "checkpoint"
-             and (t := _number(e, "time")) is not None]
-    steps = sorted(_steps(run_dir / METRICS_FILE, False)
-                   + _steps(run_dir / REPLAYED_METRICS_FILE, True), key=lambda s: s.time)
+    events = fold_lines(run_dir / EVENTS_FILE, _EVENTS, cache)
+    starts = sorted(e.time for e in events if e.kind == "start")
+    closes = sorted((e.time, e.checkpoint_s) for e in events if e.kind == "close")
+    saved = [e.time for e in events if e.kind == "checkpoint"]
+    steps = sorted(fold_lines(run_dir / METRICS_FILE, _STEPS, cache)
+                   + fold_lines(run_dir / REPLAYED_METRICS_FILE, _REPLAYED_STEPS, cache),
+                   key=lambda s: s.time)
+    times = [s.time for s in steps]
     runs = []
     for index, start in enumerate(starts):
         until = starts[index + 1] if index + 1 < len(starts) else math.inf
-        mine = tuple(s for s in steps if start < s.time <= until)
+        # the steps with start < time <= until (sorted by time: one slice)
+        mine = tuple(steps[bisect_right(times, start):bisect_right(times, until)])
         close = next(((t, c) for t, c in closes if start < t <= until), None)
         runs.append(LoopRun(start, mine, None if close is None else close[0],
                             0.0 if close is None else max(close[1], 0.0),
@@ -188,16 +238,28 @@ def _loop_runs(run_dir: Path) -> list[LoopRun]:
     return runs
 
 
-def _rank_start(attempt: Path) -> float | None:
-    """The earliest ``ranks/<R>.start`` time of an attempt."""
+def _start_time(path: Path) -> float | None:
+    """The time of one ``ranks/<R>.start`` record."""
+    try:
+        record = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return None
+    return _number(record, "time") if isinstance(record, dict) else None
+
+
+def _rank_start(attempt: Path, cache: ReadCache | None = None) -> float | None:
+    """The earliest ``ranks/<R>.start`` time of an attempt (each record read once per inode
+    with ``cache``: they are written once)."""
     times = []
-    ranks = attempt / RANKS_DIR
-    for path in sorted(ranks.glob("*.start")) if ranks.is_dir() else []:
-        try:
-            record = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError):
-            continue
-        when = _number(record, "time") if isinstance(record, dict) else None
+    try:
+        with os.scandir(attempt / RANKS_DIR) as listing:
+            entries = [e for e in listing if e.name.endswith(".start")]
+    except OSError:
+        return None
+    for entry in entries:
+        path = Path(entry.path)
+        when = _start_time(path) if cache is None else cache.once(
+            path, entry.inode(), "start time", _start_time)
         if when is not None:
             times.append(when)
     return min(times, default=None)
@@ -247,10 +309,12 @@ def _assign(attempts: list[AttemptTimes], loops: list[LoopRun],
             for a, mine in zip(attempts, owned, strict=True)]
 
 
-def read_job_times(job_dir: Path, state: dict[str, Any] | None = None) -> JobTimes:
+def read_job_times(job_dir: Path, state: dict[str, Any] | None = None,
+                   cache: ReadCache | None = None) -> JobTimes:
     """The times of job directory ``job_dir``. ``state``: Slurm's view of the job as `gantry
     status` records it (``terminal``, ``start_time``, ``end_time``); default: meta.json's
-    ``last_state``."""
+    ``last_state``. ``cache``: what earlier calls read (a reader that calls again and again:
+    the run monitor); the result is the same as without."""
     sources: list[str] = []
     try:
         meta = json.loads((job_dir / META_FILE).read_text(encoding="utf-8"))
@@ -266,12 +330,9 @@ def read_job_times(job_dir: Path, state: dict[str, Any] | None = None) -> JobTim
         submitted = _number(meta, "created_at")
         if submitted is not None:
             sources.append("submitted: meta.json created_at (no submitted_at)")
-    try:
-        lines = (job_dir / LOGS_DIR / log_file_name(job_id)).read_text(
-            encoding="utf-8", errors="replace").splitlines() if job_id else []
-    except OSError:
-        lines = []
-    scripts = _scripts(log_marks(lines))
+    marks = fold_lines(job_dir / LOGS_DIR / log_file_name(job_id), _MARKS, cache) \
+        if job_id else []
+    scripts = _scripts(marks)
     slurm_start = _number(state, "start_time") or None  # Slurm reports 0 for "not yet"
     slurm_end = _number(state, "end_time") or None
     if (not scripts or scripts[0].start is None) and slurm_start is not None:
@@ -287,7 +348,7 @@ def read_job_times(job_dir: Path, state: dict[str, Any] | None = None) -> JobTim
     runs_dir = job_dir / RUNS_DIR
     names = sorted(p.name for p in runs_dir.iterdir() if p.is_dir()) if runs_dir.is_dir() \
         else []
-    loops = sorted((run for name in names for run in _loop_runs(runs_dir / name)),
+    loops = sorted((run for name in names for run in _loop_runs(runs_dir / name, cache)),
                    key=lambda run: run.start)
     launches = {s.restart: s.launches for s in scripts}
     for name in sorted((n for n in names if attempt_key(n) is not None),
@@ -299,7 +360,7 @@ def read_job_times(job_dir: Path, state: dict[str, Any] | None = None) -> JobTim
         logged = launches.get(restart, ())
         launch: float | None = logged[relaunch] if relaunch < len(logged) else None
         if launch is None:
-            launch = _rank_start(path)
+            launch = _rank_start(path, cache)
             if launch is not None:
                 sources.append(f"{name}: launch: its ranks' start records (no log line)")
             else:

@@ -74,24 +74,32 @@ class LogMark(NamedTuple):
     """The text after the time."""
 
 
+def mark_line(restart: int, line: str) -> tuple[int, LogMark | None]:
+    """One line of the log read after lines that left restart count ``restart`` (-1 before
+    any): (the restart count after it, its mark, None when not a gantry line)."""
+    parsed = parse_line(line)
+    if parsed is None:
+        return restart, None
+    stamp, message = parsed
+    marker = None
+    start = _START.match(message) if message.startswith("job ") else None
+    if start is not None:
+        marker, restart = "start", int(start.group(1))
+    else:
+        marker = next((name for name, prefixes in _MARKERS
+                       if message.startswith(prefixes)), None)
+    return restart, LogMark(stamp, restart, marker, message)
+
+
 def log_marks(lines: list[str]) -> list[LogMark]:
     """Every gantry log line of ``lines`` in log order (the log is appended across
     requeues), each with its attempt's restart count and its marker."""
     found: list[LogMark] = []
     restart = -1
     for line in lines:
-        parsed = parse_line(line)
-        if parsed is None:
-            continue
-        stamp, message = parsed
-        marker = None
-        start = _START.match(message) if message.startswith("job ") else None
-        if start is not None:
-            marker, restart = "start", int(start.group(1))
-        else:
-            marker = next((name for name, prefixes in _MARKERS
-                           if message.startswith(prefixes)), None)
-        found.append(LogMark(stamp, restart, marker, message))
+        restart, mark = mark_line(restart, line)
+        if mark is not None:
+            found.append(mark)
     return found
 
 
