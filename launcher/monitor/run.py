@@ -31,6 +31,7 @@ from launcher.job_dir import HEALTH_DIR, JOB_DIR_ENV, MONITOR_STOP_FILE
 from launcher.monitor.sample import Finding, Sample, compare, describe, take_sample
 from launcher.preflight.thresholds import Thresholds
 from launcher.recovery.evictions import request_eviction
+from launcher.report.read_cache import ReadCache
 
 POLL_S = 0.1
 """How often the stop file and signals are looked at between samples."""
@@ -69,6 +70,21 @@ def _append(path: Path, record: dict[str, Any]) -> None:
         os.close(fd)
 
 
+HEALTH_READ_LIMIT = 16 << 20
+"""How much of one node's event file is read."""
+
+
+def health_event(line: str) -> dict[str, Any] | None:
+    """One line of a node's event file: the event, None for a torn or foreign line."""
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    if isinstance(record, dict) and isinstance(record.get("time"), int | float):
+        return record
+    return None
+
+
 def read_health_events(attempt_dir: Path) -> list[dict[str, Any]]:
     """Every node's events of the attempt, by time; torn or foreign lines skipped."""
     directory = attempt_dir / HEALTH_DIR
@@ -79,16 +95,11 @@ def read_health_events(attempt_dir: Path) -> list[dict[str, Any]]:
     events = []
     for path in paths:
         try:
-            text = path.read_text(encoding="utf-8", errors="replace")[: 16 << 20]
+            text = path.read_text(encoding="utf-8", errors="replace")[:HEALTH_READ_LIMIT]
         except OSError:
             continue
-        for line in text.splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and isinstance(record.get("time"), int | float):
-                events.append(record)
+        events += [record for line in text.splitlines()
+                   if (record := health_event(line)) is not None]
     return sorted(events, key=lambda e: (e["time"], str(e.get("node"))))
 
 
@@ -127,11 +138,13 @@ def _evict(opts: MonitorOptions, finding: Finding) -> None:
 
 class _Metrics:
     """This node's Prometheus textfile, rewritten after each sample when the site asks for
-    it; a failure is said once on stderr and never stops the monitor."""
+    it, each time reading only what the job's files gained since the last (one ReadCache for
+    the monitor's life); a failure is said once on stderr and never stops the monitor."""
 
     def __init__(self, opts: MonitorOptions) -> None:
         self.opts = opts
         self.failed = False
+        self.cache = ReadCache()
 
     def write(self) -> None:
         if self.opts.textfile_dir is None or self.failed:
@@ -140,7 +153,8 @@ class _Metrics:
 
         job_dir = Path(os.environ.get(JOB_DIR_ENV) or self.opts.attempt_dir.parent.parent)
         try:
-            write_textfiles(job_dir, self.opts.textfile_dir, [self.opts.node])
+            write_textfiles(job_dir, self.opts.textfile_dir, [self.opts.node],
+                            cache=self.cache)
         except Exception as err:
             self.failed = True
             sys.stderr.write(f"gantry monitor: {self.opts.node}: no more Prometheus textfiles "

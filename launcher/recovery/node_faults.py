@@ -85,22 +85,28 @@ def append_recovery(job_dir: Path, record: dict[str, Any]) -> None:
         os.close(fd)
 
 
+RECOVERIES_READ_LIMIT = 16 << 20
+"""How much of recoveries.jsonl is read."""
+
+
+def recovery_record(line: str) -> dict[str, Any] | None:
+    """One line of recoveries.jsonl: the record, None for a torn or foreign line."""
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
 def read_recoveries(job_dir: Path) -> list[dict[str, Any]]:
     """Every recovery recorded for the job, oldest first; torn or foreign lines skipped."""
     try:
         with open(job_dir / RECOVERIES_FILE, encoding="utf-8", errors="replace") as handle:
-            text = handle.read(16 << 20)
+            text = handle.read(RECOVERIES_READ_LIMIT)
     except OSError:
         return []
-    records = []
-    for line in text.splitlines():
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict):
-            records.append(record)
-    return records
+    return [record for line in text.splitlines()
+            if (record := recovery_record(line)) is not None]
 
 
 def describe_recovery(record: dict[str, Any]) -> str:

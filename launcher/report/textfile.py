@@ -16,12 +16,19 @@ What each node's file holds (every sample labelled ``job`` and ``node``):
 
 Names follow Prometheus' conventions: the ``gantry_`` prefix, base units in the name
 (``_seconds``), ``_total`` for counters, ``_ratio`` for a ratio.
+
+What one node's file needs is all that is read for it: the job-level figures (the goodput's
+read of the whole history) only on rank 0's node, the health events of that node's own event
+files. With a ReadCache (launcher/report/read_cache.py: the run monitor keeps one) a rewrite
+reads of the growing files only what was appended since the last, and each rank's start
+record once.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -33,15 +40,18 @@ import launcher.job_dir as names
 from launcher.atomic_write import write_text
 from launcher.errors import UserInputError
 from launcher.job_dir import (
+    HEALTH_DIR,
     LAUNCH_NODES_FILE,
     METRICS_FILE,
     RANKS_DIR,
+    RECOVERIES_FILE,
     RUNS_DIR,
     attempt_key,
 )
-from launcher.recovery.node_faults import read_recoveries
+from launcher.recovery.node_faults import RECOVERIES_READ_LIMIT, recovery_record
 from launcher.report.goodput import PARTS, Goodput, job_goodput
 from launcher.report.job_times import json_lines
+from launcher.report.read_cache import Fold, ReadCache, fold_lines
 from launcher.report.run_data import TIMING_KEYS, StepRecord, parse_record
 
 
@@ -132,16 +142,31 @@ def _tail_lines(path: Path, chunk: int = 1 << 16) -> list[str]:
         return []
 
 
-def rank_nodes(attempt: Path) -> dict[int, str]:
-    """World rank -> node, from the attempt's ranks/<R>.start records."""
+def _rank_node(path: Path) -> tuple[int, str] | None:
+    """(rank, node) of one ``ranks/<R>.start`` record."""
+    records = json_lines(path)
+    record = records[0] if records else {}
+    rank, node = record.get("rank"), record.get("node")
+    if isinstance(rank, int) and not isinstance(rank, bool) and isinstance(node, str):
+        return rank, node
+    return None
+
+
+def rank_nodes(attempt: Path, cache: ReadCache | None = None) -> dict[int, str]:
+    """World rank -> node, from the attempt's ranks/<R>.start records (with ``cache``, each
+    read once per inode: a rank writes its record once)."""
     found: dict[int, str] = {}
-    ranks = attempt / RANKS_DIR
-    for path in ranks.glob("*.start") if ranks.is_dir() else []:
-        records = json_lines(path)
-        record = records[0] if records else {}
-        rank, node = record.get("rank"), record.get("node")
-        if isinstance(rank, int) and not isinstance(rank, bool) and isinstance(node, str):
-            found[rank] = node
+    try:
+        with os.scandir(attempt / RANKS_DIR) as listing:
+            entries = [e for e in listing if e.name.endswith(".start")]
+    except OSError:
+        return found
+    for entry in entries:
+        path = Path(entry.path)
+        placed = _rank_node(path) if cache is None else cache.once(
+            path, entry.inode(), "rank node", _rank_node)
+        if placed is not None:
+            found[placed[0]] = placed[1]
     return found
 
 
@@ -153,19 +178,43 @@ def _launch_nodes(attempt: Path) -> list[str]:
     return [n for n in text.strip().split(",") if n]
 
 
-def _health(job_dir: Path, attempts: list[Path]) -> Counter[tuple[str, str, str]]:
+def _health(attempts: list[Path], nodes: list[str] | None,
+            cache: ReadCache | None) -> Counter[tuple[str, str, str]]:
     """(node, check, grade) -> WARN and FAIL events of the run monitor, over every attempt
-    (launcher/monitor/run.py: one JSONL per node in each attempt's node-health/)."""
-    from launcher.monitor.run import read_health_events
+    (launcher/monitor/run.py: one JSONL per node in each attempt's node-health/), from the
+    files of ``nodes`` (None: of every node)."""
+    from launcher.monitor.run import HEALTH_READ_LIMIT, health_event, health_file
 
+    def counted(state: None, line: str) -> tuple[None, tuple[str, str, str] | None]:
+        event = health_event(line)
+        if event is None:
+            return None, None
+        node, check, grade = event.get("node"), event.get("check"), event.get("grade")
+        if isinstance(node, str) and isinstance(check, str) and grade in ("WARN", "FAIL"):
+            return None, (node, check, str(grade))
+        return None, None
+
+    fold = Fold("health events", None, counted)
     counts: Counter[tuple[str, str, str]] = Counter()
     for where in attempts:
-        for event in read_health_events(where):
-            node, check, grade = event.get("node"), event.get("check"), event.get("grade")
-            if (isinstance(node, str) and isinstance(check, str)
-                    and grade in ("WARN", "FAIL")):
-                counts[(node, check, str(grade))] += 1
+        if nodes is None:
+            try:
+                paths = sorted(p for p in (where / HEALTH_DIR).iterdir() if p.suffix == ".jsonl")
+            except OSError:
+                continue
+        else:
+            paths = [health_file(where, node) for node in nodes
+                     if "/" not in node and "\0" not in node]
+        for path in paths:
+            counts.update(fold_lines(path, fold, cache, HEALTH_READ_LIMIT))
     return counts
+
+
+def _recovery(state: None, line: str) -> tuple[None, bool | None]:
+    return None, True if recovery_record(line) is not None else None
+
+
+_RECOVERIES = Fold("recoveries", None, _recovery)
 
 
 @dataclass(frozen=True)
@@ -180,11 +229,12 @@ class JobMetrics:
     """The nodes the newest attempt runs ranks on."""
     rank_nodes: dict[int, str]
     last: StepRecord | None
-    goodput: Goodput
+    goodput: Goodput | None
+    """None when read for nodes other than rank 0's (which alone shows it)."""
     recoveries: int
     health: Counter[tuple[str, str, str]]
     earlier_nodes: tuple[str, ...] = ()
-    """Nodes earlier attempts ran ranks on."""
+    """Nodes earlier attempts ran ranks on (read for every node only)."""
 
     @property
     def lead_node(self) -> str | None:
@@ -205,15 +255,19 @@ class JobMetrics:
             "rank_timers_s": {} if last is None else {
                 str(rank): {key: getattr(timing, key) for key in TIMING_KEYS}
                 for rank, timing in enumerate(last.ranks)},
-            "goodput": self.goodput.to_json(), "recoveries": self.recoveries,
+            "goodput": None if self.goodput is None else self.goodput.to_json(),
+            "recoveries": self.recoveries,
             "health_events": [{"node": n, "check": c, "grade": g, "count": k}
                               for (n, c, g), k in sorted(self.health.items())],
         }
 
 
 def read_job_metrics(job_dir: Path, state: dict[str, Any] | None = None,
-                     now: float | None = None) -> JobMetrics:
-    """Read the job directory once (``state``: Slurm's view as `gantry status` records it)."""
+                     now: float | None = None, nodes: list[str] | None = None,
+                     cache: ReadCache | None = None) -> JobMetrics:
+    """Read the job directory once (``state``: Slurm's view as `gantry status` records it)
+    for the files of ``nodes`` (None: of every node; see the module docstring); ``cache``:
+    what earlier reads parsed (a reader that rewrites the files again and again)."""
     try:
         meta = json.loads((job_dir / names.META_FILE).read_text(encoding="utf-8"))
     except (OSError, ValueError, RecursionError):
@@ -221,16 +275,20 @@ def read_job_metrics(job_dir: Path, state: dict[str, Any] | None = None,
     meta = meta if isinstance(meta, dict) else {}
     attempts = _attempts(job_dir)
     newest = attempts[-1] if attempts else None
-    ranks = rank_nodes(newest) if newest is not None else {}
-    nodes = tuple(dict.fromkeys(
+    ranks = rank_nodes(newest, cache) if newest is not None else {}
+    in_job = tuple(dict.fromkeys(
         [ranks[r] for r in sorted(ranks)] or (_launch_nodes(newest) if newest else [])))
+    lead = ranks.get(0) or (in_job[0] if in_job else None)
+    goodput = job_goodput(job_dir, state, now, cache) \
+        if nodes is None or lead in nodes else None
+    recoveries = len(fold_lines(job_dir / RECOVERIES_FILE, _RECOVERIES, cache,
+                                RECOVERIES_READ_LIMIT))
+    earlier = () if nodes is not None else tuple(dict.fromkeys(
+        n for a in attempts[:-1] for n in [*rank_nodes(a, cache).values(), *_launch_nodes(a)]))
     return JobMetrics(str(meta.get("job_id") or ""), str(meta.get("name") or job_dir.name),
-                      "" if newest is None else newest.name, nodes, ranks,
-                      _last_record(job_dir), job_goodput(job_dir, state, now),
-                      len(read_recoveries(job_dir)), _health(job_dir, attempts),
-                      tuple(dict.fromkeys(n for a in attempts[:-1]
-                                          for n in [*rank_nodes(a).values(),
-                                                    *_launch_nodes(a)])))
+                      "" if newest is None else newest.name, in_job, ranks,
+                      _last_record(job_dir), goodput, recoveries,
+                      _health(attempts, nodes, cache), earlier)
 
 
 PART_HELP = dict(PARTS)
@@ -266,6 +324,8 @@ def node_families(metrics: JobMetrics, node: str, now: float) -> list[Family]:
     if node != metrics.lead_node:
         return families
     goodput = metrics.goodput
+    if goodput is None:  # read for other nodes only
+        return families
     if last is not None:
         families += [
             Family("gantry_step", "gauge", "The newest step recorded (1-based).",
@@ -304,15 +364,16 @@ def textfile_name(job_id: str, node: str) -> str:
 
 
 def write_textfiles(job_dir: Path, out_dir: Path, nodes: Iterable[str] | None = None,
-                    state: dict[str, Any] | None = None,
-                    now: float | None = None) -> list[Path]:
+                    state: dict[str, Any] | None = None, now: float | None = None,
+                    cache: ReadCache | None = None) -> list[Path]:
     """Write (replace) ``<out_dir>/gantry_<job>_<node>.prom`` for ``nodes`` (default: the
     nodes of the job's newest attempt; then also remove this job's files of nodes that left
-    it). Returns the files written. The per-node monitor passes its own node."""
-    metrics = read_job_metrics(job_dir, state, now)
+    it). Returns the files written. The per-node monitor passes its own node, and its
+    ``cache`` (read_job_metrics)."""
+    wanted = None if nodes is None else list(dict.fromkeys(nodes))
+    metrics = read_job_metrics(job_dir, state, now, wanted, cache)
     when = time.time() if now is None else now
-    every = nodes is None
-    chosen = list(metrics.nodes) if nodes is None else list(dict.fromkeys(nodes))
+    chosen = list(metrics.nodes) if wanted is None else wanted
     if not metrics.job_id:
         raise UserInputError(f"{job_dir}: no job id in {names.META_FILE} (not submitted)")
     if not out_dir.is_dir():
@@ -323,7 +384,7 @@ def write_textfiles(job_dir: Path, out_dir: Path, nodes: Iterable[str] | None = 
         path = out_dir / textfile_name(metrics.job_id, node)
         write_text(path, render(node_families(metrics, node, when)), mode=0o644)
         written.append(path)
-    if every:  # nodes an earlier attempt ran on, gone from the job since
+    if wanted is None:  # nodes an earlier attempt ran on, gone from the job since
         for node in sorted(set(metrics.earlier_nodes) - set(chosen)):
             (out_dir / textfile_name(metrics.job_id, node)).unlink(missing_ok=True)
     return written

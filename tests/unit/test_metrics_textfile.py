@@ -17,6 +17,7 @@ from launcher.job_spec import ModelSpec
 from launcher.report import textfile
 from launcher.report.efficiency import checkpoint_advice, flops_per_token, mfu
 from launcher.report.goodput import job_goodput
+from launcher.report.read_cache import ReadCache
 from launcher.site_config import load_site
 from tests.unit.goodput_dirs import JOB, T0, attempt, job_dir, log
 
@@ -106,6 +107,39 @@ def test_health_events_are_counted_per_node(tmp_path: Path) -> None:
     n3 = families(textfile.write_textfiles(path, out, ["n3"])[0].read_text())
     assert n3["gantry_health_events"] == [({"job": JOB, "node": "n3", "check": "gpu.xid",
                                             "grade": "FAIL"}, 2.0)]
+
+
+def test_a_node_rewriting_with_a_cache_writes_what_a_whole_read_writes(tmp_path: Path) -> None:
+    path = a_job(tmp_path)
+    newest = path / "runs" / f"{JOB}-0.1"
+    (newest / "node-health").mkdir()
+    cached, whole = tmp_path / "cached", tmp_path / "whole"
+    cached.mkdir()
+    whole.mkdir()
+    caches = {"n1": ReadCache(), "n3": ReadCache()}  # one per node's monitor
+    for sample in range(4):
+        when = T0 + 30 + sample
+        for node, cache in caches.items():
+            textfile.write_textfiles(path, cached, [node], now=when, cache=cache)
+        textfile.write_textfiles(path, whole, now=when)
+        for node in caches:
+            name = textfile.textfile_name(JOB, node)
+            assert (cached / name).read_text() == (whole / name).read_text(), (sample, node)
+        with open(path / "runs" / "tiny" / "metrics.jsonl", "a", encoding="utf-8") as handle:
+            handle.write('me": 1}\n' if sample else "")  # the torn line completed
+            handle.write(json.dumps({"step": 5 + sample, "loss": 1.0, "time": T0 + 19.2,
+                                     "tokens_per_s": 9.0, "ranks": []}) + "\n")
+            handle.write('{"step": 9, "ti')  # torn: the next sample sees it so
+        with open(newest / "node-health" / "n3.jsonl", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"time": when, "node": "n3", "check": f"c{sample % 2}",
+                                     "grade": "WARN"}) + "\n")
+        with open(path / "recoveries.jsonl", "a", encoding="utf-8") as handle:
+            handle.write(json.dumps({"attempt": f"{JOB}-0", "decision": "relaunch"}) + "\n")
+    lead = families((cached / textfile.textfile_name(JOB, "n1")).read_text())
+    assert lead["gantry_recoveries"][0][1] == 3.0
+    n3 = families((cached / textfile.textfile_name(JOB, "n3")).read_text())
+    assert sum(v for _, v in n3["gantry_health_events"]) == 3.0
+    assert textfile.read_job_metrics(path, nodes=["n3"]).goodput is None  # not rank 0's node
 
 
 def test_label_values_are_escaped() -> None:
