@@ -43,7 +43,8 @@ PART_NAMES = tuple(name for name, _ in PARTS)
 
 
 class Segment(NamedTuple):
-    """One stretch of the chain, in whole microseconds since the epoch."""
+    """One stretch of the chain (or several in a row of one part), in whole microseconds
+    since the epoch."""
 
     start_us: int
     end_us: int
@@ -119,7 +120,9 @@ class Goodput(NamedTuple):
 
 
 class _Chain:
-    """Boundaries in order; each stretch gets a part, the open end the part now running."""
+    """Boundaries in order; each stretch gets a part, the open end the part now running.
+    Stretches in a row of one part and attempt are one segment (a run's steps between two
+    checkpoint waits: one training segment)."""
 
     def __init__(self, origin: float, attempt: str) -> None:
         self.last = round(origin * 1e6)
@@ -132,7 +135,11 @@ class _Chain:
             return
         us = max(self.last, round(when * 1e6))
         if us > self.last:
-            self.segments.append(Segment(self.last, us, part, attempt))
+            segments = self.segments
+            if segments and segments[-1].part == part and segments[-1].attempt == attempt:
+                segments[-1] = Segment(segments[-1].start_us, us, part, attempt)
+            else:
+                segments.append(Segment(self.last, us, part, attempt))
         self.last = us
         self.attempt = attempt
         if opens is not None:
