@@ -87,8 +87,9 @@ def order_from_nodes(planned: list[str], rank_nodes: list[str], where: str) -> l
                              "rank order needs the same number of ranks on every node")
     if len(set(planned)) != len(planned) or len(planned) != len(running):
         raise UserInputError(
-            f"{where}: {len(planned)} planned nodes ({', '.join(planned[:8])}) but the job "
-            f"runs on {len(running)} ({', '.join(running[:8])}); expected each node once")
+            f"{where}: {len(planned)} planned nodes ({', '.join(map(brief, planned[:8]))}) but "
+            f"the job runs on {len(running)} ({', '.join(map(brief, running[:8]))}); expected "
+            "each node once")
     newcomers = [n for n in running if n not in planned]
     final = [node if node in ranks_of else newcomers.pop(0) for node in planned]
     return [w for node in final for w in ranks_of[node]]

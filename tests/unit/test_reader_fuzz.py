@@ -322,6 +322,7 @@ RANK_ORDER = st.one_of(
 @given(content=RANK_ORDER, world=st.integers(1, 4), by_node=st.booleans())
 @example(content=b"\xff\xfe[0]\n", world=1, by_node=False)
 @example(content=b"[" * 100_000 + b"]" * 100_000, world=1, by_node=False)
+@example(content=b"- '\n\n'\n- .", world=2, by_node=True)  # a node name that is a line break
 def test_rank_order_reader(content: bytes, world: int, by_node: bool) -> None:
     rank_nodes = [NODES[r // 2] for r in range(world)] if by_node else None
     with tempfile.TemporaryDirectory(prefix="gantry-fuzz-") as name:
