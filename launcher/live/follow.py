@@ -44,7 +44,8 @@ from launcher.slurm import JobInfo, NodeInfo, SlurmClient
 from launcher.step_labels import strip_label
 from topology.model import Topology
 
-_STATUS_STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "MISSING": "red"}
+_STATUS_STYLE = {"PASS": "green", "WARN": "yellow", "FAIL": "bold red", "ERROR": "magenta",
+                 "MISSING": "red"}
 
 
 def _is_trainer_step_line(line: str) -> bool:

@@ -40,7 +40,8 @@ class PreflightRow:
     role: str
     """Planned role ("replica 0 · stage 1", "spare", "-")."""
     status: str
-    """PASS, WARN, FAIL or MISSING."""
+    """PASS, WARN, FAIL, ERROR (a setup error of gantry's install: the node stays eligible)
+    or MISSING."""
     finding: str
     """The failing (or warning) checks with observed vs expected, else "all checks passed"."""
     outcome: str
@@ -53,9 +54,13 @@ def _finding(verdict: NodeVerdict | None) -> str:
         return "no verdict"
     bad = [c for c in verdict.checks if c.status == "FAIL"] or [
         c for c in verdict.checks if c.status == "WARN"]
-    if not bad:
+    errors = [c for c in verdict.checks if c.status == "ERROR"]
+    if not bad and not errors:
         return "all checks passed"
-    return "; ".join(f"{c.id}: {c.observed} (expected {c.expected})" for c in bad)
+    found = [f"{c.id}: {c.observed} (expected {c.expected})" for c in bad]
+    found += [f"setup error, {c.id}: {c.observed}" + (f" ({c.action})" if c.action else "")
+              for c in errors]
+    return "; ".join(found)
 
 
 def preflight_rows(verdicts: Mapping[str, NodeVerdict], placement: PlacementRecord,

@@ -147,6 +147,25 @@ def test_live_view_names_the_place_a_spare_took() -> None:
         "n5": "runs in n2's place (replica 0 · stage 1)"}
 
 
+def test_live_view_says_what_a_setup_error_is() -> None:
+    """A node whose gpu.gemm check could not run (gantry's install lacks torch) is ERROR: the
+    live row says the setup error and what to install, never "all checks passed"."""
+    placement = PlacementRecord("n[1-2]", tuple(PlannedRole(n, "leaf", ((0, s),)) for n, s in
+                                                (("n1", 0), ("n2", 1))))
+    missing = CheckResult("gpu.gemm", "ERROR", "cannot import torch", "",
+                          action="install torch into gantry's environment")
+    verdicts = {"n1": verdict("n1", False),
+                "n2": NodeVerdict(node="n2", level="standard", status="ERROR",
+                                  started_at="2026-11-30T12:00:00+00:00", duration_s=0.1,
+                                  gantry_version="0", gpu_source="none", checks=[missing])}
+    rows = {r.node: r for r in preflight_rows(verdicts, placement, ["n1", "n2"],
+                                              ["n1", "n2"], {})}
+    assert (rows["n2"].status, rows["n2"].outcome) == ("ERROR", "runs")
+    assert rows["n2"].finding == ("setup error, gpu.gemm: cannot import torch (install torch "
+                                  "into gantry's environment)")
+    assert rows["n1"].finding == "all checks passed"
+
+
 def roles_json(ranks: list[str], spares: list[str]) -> list[dict[str, object]]:
     """plan.roles as gantry submit writes them: rank nodes in rank order, then spares."""
     return [*({"node": n, "leaf": "leaf1", "spare": False,
