@@ -13,7 +13,10 @@ if TYPE_CHECKING:  # rich loads with the first console (commands that only parse
 
 
 def make_console(stderr: bool = False) -> Console:
-    """A rich Console that degrades to plain text (no colour, no boxes) when not a TTY."""
+    """A rich Console that degrades to plain text (no colour, no boxes) when not a TTY. Its
+    markup is off: what gantry prints holds node names, tool output and paths ("[drm] ...",
+    "[/dev/nvidia0]") that rich would take for style tags, or refuse as unmatched ones;
+    styled text is given as rich Text."""
     from rich.console import Console
 
     stream = sys.stderr if stderr else sys.stdout
@@ -23,6 +26,7 @@ def make_console(stderr: bool = False) -> Console:
         force_terminal=is_tty,
         no_color=not is_tty,
         highlight=False,
+        markup=False,
         soft_wrap=not is_tty,
         width=None if is_tty else 200,
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections import Counter
 
 from rich.console import Console
+from rich.text import Text
 from rich.tree import Tree
 
 from launcher.cluster.status import ClusterStatus, TopologyGroup
@@ -49,13 +50,13 @@ def _plain_tree(status: ClusterStatus, group: TopologyGroup, depth: int, out: li
 
 
 def _rich_tree(status: ClusterStatus, group: TopologyGroup, tree: Tree) -> None:
-    branch = tree.add(f"[bold]{group.name}[/bold]")
+    branch = tree.add(Text(group.name, style="bold"))
     for child in group.children:
         _rich_tree(status, child, branch)
     for node in group.nodes:
         name, state = _node_label(status, node)
         style = _STATE_STYLE.get(state.rstrip("*~#"), "red")
-        branch.add(f"{name} [{style}]{state}[/{style}]")
+        branch.add(Text.assemble(f"{name} ", (state, style)))
 
 
 def show(status: ClusterStatus, console: Console) -> None:
@@ -69,7 +70,7 @@ def show(status: ClusterStatus, console: Console) -> None:
             console.print(f"  {node.name} {node.state}", markup=False)
         return
     if console.is_terminal:
-        tree = Tree(f"[bold]{title}[/bold]")
+        tree = Tree(Text(title, style="bold"))
         for root in status.topology:
             _rich_tree(status, root, tree)
         console.print(tree)

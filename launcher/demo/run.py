@@ -22,6 +22,7 @@ from typing import Any
 
 import yaml
 from rich.console import Console
+from rich.text import Text
 
 import launcher
 from launcher.build import build_site
@@ -110,7 +111,7 @@ class _Steps:
         self.end()
         self.index += 1
         self.name, self.started = name, time.monotonic()
-        self.console.rule(f"[bold]{self.index}/{STEPS} {title}", align="left")
+        self.console.rule(Text(f"{self.index}/{STEPS} {title}", style="bold"), align="left")
 
     def command(self, argv: list[str]) -> None:
         self.console.print(f"$ {shlex.join(argv)}", style="cyan", markup=False,
