@@ -29,7 +29,8 @@ TRAINER_HUNG = 76
 #: A fault hook (tests only, see launcher/train/faults.py) crashed the rank on purpose.
 TRAINER_FAULT_INJECTED = 77
 #: A node was asked to leave the job (launcher/recovery/evictions.py: the health monitor, the
-#: straggler finder): every rank checkpointed the step and stopped; `gantry recover` puts a
+#: straggler finder): every rank checkpointed the step and stopped (a command job's step was
+#: stopped by `gantry step-watch`, launcher/recovery/step_watch.py); `gantry recover` puts a
 #: spare in the node's place (or requeues the job without it).
 TRAINER_EVICTED = 78
 #: Bad input (job YAML, checkpoint given with --resume-from, ...): never retried.

@@ -191,7 +191,8 @@ def script_inputs(request: JobRequest, job_dir: Path, submit_dir: Path,
 def recovery_step(request: JobRequest, job_dir: Path, gantry: Sequence[str],
                   site_args: Sequence[str]) -> RecoveryStep | None:
     """The in-allocation recovery of ``request`` (None when policy.recover_in_allocation is
-    off). Replacements pass the job's preflight level, at least quick."""
+    off). Replacements pass the job's preflight level, at least quick. A command job's step
+    is stopped by step-watch on an eviction (its program cannot act on one)."""
     policy = request.spec.policy
     if not policy.recover_in_allocation:
         return None
@@ -201,18 +202,20 @@ def recovery_step(request: JobRequest, job_dir: Path, gantry: Sequence[str],
         watch_argv=(*gantry, "step-watch"),
         recover_argv=(*gantry, "recover", *site_args, "--job-dir", str(job_dir),
                       "--level", level),
+        stop_on_eviction=bool(request.spec.command),
     )
 
 
 def monitor_step(request: JobRequest, gantry: Sequence[str],
                  site_args: Sequence[str]) -> MonitorStep | None:
     """The run monitor of ``request``: every policy.monitor_interval_s (else the site's
-    preflight.monitor_interval_s) seconds; None when that is 0 or the job runs a command
-    (only gantry's trainer acts on an eviction)."""
+    preflight.monitor_interval_s) seconds; None when that is 0, or for a command job without
+    recovery in the allocation (gantry's trainer acts on an eviction itself; a command's
+    step is stopped by step-watch, which only the recovery step runs)."""
     interval = request.spec.policy.monitor_interval_s
     if interval is None:
         interval = request.site.config.preflight.monitor_interval_s
-    if not interval or request.spec.command:
+    if not interval or (request.spec.command and not request.spec.policy.recover_in_allocation):
         return None
     return MonitorStep(argv=(*gantry, "monitor", *site_args), interval_s=interval)
 

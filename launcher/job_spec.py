@@ -299,8 +299,10 @@ class PolicySpec:
     """Relaunches inside one allocation before the job requeues (or stops)."""
     monitor_interval_s: float | None = None
     """Seconds between two health samples of the run monitor on each node that runs ranks
-    (docs/monitor.md): a FAIL-grade event checkpoints the job and swaps the node for a spare;
-    0: no monitor; None: the site's preflight.monitor_interval_s (30 s by default)."""
+    (docs/monitor.md): a FAIL-grade event checkpoints the job and swaps the node for a spare
+    (a command job's step is stopped and relaunched on the spare; its monitor runs only with
+    recover_in_allocation); 0: no monitor; None: the site's preflight.monitor_interval_s (30 s
+    by default)."""
     straggler_action: Literal["warn", "swap", "off"] = "warn"
     """A rank whose compute time stays above straggler_threshold times its reference (the
     median of the ranks running the same stage shape, else the layer split's cost model) over

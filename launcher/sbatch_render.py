@@ -137,6 +137,12 @@ class RecoveryStep:
     """`gantry recover` (before --attempt-dir ...)."""
     grace_s: int = 2
     """Seconds the launcher may take to end by itself after a rank failed."""
+    stop_on_eviction: bool = False
+    """A command job: its program cannot act on an eviction, so step-watch stops the step
+    (TERM, KILL ``stop_grace_s`` later) once a node was asked to leave, and the step counts
+    as evicted (gantry's trainer checkpoints and stops by itself: False)."""
+    stop_grace_s: int = 30
+    """Seconds between the TERM and the KILL of a step stopped on an eviction."""
 
 
 @dataclass(frozen=True)
@@ -234,7 +240,8 @@ class ScriptInputs:
     recovery: RecoveryStep | None = None
     """Recovery inside the allocation (None: a failed step requeues the job)."""
     monitor: MonitorStep | None = None
-    """The run monitor (None: policy.monitor_interval_s 0, or a command job)."""
+    """The run monitor (None: policy.monitor_interval_s 0, or a command job without
+    recovery in the allocation)."""
     evict_argv: tuple[str, ...] = ()
     """Without recovery in the allocation: `gantry recover` (before --attempt-dir ...), run
     with --no-relaunch after the trainer stopped for an eviction (exit TRAINER_EVICTED), so

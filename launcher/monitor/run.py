@@ -7,10 +7,11 @@
 when the sample that saw it began, and the sample before it; one writer per file, so
 writers on several nodes never append to one file); a ``start`` line (grade INFO) says what
 it watches. A FAIL asks that the node leave the job (launcher/recovery/evictions.py): the
-trainer then checkpoints the step and stops, and ``gantry recover`` swaps the node for a
-spare. It stops on TERM/INT, when ``<attempt dir>/monitor-stop`` appears, or after
-``max_samples``; nothing it meets (an unreadable tool, a full disk) is allowed to stop the
-training: it reports on stderr and goes on, or ends quietly.
+trainer then checkpoints the step and stops (a command job's step is stopped by ``gantry
+step-watch``), and ``gantry recover`` swaps the node for a spare. It stops on TERM/INT,
+when ``<attempt dir>/monitor-stop`` appears, or after ``max_samples``; nothing it meets (an
+unreadable tool, a full disk) is allowed to stop the training: it reports on stderr and
+goes on, or ends quietly.
 """
 
 from __future__ import annotations

@@ -8,6 +8,17 @@ child, forwards USR1/TERM/INT to it, copies its standard error to ours and to
 watches the rank records: once a rank recorded a failing exit (or the watchdog its
 ``hang.json``) and the launcher is still running ``grace_s`` later, it kills the launcher
 and returns that rank's exit status, so the batch script can recover at once.
+
+A command job's program cannot act on an eviction (launcher/recovery/evictions.py) the way
+gantry's trainer does (checkpoint, then exit TRAINER_EVICTED), so for command jobs the
+script passes ``stop_on_eviction``: once a node was asked to leave the job, step-watch
+sends the launcher TERM (mpirun passes it on to the ranks; srun answers it by killing the
+step's tasks at once, Slurm's "forcing job termination"), kills the launcher when it is
+still there ``stop_grace_s`` later, and returns TRAINER_EVICTED whatever the launcher's own
+status; a launcher that fails by itself while an eviction is pending (the program crashed
+on the GPU the monitor saw go) returns TRAINER_EVICTED too. Either way ``gantry recover``
+then finds the eviction, drains the node and relaunches the command on a spare. Without
+the flag (gantry's trainer, which checkpoints first) evictions are not looked at here.
 """
 
 from __future__ import annotations
@@ -31,11 +42,15 @@ from launcher.job_exit_codes import (
     TRAINER_HUNG,
     TRAINER_STOPPED,
 )
+from launcher.recovery.evictions import Eviction, pending_evictions
 from launcher.train.rank_records import read_ranks
 
 POLL_S = 0.5
 """How often the records are looked at while the step runs."""
 FORWARDED = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
+STOP_GRACE_S = 30.0
+"""Seconds a command job's launcher has after TERM on an eviction before it is killed (as
+Slurm's KillWait: a rank that mpirun passed the TERM to may checkpoint first)."""
 
 
 def first_failure(attempt_dir: Path) -> int | None:
@@ -90,8 +105,11 @@ def killed_status(failed_code: int | None) -> int:
     return 128 + signal.SIGKILL
 
 
-def watch_step(argv: Sequence[str], attempt_dir: Path, grace_s: float) -> int:
-    """Run ``argv``; its exit status, or :func:`killed_status` when it had to be killed."""
+def watch_step(argv: Sequence[str], attempt_dir: Path, grace_s: float, *,
+               stop_on_eviction: bool = False, stop_grace_s: float = STOP_GRACE_S) -> int:
+    """Run ``argv``; its exit status, or :func:`killed_status` when it had to be killed, or
+    TRAINER_EVICTED when ``stop_on_eviction`` and a node was asked to leave the job (see
+    the module docstring)."""
     pending: list[int] = []
     box: dict[str, subprocess.Popen[bytes]] = {}
 
@@ -105,14 +123,27 @@ def watch_step(argv: Sequence[str], attempt_dir: Path, grace_s: float) -> int:
 
     previous = {s: signal.signal(s, forward) for s in FORWARDED}
     try:
-        return _watch(argv, attempt_dir, grace_s, box, pending)
+        return _watch(argv, attempt_dir, grace_s, box, pending,
+                      stop_grace_s if stop_on_eviction else None)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
 
 
+def _say(text: str) -> None:
+    sys.stderr.write(f"gantry step-watch: {text}\n")
+    sys.stderr.flush()
+
+
+def _asked(evictions: Sequence[Eviction]) -> str:
+    return "; ".join(f"{e.node} by the {e.source} check ({e.reason})" for e in evictions)
+
+
 def _watch(argv: Sequence[str], attempt_dir: Path, grace_s: float,
-           box: dict[str, subprocess.Popen[bytes]], pending: list[int]) -> int:
+           box: dict[str, subprocess.Popen[bytes]], pending: list[int],
+           stop_grace_s: float | None) -> int:
+    """``stop_grace_s``: None, evictions are not looked at; else the seconds between the TERM
+    and the KILL of a launcher stopped on an eviction."""
     try:
         attempt_dir.mkdir(parents=True, exist_ok=True)
     except OSError as err:
@@ -132,6 +163,7 @@ def _watch(argv: Sequence[str], attempt_dir: Path, grace_s: float,
     copier.start()
     failed_at: float | None = None
     failed_code: int | None = None
+    stopped_at: float | None = None
     try:
         while True:
             try:
@@ -139,19 +171,41 @@ def _watch(argv: Sequence[str], attempt_dir: Path, grace_s: float,
                 break
             except subprocess.TimeoutExpired:
                 pass
+            if stopped_at is not None:
+                assert stop_grace_s is not None
+                if time.monotonic() - stopped_at > stop_grace_s:
+                    _say(f"the launcher is still running {stop_grace_s:g} s after TERM: "
+                         "killing it")
+                    child.kill()
+                    child.wait()
+                    rc = TRAINER_EVICTED
+                    break
+                continue
+            if stop_grace_s is not None and (asked := pending_evictions(attempt_dir)):
+                _say(f"a node was asked to leave the job ({_asked(asked)}): stopping the "
+                     f"step (TERM, KILL after {stop_grace_s:g} s)")
+                with contextlib.suppress(ProcessLookupError):
+                    child.send_signal(signal.SIGTERM)
+                stopped_at = time.monotonic()
+                continue
             if failed_at is None:
                 failed_code = first_failure(attempt_dir)
                 if failed_code is not None:
                     failed_at = time.monotonic()
             elif time.monotonic() - failed_at > grace_s:
-                sys.stderr.write(
-                    f"gantry step-watch: a rank failed (exit {failed_code}) and the launcher "
-                    f"is still waiting {grace_s:g} s later (a node may be gone): stopping it\n")
-                sys.stderr.flush()
+                _say(f"a rank failed (exit {failed_code}) and the launcher is still waiting "
+                     f"{grace_s:g} s later (a node may be gone): stopping it")
                 child.kill()
                 child.wait()
                 rc = killed_status(failed_code)
                 break
     finally:
         copier.join(timeout=5)
-    return rc if rc >= 0 else 128 - rc
+    rc = rc if rc >= 0 else 128 - rc
+    if stopped_at is not None:
+        return TRAINER_EVICTED  # stopped by us: not finished, whatever the launcher said
+    if stop_grace_s is not None and rc != 0 and (asked := pending_evictions(attempt_dir)):
+        _say(f"the step failed (exit {rc}) while a node was asked to leave the job "
+             f"({_asked(asked)}): taking it as the eviction")
+        return TRAINER_EVICTED
+    return rc

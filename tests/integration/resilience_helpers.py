@@ -108,11 +108,13 @@ class Job:
         return box
 
 
-def submit(cluster: EmbeddedCluster, cwd: Path, body: dict[str, Any]) -> Job:
+def submit(cluster: EmbeddedCluster, cwd: Path, body: dict[str, Any],
+           site: Path | None = None) -> Job:
+    """``gantry submit`` of ``body`` on the cluster's site (or ``site``)."""
     path = cwd / f"{body['name']}.yaml"
     path.write_text(yaml.safe_dump(body))
-    result = gantry(cluster, cwd, "submit", str(path), "--site", str(cluster.site_path),
-                    "--json")
+    result = gantry(cluster, cwd, "submit", str(path), "--site",
+                    str(site or cluster.site_path), "--json")
     assert result.returncode == 0, result.stderr
     data = json.loads(result.stdout)
     return Job(cluster, cwd, data["job_id"], Path(data["job_dir"]), body["name"])

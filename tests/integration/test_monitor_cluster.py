@@ -16,33 +16,33 @@ place; the operator's drain is left as it was.
 from __future__ import annotations
 
 import json
-import shutil
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tests.embedded_cluster import EmbeddedCluster
+from tests.integration.monitor_helpers import FAULTS, fault_tools, health_events, reasons, xid79
 from tests.integration.resilience_helpers import (
-    Job,
     gantry,
     job_body,
     submit,
     uninterrupted_run,
     wait_for,
 )
-from tests.unit.preflight_helpers import FAKE_DMESG, FAKE_SMI, FIXTURES, HEALTHY, make_ib_tree
 
 pytestmark = pytest.mark.slow
 
 Trajectory = list[tuple[int, float, float]]
 INTERVAL_S = 0.5
 OPERATOR_REASON = "operator: PSU swap pending"
-PORT = {"state": "4: ACTIVE", "phys_state": "5: LinkUp", "rate": "400 Gb/sec (4X NDR)",
-        "link_layer": "InfiniBand", "link_downed": "0"}
+
+
+def tools(tmp: Path, nodes: list[str]) -> dict[str, str]:
+    """The recorded health tools of every node, and steps slowed so the fault lands mid-run."""
+    return {**fault_tools(tmp, nodes), "GANTRY_FAULT_STEP_DELAY_S": "1.0"}
 
 
 @pytest.fixture(scope="module")
@@ -52,12 +52,6 @@ def cluster(embedded_cluster: EmbeddedCluster,
                    str(embedded_cluster.site_path), timeout=600)
     assert built.returncode == 0, built.stderr
     return embedded_cluster
-
-
-def reasons(cluster: EmbeddedCluster) -> dict[str, str]:
-    shown = cluster.run("sinfo", "-h", "-R", "-N", "-o", "%N|%E").stdout
-    return {node: reason for line in shown.splitlines() if "|" in line
-            for node, reason in [line.split("|", 1)]}
 
 
 @pytest.fixture(autouse=True)
@@ -74,61 +68,12 @@ def reference(cluster: EmbeddedCluster, tmp_path_factory: pytest.TempPathFactory
     return uninterrupted_run(cluster, tmp_path_factory.mktemp("reference")).trajectory()
 
 
-def fault_tools(tmp: Path, nodes: list[str]) -> dict[str, str]:
-    """Healthy per-node tools: a recorded H200 nvidia-smi, a clean kernel log, one IB port."""
-    for node in nodes:
-        shutil.copytree(HEALTHY, tmp / "smi" / node)
-        make_ib_tree(tmp / "sys" / node, {"mlx5_0/1": PORT})
-    shutil.copy(FIXTURES / "dmesg" / "clean.txt", tmp / "dmesg.txt")
-    return {"GANTRY_NVIDIA_SMI": str(FAKE_SMI), "GANTRY_FAKE_SMI_DIR": str(tmp / "smi"),
-            "GANTRY_DMESG": str(FAKE_DMESG), "GANTRY_FAKE_DMESG_FILE": str(tmp / "dmesg.txt"),
-            "GANTRY_SYSFS_ROOT": str(tmp / "sys"), "GANTRY_FAULT_STEP_DELAY_S": "1.0"}
-
-
-def xid79(tmp: Path, node: str) -> None:
-    staged = tmp / f"dmesg.staged.{node}"
-    shutil.copy(FIXTURES / "dmesg" / "xid79.txt", staged)
-    staged.replace(tmp / f"dmesg.txt.{node}")  # the fake dmesg's per-node file
-
-
-def more_remapped_rows(tmp: Path, node: str) -> None:
-    xml = tmp / "smi" / node / "nvidia-smi-q.xml"
-    text = xml.read_text()
-    healthy = "<remapped_row_unc>0</remapped_row_unc>"
-    assert healthy in text
-    staged = xml.with_name("q.staged")
-    staged.write_text(text.replace(healthy, "<remapped_row_unc>2</remapped_row_unc>", 1))
-    staged.replace(xml)
-
-
-def link_downed(tmp: Path, node: str) -> None:
-    counter = tmp / "sys" / node / "class/infiniband/mlx5_0/ports/1/counters/link_downed"
-    staged = counter.with_name("staged")
-    staged.write_text("3\n")
-    staged.replace(counter)
-
-
-FAULTS: dict[str, tuple[Callable[[Path, str], None], str, str]] = {
-    "xid-79": (xid79, "gpu.xid", "health-xid-79"),
-    "row-remap": (more_remapped_rows, "gpu.row_remap", "health-gpu0-rows"),
-    "ib-link-downed": (link_downed, "net.ib_link_downed", "health-mlx5_0-1-flap"),
-}
-
-
-def health_events(job: Job, attempt: str) -> list[dict[str, Any]]:
-    directory = job.job_dir / "runs" / attempt / "node-health"
-    if not directory.is_dir():
-        return []
-    return [json.loads(line) for path in sorted(directory.glob("*.jsonl"))
-            for line in path.read_text().splitlines() if line.strip()]
-
-
 @pytest.mark.parametrize("fault", sorted(FAULTS))
 def test_a_fault_seen_mid_run_swaps_the_node(cluster: EmbeddedCluster, reference: Trajectory,
                                              tmp_path: Path, fault: str) -> None:
     inject, check, what = FAULTS[fault]
     nodes = [f"n{i}" for i in range(1, 9)]
-    body = job_body(f"monitor-{fault}", spares=2, env=fault_tools(tmp_path, nodes))
+    body = job_body(f"monitor-{fault}", spares=2, env=tools(tmp_path, nodes))
     body["policy"]["monitor_interval_s"] = INTERVAL_S
     job = submit(cluster, tmp_path, body)
     first = f"{job.job_id}-0"
@@ -180,7 +125,7 @@ def test_a_fault_seen_mid_run_swaps_the_node(cluster: EmbeddedCluster, reference
 def test_without_recovery_in_the_allocation_the_job_requeues_without_the_node(
         cluster: EmbeddedCluster, reference: Trajectory, tmp_path: Path) -> None:
     nodes = [f"n{i}" for i in range(1, 9)]
-    body = job_body("monitor-requeue", env=fault_tools(tmp_path, nodes),
+    body = job_body("monitor-requeue", env=tools(tmp_path, nodes),
                     recover_in_allocation=False)
     body["policy"]["monitor_interval_s"] = INTERVAL_S
     job = submit(cluster, tmp_path, body)

@@ -1,5 +1,6 @@
 """Command jobs' launch modes: golden scripts for per-rank and torchrun, PyTorch's environment
-per rank (launcher/torch_env.py), ranks from nodes x GPUs, and the job file's `launch` field.
+per rank (launcher/torch_env.py), ranks from nodes x GPUs, the job file's `launch` field, and
+the run monitor with step-watch stopping the step on an eviction.
 
 Regenerate the golden files after an intended change with
 ``GANTRY_UPDATE_GOLDEN=1 pytest tests/unit/test_jobs_render_launch.py`` and review the diff.
@@ -7,6 +8,7 @@ Regenerate the golden files after an intended change with
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -35,7 +37,9 @@ def command_inputs(mode: str, launcher: str = "srun", nodes: int = 4,
                                python="/opt/venv/bin/python")
     launch = LaunchStep(launcher=launcher, argv=argv, tasks_per_node=tasks,  # type: ignore[arg-type]
                         rendezvous_argv=(*GANTRY, "torch-env", "--free-port"))
-    return base_inputs(job_name="ddp", monitor=None, nodes=nodes, ranks_per_node=ranks_per_node,
+    recovery = dataclasses.replace(base_inputs().recovery, stop_on_eviction=True)  # type: ignore[type-var]
+    return base_inputs(job_name="ddp", recovery=recovery, nodes=nodes,
+                       ranks_per_node=ranks_per_node,
                        gpus_per_node=ranks_per_node if ranks_per_node > 1 else 0,
                        layout=f"{nodes * ranks_per_node} ranks ({mode}) on {nodes} nodes x "
                               f"{ranks_per_node} rank (+1 spare)", launch=launch)
@@ -185,6 +189,53 @@ def test_a_command_job_gets_ranks_from_nodes_x_gpus(tmp_path: Path) -> None:
     trainer = write_job(tmp_path, resources={"nodes": 4})
     with pytest.raises(UserInputError, match=r"pp\(1\) \* dp\(1\) = 1 ranks but 4 nodes"):
         resolve_request(trainer, site)
+
+
+def test_a_command_job_is_monitored_when_recovery_can_stop_its_step(tmp_path: Path) -> None:
+    site = REPO / "site_configs" / "local.yaml"
+    job = write_job(tmp_path, resources={"nodes": 2, "spares": 1}, command=["python", "t.py"],
+                    policy={"monitor_interval_s": 0.5})
+    inputs = script_inputs(resolve_request(job, site), tmp_path / "jobdir", tmp_path,
+                           gantry=GANTRY)
+    assert inputs.monitor is not None and inputs.monitor.interval == "0.5"
+    assert inputs.monitor.argv == (*GANTRY, "monitor", "--site", str(site))
+    assert inputs.recovery is not None and inputs.recovery.stop_on_eviction
+    assert inputs.evict_argv == ()  # the recovery step handles the eviction
+    text = render_script(inputs)
+    assert text.count("--stop-on-eviction --stop-grace 30 --)") == 2  # first launch, relaunch
+    assert "--interval 0.5" in text
+    # The site's interval when the job sets none; 0 switches the monitor off.
+    default = write_job(tmp_path, resources={"nodes": 2}, command=["python", "t.py"])
+    monitor = script_inputs(resolve_request(default, site), tmp_path / "j", tmp_path,
+                            gantry=GANTRY).monitor
+    assert monitor is not None and monitor.interval_s == 30.0
+    off = write_job(tmp_path, resources={"nodes": 2}, command=["python", "t.py"],
+                    policy={"monitor_interval_s": 0})
+    assert script_inputs(resolve_request(off, site), tmp_path / "j", tmp_path,
+                         gantry=GANTRY).monitor is None
+
+
+def test_without_recovery_a_command_job_gets_no_monitor(tmp_path: Path) -> None:
+    """Nothing could stop the command's step on an eviction: no monitor, no evict path."""
+    site = REPO / "site_configs" / "local.yaml"
+    job = write_job(tmp_path, resources={"nodes": 2}, command=["python", "t.py"],
+                    policy={"monitor_interval_s": 0.5, "recover_in_allocation": False})
+    inputs = script_inputs(resolve_request(job, site), tmp_path / "jobdir", tmp_path,
+                           gantry=GANTRY)
+    assert (inputs.monitor, inputs.recovery, inputs.evict_argv) == (None, None, ())
+    text = render_script(inputs)
+    assert "-m launcher monitor" not in text and "gantry monitor" not in text
+    assert "step-watch" not in text
+
+
+def test_the_trainer_checkpoints_on_an_eviction_itself(tmp_path: Path) -> None:
+    """gantry's trainer is never stopped early by step-watch."""
+    inputs = script_inputs(resolve_request(REPO / "examples" / "gpt2-tiny-pp2-dp2.yaml",
+                                           REPO / "site_configs" / "local.yaml"),
+                           tmp_path / "jobdir", tmp_path, gantry=GANTRY)
+    assert inputs.recovery is not None and not inputs.recovery.stop_on_eviction
+    assert inputs.monitor is not None
+    assert "--stop-on-eviction" not in render_script(inputs)
 
 
 def test_torchrun_needs_a_command(tmp_path: Path) -> None:
