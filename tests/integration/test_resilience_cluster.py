@@ -108,6 +108,25 @@ def test_scancel_usr1_checkpoints_requeues_and_resumes(cluster: EmbeddedCluster,
     record_recovery("scancel --signal=USR1", job, sent)
 
 
+def test_gantry_cancel_term_checkpoints_and_stops(cluster: EmbeddedCluster,
+                                                  tmp_path: Path) -> None:
+    """`gantry cancel --signal TERM` (scancel --batch: the script's trap) reaches the ranks as
+    TERM, not as srun's kill: they checkpoint at an agreed step and stop, and the job is not
+    requeued (a cancel stays final)."""
+    job = submit(cluster, tmp_path, job_body("term", recover_in_allocation=False,
+                                             env={"GANTRY_FAULT_STEP_DELAY_S": "1"}))
+    job.wait_step(3)
+    sent = gantry(cluster, job.cwd, "cancel", job.job_id, "--signal", "TERM")
+    assert sent.returncode == 0, sent.stderr
+    info = job.wait_done()
+    log = full_log(job)
+    assert (info["restarts"], info["exit_code"]) == (0, 67), log  # STOPPED
+    stops = [e for e in job.events() if e["event"] == "stop"]
+    assert len(stops) == 1 and stops[0]["signal"] == "TERM" and stops[0]["checkpointed"], log
+    assert (job.job_dir / "ckpt" / f"step_{stops[0]['step']:08d}" / "manifest.json").is_file()
+    assert "stopped by SIGTERM; not requeueing" in log
+
+
 def test_crash_during_checkpoint_write_resumes_from_previous(cluster: EmbeddedCluster,
                                                              reference: Trajectory,
                                                              tmp_path: Path) -> None:
