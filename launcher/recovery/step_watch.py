@@ -12,9 +12,10 @@ and returns that rank's exit status, so the batch script can recover at once.
 A command job's program cannot act on an eviction (launcher/recovery/evictions.py) the way
 gantry's trainer does (checkpoint, then exit TRAINER_EVICTED), so for command jobs the
 script passes ``stop_on_eviction``: once a node was asked to leave the job, step-watch
-sends the launcher TERM (mpirun passes it on to the ranks; srun answers it by killing the
-step's tasks at once, Slurm's "forcing job termination"), kills the launcher when it is
-still there ``stop_grace_s`` later, and returns TRAINER_EVICTED whatever the launcher's own
+has the ranks sent TERM (mpirun passes the launcher's TERM on to them; srun would answer it
+by killing its tasks at once, Slurm's "forcing job termination", so under srun the TERM goes
+to the job's steps through ``scancel --signal=TERM``), kills the launcher when it is still
+there ``stop_grace_s`` later, and returns TRAINER_EVICTED whatever the launcher's own
 status; a launcher that fails by itself while an eviction is pending (the program crashed
 on the GPU the monitor saw go) returns TRAINER_EVICTED too. Either way ``gantry recover``
 then finds the eviction, drains the node and relaunches the command on a spare. Without
@@ -24,6 +25,7 @@ the flag (gantry's trainer, which checkpoints first) evictions are not looked at
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -130,6 +132,22 @@ def watch_step(argv: Sequence[str], attempt_dir: Path, grace_s: float, *,
             signal.signal(s, handler)
 
 
+def _term_ranks(argv: Sequence[str], child: subprocess.Popen[bytes]) -> None:
+    """TERM to the ranks of the step ``argv`` launched: through Slurm when the launcher is
+    srun inside a job (srun itself would SIGKILL them on a TERM), else to the launcher."""
+    job_id = os.environ.get("SLURM_JOB_ID", "")
+    if Path(argv[0]).name == "srun" and job_id.isdigit():
+        from launcher.slurm.runner import CommandRunner, SlurmCommandError
+
+        try:
+            CommandRunner(timeout_s=10.0, retries=1).run(["scancel", "--signal=TERM", job_id])
+            return
+        except SlurmCommandError as err:
+            _say(f"scancel --signal=TERM {job_id} failed ({err}): TERM to srun instead")
+    with contextlib.suppress(ProcessLookupError):
+        child.send_signal(signal.SIGTERM)
+
+
 def _say(text: str) -> None:
     sys.stderr.write(f"gantry step-watch: {text}\n")
     sys.stderr.flush()
@@ -184,8 +202,7 @@ def _watch(argv: Sequence[str], attempt_dir: Path, grace_s: float,
             if stop_grace_s is not None and (asked := pending_evictions(attempt_dir)):
                 _say(f"a node was asked to leave the job ({_asked(asked)}): stopping the "
                      f"step (TERM, KILL after {stop_grace_s:g} s)")
-                with contextlib.suppress(ProcessLookupError):
-                    child.send_signal(signal.SIGTERM)
+                _term_ranks(argv, child)
                 stopped_at = time.monotonic()
                 continue
             if failed_at is None:
