@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -71,9 +72,14 @@ def run(args: argparse.Namespace) -> int:
         if launched_rank() not in (None, 0):  # every rank reads the same file: rank 0 says it
             # and leaves first: a rank that exited before it would have the launcher (mpirun,
             # srun --kill-on-bad-exit) kill rank 0 before its line is out. The launcher ends
-            # this one once rank 0 has gone; the wait is only a bound.
+            # this one once rank 0 has gone (srun with TERM, which must still read as the
+            # bad input, not as a rank killed: that would be recovered, a node blamed); the
+            # wait is only a bound.
+            status = err.exit_status
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                signal.signal(signum, lambda _s, _f: os._exit(status))
             time.sleep(QUIET_RANK_WAIT_S)
-            return err.exit_status
+            return status
         raise
     base = args.job.resolve().parent
     library = args.lib
