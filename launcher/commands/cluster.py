@@ -53,7 +53,7 @@ def _up(args: argparse.Namespace) -> int:
         print_json({"cluster": name, "already_running": result.already_running,
                     "restarted_partial": list(result.restarted_partial),
                     "seconds": None if result.already_running else round(result.seconds, 3),
-                    "nodes": list(plan.nodes), "slurm_version": plan.features.version,
+                    "nodes": list(plan.nodes), "slurm_version": str(plan.features.version),
                     "topology": site.config.topology.plugin,
                     "run_dir": str(plan.layout.root), "slurm_conf": str(plan.layout.slurm_conf)})
         return EXIT_OK

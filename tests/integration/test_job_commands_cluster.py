@@ -135,3 +135,5 @@ def test_cluster_up_json_of_a_running_cluster(embedded_cluster: EmbeddedCluster,
                        str(embedded_cluster.site_path))
     assert data["already_running"] is True and data["nodes"] == embedded_cluster.nodes
     assert data["slurm_conf"] == str(embedded_cluster.slurm_conf)
+    version = embedded_cluster.run("sinfo", "-V").stdout.split()[-1]  # "22.05.8"
+    assert data["slurm_version"] == version
