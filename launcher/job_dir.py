@@ -236,6 +236,13 @@ class JobDir:
             return {}
         return data if isinstance(data, dict) else {}
 
+    def record_state(self, state: dict[str, Any]) -> None:
+        """Record Slurm's view of the job (``last_state``, with ``last_state_at``: when gantry
+        first saw it) when it differs from the recorded one; the file is left alone
+        otherwise."""
+        if self.meta().get("last_state") != state:
+            self.update_meta(last_state=state, last_state_at=time.time())
+
     def update_meta(self, **fields: Any) -> dict[str, Any]:
         """Merge ``fields`` into meta.json; return the result."""
         data = self.meta()

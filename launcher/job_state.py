@@ -92,8 +92,8 @@ def job_rows(dirs: Sequence[JobDir], client: SlurmClient | None = None) -> list[
     rows = []
     for job_dir in dirs:
         info = infos.get(str(job_dir.job_id))
-        if info is not None and job_dir.meta().get("last_state") != info.to_json():
-            job_dir.update_meta(last_state=info.to_json(), last_state_at=time.time())
+        if info is not None:
+            job_dir.record_state(info.to_json())
         rows.append(job_summary(job_dir, info))
     return rows
 

@@ -55,7 +55,7 @@ def run(args: argparse.Namespace) -> int:
         info = follow_log(job_dir, job_id, client_for_job(job_dir), stream=stream,
                           keep=keep)
         if info is not None:
-            job_dir.update_meta(last_state=info.to_json())
+            job_dir.record_state(info.to_json())
         return 0
     if not write_log(job_dir, sys.stdout, stream, rank):
         sys.stderr.write(f"no output yet ({job_dir.log_file(job_id, stream)} does not exist; "

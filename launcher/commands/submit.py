@@ -89,7 +89,7 @@ def run(args: argparse.Namespace) -> int:
     # --json it goes to stderr and the summary is printed as JSON at the end.
     info, result = follow_job(job_dir, job_id, job.client, make_console(stderr=args.json))
     if info is not None:
-        job_dir.update_meta(last_state=info.to_json())
+        job_dir.record_state(info.to_json())
     if args.json:
         print_json({"job_id": job_id, "job_dir": str(job_dir.path), "summary": result.to_json()})
     return EXIT_OK if result.state == "COMPLETED" else EXIT_FAILURE
