@@ -52,7 +52,10 @@ def tool_overridden(name: str, env: Mapping[str, str] | None = None) -> bool:
 def on_path(name: str) -> str | None:
     """The first executable file ``name`` in this process's PATH (``shutil.which`` for a bare
     name, without importing shutil and its compression modules into every Slurm call)."""
-    for directory in os.environ.get("PATH", os.defpath).split(os.pathsep):
+    path = os.environ.get("PATH", os.defpath)
+    if not path:
+        return None
+    for directory in path.split(os.pathsep):
         candidate = os.path.join(directory or os.curdir, name)
         if os.access(candidate, os.X_OK) and not os.path.isdir(candidate):
             return candidate
