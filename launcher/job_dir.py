@@ -26,6 +26,7 @@ Layout (root: --jobs-dir, else $GANTRY_JOBS_DIR, else ./gantry-jobs)::
             nodes             the nodes the gate chose
             launch_nodes      the nodes the step was launched on
             metrics.jsonl, metrics.replayed.jsonl, events.jsonl, trace.json   the trainer's
+            stop-request      the signal the batch script got (its trap writes it)
             trainer-stop      the signal the trainer stopped on ("USR1 <step>")
             evictions/<node>.json   a node asked to leave the job (health monitor, straggler)
             node-health/<node>.jsonl   the run monitor's events on that node
@@ -93,6 +94,10 @@ REPLAYED_METRICS_FILE = "metrics.replayed.jsonl"
 EVENTS_FILE = "events.jsonl"
 TRACE_FILE = "trace.json"
 STOP_FILE = "trainer-stop"
+STOP_REQUEST_FILE = "stop-request"
+"""The signal the batch script's trap received ("USR1" / "TERM"), written before it forwards
+it: the trainer's rank 0 reads it after every step, so a signal the step missed (sent while
+srun was still creating it) still stops the run."""
 RANKS_DIR = "ranks"
 """Per-rank start, heartbeat and exit records (launcher/train/rank_records.py)."""
 HANG_FILE = "hang.json"

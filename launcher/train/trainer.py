@@ -335,6 +335,8 @@ def _train(world: Any, spec: JobSpec, opts: TrainOptions, layout: Any, table: An
             faults.after_step()
             watchdog.beat(f"after step {step + 1}")
             evict = evictions_at is not None and bool(pending_evictions(evictions_at))
+            if evictions_at is not None:
+                stop.note_requested(evictions_at)
             decision = stop.agreed(world, evict)
             interval = spec.checkpoint.interval
             t_checkpoint = time.time()

@@ -127,6 +127,24 @@ def test_gantry_cancel_term_checkpoints_and_stops(cluster: EmbeddedCluster,
     assert "stopped by SIGTERM; not requeueing" in log
 
 
+def test_a_recorded_stop_request_stops_a_step_that_missed_the_signal(
+        cluster: EmbeddedCluster, tmp_path: Path) -> None:
+    """The batch script records the signal it got (stop-request) before forwarding it: a step
+    that missed the signal itself (srun was still creating it) stops on the record, here
+    written with no signal sent at all: an agreed step, checkpointed, exit 67."""
+    job = submit(cluster, tmp_path, job_body("request", recover_in_allocation=False,
+                                             env={"GANTRY_FAULT_STEP_DELAY_S": "1"}))
+    job.wait_step(3)
+    (job.job_dir / "runs" / f"{job.job_id}-0" / "stop-request").write_text("TERM\n")
+    info = job.wait_done()
+    log = full_log(job)
+    assert (info["restarts"], info["exit_code"]) == (0, 67), log
+    stops = [e for e in job.events() if e["event"] == "stop"]
+    assert len(stops) == 1 and stops[0]["signal"] == "TERM" and stops[0]["checkpointed"], log
+    assert 3 <= stops[0]["step"] < STEPS
+    assert "the training step checkpointed and stopped on SIGTERM" in log
+
+
 def test_crash_during_checkpoint_write_resumes_from_previous(cluster: EmbeddedCluster,
                                                              reference: Trajectory,
                                                              tmp_path: Path) -> None:

@@ -21,7 +21,7 @@ TEMPLATES = sorted((REPO / "sbatch_templates").rglob("*.j2"))
 
 #: Files in an attempt directory the batch script reads or writes.
 GATE_FILES = {job_dir.PREFLIGHT_REPORT_FILE, job_dir.CHOSEN_NODES_FILE,
-              job_dir.LAUNCH_NODES_FILE, job_dir.STOP_FILE}
+              job_dir.LAUNCH_NODES_FILE, job_dir.STOP_FILE, job_dir.STOP_REQUEST_FILE}
 ATTEMPT_FILES = GATE_FILES | {job_dir.RECOVERY_FILE, job_dir.NEXT_NODES_FILE,
                               job_dir.MONITOR_LOG_FILE, job_dir.MONITOR_STOP_FILE,
                               job_dir.PASSED_NODES_FILE, job_dir.FABRIC_FILE,
