@@ -50,6 +50,8 @@ from launcher.train.rank_records import read_ranks
 POLL_S = 0.5
 """How often the records are looked at while the step runs."""
 FORWARDED = (signal.SIGUSR1, signal.SIGTERM, signal.SIGINT)
+SRUN_END_S = 10.0
+"""How long srun has to have Slurm kill its step's tasks before it is killed itself."""
 STOP_GRACE_S = 30.0
 """Seconds a command job's launcher has after TERM on an eviction before it is killed (as
 Slurm's KillWait: a rank that mpirun passed the TERM to may checkpoint first)."""
@@ -148,6 +150,22 @@ def _term_ranks(argv: Sequence[str], child: subprocess.Popen[bytes]) -> None:
         child.send_signal(signal.SIGTERM)
 
 
+def _end_launcher(argv: Sequence[str], child: subprocess.Popen[bytes]) -> None:
+    """End a launcher whose ranks outlived their TERM. srun is sent TERM itself first: it
+    then has Slurm kill the step's tasks on every node, where a SIGKILLed srun would leave
+    them running (holding their GPUs) beside the relaunch; KILL after SRUN_END_S."""
+    if Path(argv[0]).name == "srun":
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signal.SIGTERM)
+        try:
+            child.wait(timeout=SRUN_END_S)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+    child.kill()
+    child.wait()
+
+
 def _say(text: str) -> None:
     sys.stderr.write(f"gantry step-watch: {text}\n")
     sys.stderr.flush()
@@ -194,8 +212,7 @@ def _watch(argv: Sequence[str], attempt_dir: Path, grace_s: float,
                 if time.monotonic() - stopped_at > stop_grace_s:
                     _say(f"the launcher is still running {stop_grace_s:g} s after TERM: "
                          "killing it")
-                    child.kill()
-                    child.wait()
+                    _end_launcher(argv, child)
                     rc = TRAINER_EVICTED
                     break
                 continue

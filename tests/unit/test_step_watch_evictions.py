@@ -155,3 +155,42 @@ def test_bad_stop_grace_is_one_line(tmp_path: Path, args: list[str], message: st
     done = gantry("step-watch", "--attempt-dir", str(tmp_path), *args, "--", "true")
     assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     assert done.stderr.startswith("error: ") and message in done.stderr, done.stderr
+
+
+# A launcher that outlives a first TERM: the second one (srun's "end the step") ends it.
+TWO_TERMS = """
+import signal, sys, time
+from pathlib import Path
+out = Path(sys.argv[1])
+terms = []
+def on_term(signum, frame):
+    terms.append(signum)
+    (out / "terms").write_text(str(len(terms)))
+    if len(terms) == 2:
+        sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+(out / "ready").write_text("1")
+while True:
+    time.sleep(0.01)
+"""
+
+
+@pytest.mark.parametrize(("name", "ended_by"), [("srun", "its own exit"), ("mpirun", "KILL")])
+def test_a_launcher_past_its_grace_is_ended_srun_through_a_term(
+        tmp_path: Path, name: str, ended_by: str) -> None:
+    """Past the grace, srun gets TERM itself (it has Slurm kill its tasks on every node, which
+    a SIGKILLed srun would leave running) and KILL only if that does not end it; another
+    launcher is killed at once."""
+    script = tmp_path / name
+    script.write_text(f"#!{sys.executable}\n{TWO_TERMS}")
+    script.chmod(0o755)
+    child = subprocess.Popen([str(script), str(tmp_path)])
+    wait_file(tmp_path / "ready")
+    child.send_signal(step_watch.signal.SIGTERM)  # the TERM step-watch sends on an eviction
+    wait_file(tmp_path / "terms")
+    step_watch._end_launcher([str(script)], child)
+    if ended_by == "KILL":
+        assert child.returncode == -step_watch.signal.SIGKILL
+        assert (tmp_path / "terms").read_text() == "1"
+    else:
+        assert child.returncode == 0 and (tmp_path / "terms").read_text() == "2"
