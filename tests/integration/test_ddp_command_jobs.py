@@ -48,7 +48,8 @@ def reference(tmp_path_factory: pytest.TempPathFactory) -> list[float]:
     result = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone",
          f"--nproc-per-node={WORLD}", str(SCRIPT), *ARGS, "--out", str(out)],
-        capture_output=True, text=True, env={**_plain_env(), "OMP_NUM_THREADS": "1"},
+        capture_output=True, text=True,
+        env={**_plain_env(), "OMP_NUM_THREADS": "1", "TMPDIR": str(out.parent)},  # torchelastic_*
         timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     values = losses(out)
