@@ -5,6 +5,7 @@ TRAINER_EVICTED; without --stop-on-eviction (gantry's trainer) nothing is stoppe
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -186,11 +187,11 @@ def test_a_launcher_past_its_grace_is_ended_srun_through_a_term(
     script.chmod(0o755)
     child = subprocess.Popen([str(script), str(tmp_path)])
     wait_file(tmp_path / "ready")
-    child.send_signal(step_watch.signal.SIGTERM)  # the TERM step-watch sends on an eviction
+    child.send_signal(signal.SIGTERM)  # the TERM step-watch sends on an eviction
     wait_file(tmp_path / "terms")
     step_watch._end_launcher([str(script)], child)
     if ended_by == "KILL":
-        assert child.returncode == -step_watch.signal.SIGKILL
+        assert child.returncode == -signal.SIGKILL
         assert (tmp_path / "terms").read_text() == "1"
     else:
         assert child.returncode == 0 and (tmp_path / "terms").read_text() == "2"
