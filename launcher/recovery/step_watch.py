@@ -45,6 +45,7 @@ from launcher.job_exit_codes import (
     TRAINER_STOPPED,
 )
 from launcher.recovery.evictions import Eviction, pending_evictions
+from launcher.slurm.tools import is_srun
 from launcher.train.rank_records import read_ranks
 
 POLL_S = 0.5
@@ -138,14 +139,14 @@ def _term_ranks(argv: Sequence[str], child: subprocess.Popen[bytes]) -> None:
     """TERM to the ranks of the step ``argv`` launched: through Slurm when the launcher is
     srun inside a job (srun itself would SIGKILL them on a TERM), else to the launcher."""
     job_id = os.environ.get("SLURM_JOB_ID", "")
-    if Path(argv[0]).name == "srun" and job_id.isdigit():
-        from launcher.slurm.runner import CommandRunner, SlurmCommandError
+    if is_srun(argv[0]) and job_id.isdigit():
+        from launcher.slurm.runner import SlurmCommandError, signal_job_steps
 
         try:
-            CommandRunner(timeout_s=10.0, retries=1).run(["scancel", "--signal=TERM", job_id])
+            signal_job_steps(job_id, "TERM")
             return
         except SlurmCommandError as err:
-            _say(f"scancel --signal=TERM {job_id} failed ({err}): TERM to srun instead")
+            _say(f"TERM to the steps of job {job_id} failed ({err}): TERM to the launcher")
     with contextlib.suppress(ProcessLookupError):
         child.send_signal(signal.SIGTERM)
 
@@ -154,7 +155,7 @@ def _end_launcher(argv: Sequence[str], child: subprocess.Popen[bytes]) -> None:
     """End a launcher whose ranks outlived their TERM. srun is sent TERM itself first: it
     then has Slurm kill the step's tasks on every node, where a SIGKILLed srun would leave
     them running (holding their GPUs) beside the relaunch; KILL after SRUN_END_S."""
-    if Path(argv[0]).name == "srun":
+    if is_srun(argv[0]):
         with contextlib.suppress(ProcessLookupError):
             child.send_signal(signal.SIGTERM)
         try:

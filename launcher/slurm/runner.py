@@ -120,6 +120,12 @@ def spawn_daemon(argv: Sequence[str], output: Path, env: Mapping[str, str], cwd:
         )
 
 
+def signal_job_steps(job_id: str, signal_name: str) -> None:
+    """Send ``signal_name`` to every step of job ``job_id`` but not its batch shell
+    (``scancel --signal``, no --batch); raises SlurmCommandError when scancel fails."""
+    CommandRunner(timeout_s=10.0, retries=1).run(["scancel", f"--signal={signal_name}", job_id])
+
+
 class CommandRunner:
     """Runs Slurm commands with a timeout and exponential backoff on transient errors.
 

@@ -49,6 +49,11 @@ def tool_overridden(name: str, env: Mapping[str, str] | None = None) -> bool:
     return bool((os.environ if env is None else env).get(tool_env_var(name), ""))
 
 
+def is_srun(program: str) -> bool:
+    """True when ``program`` (a path or a name) is Slurm's srun."""
+    return Path(program).name == "srun"
+
+
 def on_path(name: str) -> str | None:
     """The first executable file ``name`` in this process's PATH (``shutil.which`` for a bare
     name, without importing shutil and its compression modules into every Slurm call)."""
