@@ -29,8 +29,9 @@ import json
 import math
 import os
 from bisect import bisect_right
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 from launcher.job_dir import (
     EVENTS_FILE,
@@ -247,22 +248,30 @@ def _start_time(path: Path) -> float | None:
     return _number(record, "time") if isinstance(record, dict) else None
 
 
-def _rank_start(attempt: Path, cache: ReadCache | None = None) -> float | None:
-    """The earliest ``ranks/<R>.start`` time of an attempt (each record read once per inode
-    with ``cache``: they are written once)."""
-    times = []
+T = TypeVar("T")
+
+
+def start_records(attempt: Path, label: str, read: Callable[[Path], T | None],
+                  cache: ReadCache | None = None) -> list[T]:
+    """``read`` of each ``ranks/<R>.start`` record of an attempt, those it could read (with
+    ``cache``, each record read once per inode under ``label``: a rank writes it once)."""
     try:
         with os.scandir(attempt / RANKS_DIR) as listing:
             entries = [e for e in listing if e.name.endswith(".start")]
     except OSError:
-        return None
+        return []
+    found = []
     for entry in entries:
         path = Path(entry.path)
-        when = _start_time(path) if cache is None else cache.once(
-            path, entry.inode(), "start time", _start_time)
-        if when is not None:
-            times.append(when)
-    return min(times, default=None)
+        value = read(path) if cache is None else cache.once(path, entry.inode(), label, read)
+        if value is not None:
+            found.append(value)
+    return found
+
+
+def _rank_start(attempt: Path, cache: ReadCache | None = None) -> float | None:
+    """The earliest ``ranks/<R>.start`` time of an attempt."""
+    return min(start_records(attempt, "start time", _start_time, cache), default=None)
 
 
 def _mtime(path: Path) -> float | None:

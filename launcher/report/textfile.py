@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -43,14 +42,13 @@ from launcher.job_dir import (
     HEALTH_DIR,
     LAUNCH_NODES_FILE,
     METRICS_FILE,
-    RANKS_DIR,
     RECOVERIES_FILE,
     RUNS_DIR,
     attempt_key,
 )
 from launcher.recovery.node_faults import RECOVERIES_READ_LIMIT, recovery_record
 from launcher.report.goodput import PARTS, Goodput, job_goodput
-from launcher.report.job_times import json_lines
+from launcher.report.job_times import json_lines, start_records
 from launcher.report.read_cache import Fold, ReadCache, fold_lines
 from launcher.report.run_data import TIMING_KEYS, StepRecord, parse_record
 
@@ -155,19 +153,7 @@ def _rank_node(path: Path) -> tuple[int, str] | None:
 def rank_nodes(attempt: Path, cache: ReadCache | None = None) -> dict[int, str]:
     """World rank -> node, from the attempt's ranks/<R>.start records (with ``cache``, each
     read once per inode: a rank writes its record once)."""
-    found: dict[int, str] = {}
-    try:
-        with os.scandir(attempt / RANKS_DIR) as listing:
-            entries = [e for e in listing if e.name.endswith(".start")]
-    except OSError:
-        return found
-    for entry in entries:
-        path = Path(entry.path)
-        placed = _rank_node(path) if cache is None else cache.once(
-            path, entry.inode(), "rank node", _rank_node)
-        if placed is not None:
-            found[placed[0]] = placed[1]
-    return found
+    return dict(start_records(attempt, "rank node", _rank_node, cache))
 
 
 def _launch_nodes(attempt: Path) -> list[str]:
